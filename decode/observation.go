@@ -1,0 +1,298 @@
+// Package decode turns reassembled TCP byte streams into ordered MCP
+// observations: HTTP/1.1 exchanges, SSE events and the JSON-RPC messages they
+// carry. It knows nothing about packets (capture feeds it through the
+// StreamFactory and TCPStream interfaces below) and nothing about what the
+// observations mean (that is the detector's job).
+package decode
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// ConnMeta describes one TCP connection as capture saw it.
+//
+// A is the endpoint that sent the SYN or, when the handshake was not captured,
+// the sender of the first packet seen. Which side is the HTTP client is decided
+// by the decoder from content (a request line versus a status line), not from A.
+type ConnMeta struct {
+	// ID is unique within one run and increases in order of first packet.
+	ID     uint64
+	A, B   netip.AddrPort
+	Start  time.Time
+	SawSYN bool // the handshake was captured: the connection's start is known
+}
+
+// CloseReason says why capture stopped following a connection.
+type CloseReason uint8
+
+const (
+	CloseFIN     CloseReason = iota // both sides sent FIN (or one FIN and capture ended)
+	CloseReset                      // an RST was seen
+	CloseIdle                       // no packet for the idle timeout; state flushed
+	CloseEOF                        // the capture ended with the connection open
+	CloseEvicted                    // a memory limit forced the connection out
+)
+
+func (r CloseReason) String() string {
+	switch r {
+	case CloseFIN:
+		return "fin"
+	case CloseReset:
+		return "reset"
+	case CloseIdle:
+		return "idle"
+	case CloseEOF:
+		return "eof"
+	case CloseEvicted:
+		return "evicted"
+	}
+	return fmt.Sprintf("close(%d)", uint8(r))
+}
+
+// TCPStream receives one connection's reassembled bytes from capture, in order
+// per direction. Calls for one connection are never concurrent.
+type TCPStream interface {
+	// Data delivers the next in-order bytes sent by A (fromA) or by B.
+	// p is only valid during the call.
+	Data(fromA bool, p []byte, ts time.Time)
+	// Gap reports bytes the capture lost in one direction before the next
+	// Data; lost is -1 when the amount is unknown.
+	Gap(fromA bool, lost int, ts time.Time)
+	// Fin reports a FIN from one side: no more data from it.
+	Fin(fromA bool, ts time.Time)
+	// Close is called exactly once, last.
+	Close(reason CloseReason, ts time.Time)
+}
+
+// StreamFactory creates TCPStreams. Capture gives each worker goroutine its
+// own factory; a factory and its streams are used from that goroutine only.
+type StreamFactory interface {
+	NewStream(meta ConnMeta) TCPStream
+	// Tick says capture time on this worker has reached now: every packet
+	// stamped before now has been handed to its stream (modulo reassembly
+	// buffering of out-of-order segments).
+	Tick(now time.Time)
+	// Done says this worker will deliver nothing more.
+	Done()
+}
+
+// Conn names a TCP connection once its client side is known.
+type Conn struct {
+	ID     uint64
+	Client netip.AddrPort
+	Server netip.AddrPort
+	// StartSeen is false when the capture began after the connection opened.
+	StartSeen bool
+}
+
+func (c Conn) String() string {
+	return fmt.Sprintf("#%d %s->%s", c.ID, c.Client, c.Server)
+}
+
+// Kind is the type of an Observation.
+type Kind uint8
+
+const (
+	KindRequest  Kind = iota + 1 // a complete request (head and body)
+	KindResponse                 // a response head
+	KindEvent                    // one complete SSE event (its blank line arrived)
+	KindBody                     // a complete non-SSE response body with JSON-RPC content
+	KindEnd                      // a response ended (SSE stream or body), with how
+	KindGap                      // the capture lost bytes on a connection
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRequest:
+		return "request"
+	case KindResponse:
+		return "response"
+	case KindEvent:
+		return "event"
+	case KindBody:
+		return "body"
+	case KindEnd:
+		return "end"
+	case KindGap:
+		return "gap"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Observation is one thing seen on the wire, stamped with the capture time of
+// the packet that completed it. Exactly one of the pointer fields matching
+// Kind is set. Observations of one exchange arrive in order: Request, Response,
+// Event..., Body, End.
+type Observation struct {
+	Kind Kind
+	Time time.Time
+	Conn Conn
+	// Exchange is the 1-based index of the HTTP exchange on the connection.
+	// Requests and responses are paired in order (HTTP/1.1 pipelining).
+	Exchange int
+
+	Request  *Request  // KindRequest; also set on later kinds when the request was seen
+	Response *Response // KindResponse; also set on Event, Body and End
+	Event    *Event
+	Body     *Body
+	End      *End
+	Gap      *Gap
+}
+
+// Request is an HTTP request head and what its body carried.
+type Request struct {
+	Method string
+	Path   string
+	Host   string
+
+	SessionID       string // Mcp-Session-Id; HasSessionID says whether the header was present
+	HasSessionID    bool
+	LastEventID     string // Last-Event-ID (any case)
+	HasLastEventID  bool
+	ProtocolVersion string // MCP-Protocol-Version
+	ContentType     string
+	Accept          string
+	// AuthHash is a hex SHA-256 of the Authorization header; "" when absent.
+	// The value itself is never kept. Cookies are dropped entirely.
+	AuthHash string
+
+	Messages       []Message // JSON-RPC messages in the body (a batch gives several)
+	Batch          bool      // the body was a JSON array
+	BodyBytes      int64
+	BodyIncomplete bool // the body was cut by a gap, a limit or the end of capture
+	// MCP is true when this request is recognisably MCP: an Mcp-Session-Id or
+	// MCP-Protocol-Version header, or a JSON-RPC 2.0 "initialize" request.
+	MCP bool
+}
+
+// Response is an HTTP response head.
+type Response struct {
+	Status          int
+	SessionID       string
+	HasSessionID    bool
+	ContentType     string
+	SSE             bool // Content-Type: text/event-stream
+	ProtocolVersion string
+	Chunked         bool
+	ContentLength   int64 // -1 when absent
+}
+
+// Event is one SSE event, dispatched when its terminating blank line arrived.
+type Event struct {
+	Index     int    // 0-based position of this event in its stream
+	ID        string // the id field's value; see HasID
+	HasID     bool   // an id field was present (and had no NUL)
+	Type      string // the event field; "" means "message"
+	DataEmpty bool
+	Retry     int // milliseconds; -1 when absent
+	// Messages holds the JSON-RPC message(s) the data carried; empty when the
+	// data was not JSON-RPC.
+	Messages  []Message
+	DataBytes int
+	DataHash  string // hex SHA-256 of the data
+}
+
+// Body is a complete non-SSE response body that held JSON-RPC.
+type Body struct {
+	Messages []Message
+	Batch    bool
+	Bytes    int64
+}
+
+// EndHow is how a response (stream or body) ended.
+type EndHow uint8
+
+const (
+	EndClean     EndHow = iota + 1 // at an event boundary, with the length reached, the chunked terminator or FIN
+	EndTruncated                   // the connection closed mid-event or mid-body
+	EndReset                       // an RST ended it
+	EndGap                         // the capture lost bytes inside it
+	EndUnknown                     // the capture ended (or the connection was flushed) with the stream still open
+)
+
+func (h EndHow) String() string {
+	switch h {
+	case EndClean:
+		return "clean"
+	case EndTruncated:
+		return "truncated"
+	case EndReset:
+		return "reset"
+	case EndGap:
+		return "gap"
+	case EndUnknown:
+		return "open"
+	}
+	return fmt.Sprintf("end(%d)", uint8(h))
+}
+
+// End closes a response.
+type End struct {
+	How    EndHow
+	Events int // SSE events dispatched on this stream
+	// PartialID is the id field of an event whose id line arrived but whose
+	// blank line never did (the stream was cut mid-event); HasPartialID says
+	// whether there was one.
+	PartialID    string
+	HasPartialID bool
+	// LastID is the last id (SSE last-event-id buffer) the stream set.
+	LastID    string
+	HasLastID bool
+}
+
+// Gap reports bytes lost by the capture on a connection.
+type Gap struct {
+	FromClient bool
+	Lost       int // -1 when unknown
+}
+
+// MsgType classifies a JSON-RPC message.
+type MsgType uint8
+
+const (
+	MsgRequest MsgType = iota + 1
+	MsgNotification
+	MsgResponse
+	MsgError
+	MsgInvalid // JSON but not JSON-RPC 2.0
+)
+
+func (t MsgType) String() string {
+	switch t {
+	case MsgRequest:
+		return "request"
+	case MsgNotification:
+		return "notification"
+	case MsgResponse:
+		return "response"
+	case MsgError:
+		return "error"
+	case MsgInvalid:
+		return "invalid"
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// Message is what the pipeline keeps of one JSON-RPC message: its shape and
+// hashes, never argument or result values.
+type Message struct {
+	Type   MsgType
+	ID     string // the id as compact JSON text (`1`, `"abc"`); "" when absent
+	Method string
+	// Tool is params.name of a tools/call request.
+	Tool string
+	// ParamsHash is a hex SHA-256 of the params in canonical JSON (object
+	// keys sorted), so identical calls hash equal however they were spelled.
+	ParamsHash string
+	// ProgressToken (compact JSON) and Progress of a notifications/progress,
+	// or the _meta.progressToken of a request.
+	ProgressToken string
+	Progress      float64
+	HasProgress   bool
+	// ProtocolVersion from initialize params (request) or result (response).
+	ProtocolVersion string
+	ErrorCode       int
+	ResultHash      string // hex SHA-256 of the result in canonical JSON
+}

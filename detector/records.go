@@ -1,0 +1,161 @@
+package detector
+
+import "time"
+
+// Severity of a violation.
+type Severity string
+
+const (
+	SeverityCritical Severity = "critical"
+	SeverityHigh     Severity = "high"
+	SeverityMedium   Severity = "medium"
+)
+
+// Kind names a violation; the values are the catalogue's names exactly
+// (ARCHITECTURE.md section 4) and are part of the output contract.
+type Kind string
+
+const (
+	KindSessionSwap                 Kind = "session_swap"
+	KindReplayedEvent               Kind = "replayed_event"
+	KindCrossStreamReplay           Kind = "cross_stream_replay"
+	KindDuplicateDelivery           Kind = "duplicate_delivery"
+	KindUnknownLastEventIDAccepted  Kind = "unknown_last_event_id_accepted"
+	KindEventIDReset                Kind = "event_id_reset"
+	KindTruncatedResume             Kind = "truncated_resume"
+	KindSilentReinitAfter404        Kind = "silent_reinit_after_404"
+	KindIncompleteReplay            Kind = "incomplete_replay"
+	KindUnresumableClose            Kind = "unresumable_close"
+	KindProgressReplay              Kind = "progress_replay"
+	KindResumeOnSessionlessRevision Kind = "resume_on_sessionless_revision"
+)
+
+// Evidence is one fact a finding rests on, as seen on the wire.
+type Evidence struct {
+	Time     time.Time `json:"time"`
+	Conn     string    `json:"connection"` // "client->server"
+	Exchange int       `json:"exchange"`   // HTTP exchange on that connection (1-based)
+	// What was seen, e.g. "response header", "sse event", "request".
+	What string `json:"what"`
+	// Detail in plain words with the header values or event ids involved,
+	// e.g. `Mcp-Session-Id: S2` or `event id 3_5 (position 5 on stream 3)`.
+	Detail string `json:"detail"`
+}
+
+// Violation is one breach of the resume contract.
+type Violation struct {
+	ID              string // deterministic: hash of kind and evidence (see findingID)
+	Kind            Kind
+	Severity        Severity
+	Time            time.Time
+	SessionID       string
+	NewSessionID    string
+	LastEventID     string
+	FirstEventID    string
+	StreamID        string
+	ProtocolVersion string
+	Client          string // ip:port
+	Server          string // ip:port
+	JSONRPCIDs      []string
+	Tool            string
+	Explanation     string
+	Evidence        []Evidence
+	// Confidence is set where the finding rests on an inference, e.g. linking
+	// a client across sessions ("same connection", "same client address").
+	Confidence string
+}
+
+// ResumeOutcome is how one resume attempt ended.
+type ResumeOutcome string
+
+const (
+	ResumeResumed      ResumeOutcome = "resumed"
+	ResumeRejected404  ResumeOutcome = "rejected_404"
+	ResumeRejected4xx  ResumeOutcome = "rejected_4xx"
+	ResumeViolated     ResumeOutcome = "violated"
+	ResumeUnverifiable ResumeOutcome = "unverifiable"
+)
+
+// ResumeAttempt is one request carrying Last-Event-ID and what came of it.
+type ResumeAttempt struct {
+	ID              string
+	Time            time.Time
+	SessionID       string
+	ResponseSession string // Mcp-Session-Id on the response, if any
+	LastEventID     string
+	FirstEventID    string // first non-priming event id delivered on the resumed stream
+	StreamID        string
+	Status          int
+	Outcome         ResumeOutcome
+	Reason          string // why, in plain words (also for unverifiable)
+	ProtocolVersion string
+	Client          string
+	Server          string
+	Replayed        int // events delivered on the resumed stream
+	ViolationIDs    []string
+}
+
+// SessionSummary is one session's lifecycle, emitted when it ends (404,
+// DELETE, expiry, end of capture).
+type SessionSummary struct {
+	SessionID       string
+	ProtocolVersion string
+	Client          string
+	Server          string
+	FirstSeen       time.Time
+	LastSeen        time.Time
+	// StartSeen is true when the initialize exchange was captured.
+	StartSeen  bool
+	Requests   int
+	Events     int
+	Streams    int
+	Resumes    int
+	Violations int
+	// Ended is how it ended: "deleted", "404", "expired", "capture_end".
+	Ended string
+	// PreviousSession links a session the same client opened after this one
+	// got 404 (or before it), with LinkConfidence.
+	PreviousSession string
+	LinkConfidence  string
+}
+
+// UnknownOutcome is a tools/call (or other request) that was in flight when its
+// session was lost: the client cannot know whether it ran.
+type UnknownOutcome struct {
+	ID        string
+	Time      time.Time // when the session was lost
+	SessionID string
+	JSONRPCID string
+	Method    string
+	Tool      string
+	ArgsHash  string
+	CalledAt  time.Time
+	Client    string
+	Server    string
+	Reason    string
+	// Reissued is set when the same call was seen again on a later session.
+	ReissuedInSession string
+}
+
+// Unverifiable is a place where the capture cannot prove either way (lost
+// bytes, a session whose start was not captured, a limit hit). It is never a
+// violation.
+type Unverifiable struct {
+	ID        string
+	Time      time.Time
+	SessionID string
+	Client    string
+	Server    string
+	Reason    string
+	// Check names what could not be verified, e.g. "resume", "event order".
+	Check string
+}
+
+// Sink receives the detector's output. Calls come from one goroutine.
+type Sink interface {
+	Violation(*Violation)
+	Resume(*ResumeAttempt)
+	Session(*SessionSummary)
+	UnknownOutcome(*UnknownOutcome)
+	Unverifiable(*Unverifiable)
+}
