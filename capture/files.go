@@ -1,0 +1,302 @@
+package capture
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// Errors a caller can test with errors.Is. ErrNotCapture is fatal (nothing
+// was read); ErrTruncated and ErrCorrupt come back with the Stats of a run
+// that used every packet before the damage and went on with the next file.
+var (
+	ErrNotCapture = errors.New("not a pcap or pcapng file")
+	ErrTruncated  = errors.New("truncated capture file")
+	ErrCorrupt    = errors.New("damaged capture file")
+)
+
+// Stdin is the path that means standard input.
+const Stdin = "-"
+
+// stdin is what Stdin reads; tests replace it.
+var stdin io.Reader = os.Stdin
+
+const (
+	// readBufferBytes is the read-ahead buffer per input file.
+	readBufferBytes = 256 << 10
+	// progressEvery is how many bytes pass between Progress calls.
+	progressEvery = 1 << 20
+	// ctxCheckEvery is how many packets pass between cancellation checks.
+	ctxCheckEvery = 1024
+)
+
+// ReadFiles reads the capture files in order as one capture ("-" is standard
+// input), reassembles their TCP connections and feeds each to a stream from
+// newFactory(worker). Every file is checked to be a capture before any is
+// read. A truncated or damaged file ends that file's reading, is counted and
+// reported in the returned error (ErrTruncated, ErrCorrupt), and reading goes
+// on with the next file; the Stats are valid in every case.
+func ReadFiles(ctx context.Context, paths []string, cfg Config, newFactory func(worker int) decode.StreamFactory) (Stats, error) {
+	if err := cfg.Validate(); err != nil {
+		return Stats{}, err
+	}
+	cfg = cfg.withDefaults()
+	total, err := checkFiles(paths)
+	if err != nil {
+		return Stats{}, err
+	}
+	p := newPipeline(cfg, newFactory)
+	st, readErr := readFiles(ctx, paths, total, cfg.Progress, p.handlePacket)
+	wst := p.close()
+	wst.Files, wst.TruncatedFiles, wst.CorruptFiles = st.Files, st.TruncatedFiles, st.CorruptFiles
+	return wst, readErr
+}
+
+// RawRead reads the same files and decodes each packet's layers, without
+// reassembly: the baseline ReadFiles is measured against.
+func RawRead(ctx context.Context, paths []string) (Stats, error) {
+	total, err := checkFiles(paths)
+	if err != nil {
+		return Stats{}, err
+	}
+	dec := newPacketDecoder()
+	var counts Stats
+	st, readErr := readFiles(ctx, paths, total, nil, func(data []byte, _ gopacket.CaptureInfo, lt layers.LinkType) {
+		dec.classify(&counts, data, lt)
+	})
+	counts.Files, counts.TruncatedFiles, counts.CorruptFiles = st.Files, st.TruncatedFiles, st.CorruptFiles
+	return counts, readErr
+}
+
+func displayName(path string) string {
+	if path == Stdin {
+		return "stdin"
+	}
+	return path
+}
+
+// checkFiles makes sure every file opens and starts like a capture, and
+// returns their total size (-1 when standard input is among them).
+func checkFiles(paths []string) (int64, error) {
+	if len(paths) == 0 {
+		return 0, errors.New("capture: no input files")
+	}
+	var total int64
+	for _, path := range paths {
+		if path == Stdin {
+			total = -1
+			continue
+		}
+		size, err := checkFile(path)
+		if err != nil {
+			return 0, err
+		}
+		if total >= 0 {
+			total += size
+		}
+	}
+	return total, nil
+}
+
+func checkFile(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if fi.IsDir() {
+		return 0, fmt.Errorf("%s: is a directory, %w", path, ErrNotCapture)
+	}
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || formatOf(magic[:]) == formatUnknown {
+		return 0, fmt.Errorf("%s: %w", path, ErrNotCapture)
+	}
+	return fi.Size(), nil
+}
+
+type fileFormat uint8
+
+const (
+	formatUnknown fileFormat = iota
+	formatPcap
+	formatPcapng
+)
+
+func formatOf(magic []byte) fileFormat {
+	if len(magic) < 4 {
+		return formatUnknown
+	}
+	switch binary.LittleEndian.Uint32(magic) {
+	case 0xa1b2c3d4, 0xd4c3b2a1, 0xa1b23c4d, 0x4d3cb2a1: // microsecond and nanosecond pcap, both byte orders
+		return formatPcap
+	case ngSectionHeader:
+		return formatPcapng
+	}
+	return formatUnknown
+}
+
+// packetHandler receives each packet read; data is only valid during the
+// call.
+type packetHandler func(data []byte, ci gopacket.CaptureInfo, lt layers.LinkType)
+
+// readFiles reads every file in order. The returned Stats hold only Files,
+// TruncatedFiles and CorruptFiles.
+func readFiles(ctx context.Context, paths []string, total int64, progress func(read, total int64), handle packetHandler) (Stats, error) {
+	var st Stats
+	var errs []error
+	cr := &countingReader{progress: progress, total: total, next: progressEvery}
+	for _, path := range paths {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		err := readOne(ctx, path, cr, handle)
+		st.Files++
+		switch {
+		case errors.Is(err, ErrTruncated):
+			st.TruncatedFiles++
+		case errors.Is(err, ErrCorrupt):
+			st.CorruptFiles++
+		case err != nil:
+			// Not a capture (standard input is checked only here), or
+			// cancelled: stop.
+			errs = append(errs, err)
+			cr.report()
+			return st, errors.Join(errs...)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cr.report()
+	return st, errors.Join(errs...)
+}
+
+// zeroCopyReader is what pcapgo's two readers have in common.
+type zeroCopyReader interface {
+	ZeroCopyReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+}
+
+func readOne(ctx context.Context, path string, cr *countingReader, handle packetHandler) error {
+	name := displayName(path)
+	var src io.Reader
+	if path == Stdin {
+		src = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		src = f
+	}
+	cr.r = src
+	br := bufio.NewReaderSize(cr, readBufferBytes)
+	magic, _ := br.Peek(4)
+	var (
+		rd       zeroCopyReader
+		linkType func(gopacket.CaptureInfo) layers.LinkType
+	)
+	switch formatOf(magic) {
+	case formatPcap:
+		r, err := pcapgo.NewReader(br)
+		if err != nil {
+			return headerError(name, err)
+		}
+		// pcapgo trusts the header's snap length for its buffer size and
+		// refuses records longer than it; tcpdump and Wireshark ignore it
+		// the same way.
+		r.SetSnaplen(MaxPacketBytes)
+		lt := r.LinkType()
+		rd, linkType = r, func(gopacket.CaptureInfo) layers.LinkType { return lt }
+	case formatPcapng:
+		r, err := pcapgo.NewNgReader(newNgGuard(br), pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
+		if err != nil {
+			return headerError(name, err)
+		}
+		rd, linkType = r, func(ci gopacket.CaptureInfo) layers.LinkType {
+			if len(ci.AncillaryData) > 0 {
+				if lt, ok := ci.AncillaryData[0].(layers.LinkType); ok {
+					return lt
+				}
+			}
+			return layers.LinkTypeNull
+		}
+	default:
+		return fmt.Errorf("%s: %w", name, ErrNotCapture)
+	}
+	var n uint64
+	for {
+		if n%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		data, ci, err := rd.ZeroCopyReadPacketData()
+		if err != nil {
+			return recordError(name, n, ci, err)
+		}
+		n++
+		handle(data, ci, linkType(ci))
+	}
+}
+
+func headerError(name string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || err.Error() == "Not enough data for read" {
+		return fmt.Errorf("%s: %w: cut inside the file header", name, ErrTruncated)
+	}
+	return fmt.Errorf("%s: %w: bad file header: %v", name, ErrCorrupt, err)
+}
+
+// recordError turns the error that ended a file into nil (a clean end),
+// ErrTruncated or ErrCorrupt.
+func recordError(name string, n uint64, ci gopacket.CaptureInfo, err error) error {
+	switch {
+	case err == io.EOF && ci.CaptureLength == 0:
+		return nil
+	case err == io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
+		// pcapgo returns io.EOF when a record header arrived but none of
+		// its data did.
+		return fmt.Errorf("%s: %w: cut mid-record after %d packets", name, ErrTruncated, n)
+	}
+	return fmt.Errorf("%s: %w: record %d: %v", name, ErrCorrupt, n+1, err)
+}
+
+// countingReader counts the bytes read from the input files for Progress.
+type countingReader struct {
+	r        io.Reader
+	read     int64
+	total    int64
+	next     int64
+	progress func(read, total int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read += int64(n)
+	if c.progress != nil && c.read >= c.next {
+		c.next = c.read + progressEvery
+		c.progress(c.read, c.total)
+	}
+	return n, err
+}
+
+func (c *countingReader) report() {
+	if c.progress != nil {
+		c.progress(c.read, c.total)
+	}
+}

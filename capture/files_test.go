@@ -1,0 +1,312 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+)
+
+// TestLinkTypes reads the same conversation framed every supported way, in
+// pcap and in pcapng, and expects the same bytes out.
+func TestLinkTypes(t *testing.T) {
+	links := []link{
+		ethernetLink,
+		{"vlan", layers.LinkTypeEthernet, ethernet(0x8100)},
+		{"qinq", layers.LinkTypeEthernet, ethernet(0x88a8, 0x8100)},
+		{"linux-sll", layers.LinkTypeLinuxSLL, sll},
+		{"linux-sll2", layers.LinkTypeLinuxSLL2, sll2},
+		{"null-little-endian", layers.LinkTypeNull, null(binary.LittleEndian, 30)},
+		{"null-big-endian", layers.LinkTypeNull, null(binary.BigEndian, 24)},
+		{"loop", layers.LinkTypeLoop, null(binary.BigEndian, 28)},
+		{"raw", layers.LinkTypeRaw, raw},
+		{"raw-ipv4", layers.LinkTypeIPv4, raw},
+		{"raw-ipv6", layers.LinkTypeIPv6, raw},
+	}
+	writers := []struct {
+		name  string
+		write func(testing.TB, layers.LinkType, []packet) []byte
+	}{{"pcap", pcapBytes}, {"pcapng", pcapngBytes}}
+	for _, l := range links {
+		for _, ipv := range []string{"ipv4", "ipv6"} {
+			if (l.type_ == layers.LinkTypeIPv4 && ipv == "ipv6") || (l.type_ == layers.LinkTypeIPv6 && ipv == "ipv4") {
+				continue
+			}
+			c, s := client, server
+			if ipv == "ipv6" {
+				c, s = client6, server6
+			}
+			for _, wr := range writers {
+				t.Run(l.name+"/"+ipv+"/"+wr.name, func(t *testing.T) {
+					pkts := frames(t, l, conversation(c, s, 0, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"))
+					path := writeTemp(t, "c."+wr.name, wr.write(t, l.type_, pkts))
+					rec, st, err := run(t, Config{Workers: 1}, path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := rec.streams()
+					if len(got) != 1 {
+						t.Fatalf("got %d streams, want 1 (stats %+v)", len(got), st)
+					}
+					g := got[0]
+					if g.meta.A != c || g.meta.B != s || !g.meta.SawSYN {
+						t.Errorf("meta = %+v, want A=%v B=%v SawSYN", g.meta, c, s)
+					}
+					if g.fromA() != "GET / HTTP/1.1\r\n\r\n" || g.fromB() != "HTTP/1.1 200 OK\r\n\r\n" {
+						t.Errorf("data A=%q B=%q", g.fromA(), g.fromB())
+					}
+					if g.reason != 0 /* CloseFIN */ || st.TCP != uint64(len(pkts)) || st.Undecodable != 0 {
+						t.Errorf("close %v, stats %+v", g.reason, st)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestNonTCPCounted checks that packets without TCP are counted by kind and
+// never stop the run.
+func TestNonTCPCounted(t *testing.T) {
+	udp := func() []byte { // IPv4/UDP, hand made
+		ip := []byte{0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+			0x13, 0x88, 0x13, 0x89, 0, 8, 0, 0}
+		return ip
+	}
+	fragment := func() []byte { // IPv4 with "more fragments", protocol TCP
+		return []byte{0x45, 0, 0, 28, 0, 1, 0x20, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+			1, 2, 3, 4, 5, 6, 7, 8}
+	}
+	arp := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5, 6, 0x08, 0x06}, make([]byte, 28)...)
+	tests := []struct {
+		name  string
+		frame []byte
+		check func(Stats) bool
+	}{
+		{"udp", ethernet()(udp()), func(s Stats) bool { return s.NonTCP == 1 }},
+		{"arp", arp, func(s Stats) bool { return s.NonTCP == 1 }},
+		{"fragment", ethernet()(fragment()), func(s Stats) bool { return s.Fragments == 1 }},
+		{"short-ip", ethernet()([]byte{0x45, 0, 0}), func(s Stats) bool { return s.Undecodable == 1 }},
+		{"empty", nil, func(s Stats) bool { return s.Undecodable == 1 }},
+		{"bad-tcp-header", ethernet()(append(udp()[:20:20], 0, 80)), func(s Stats) bool { return s.NonTCP+s.Undecodable == 1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pkts := append(frames(t, ethernetLink, conversation(client, server, 0, "hi")), packet{t0, tt.frame})
+			path := writeTemp(t, "c.pcap", pcapBytes(t, layers.LinkTypeEthernet, pkts))
+			rec, st, err := run(t, Config{Workers: 1}, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(st) || st.Packets != uint64(len(pkts)) || len(rec.streams()) != 1 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+	t.Run("unknown-link-type", func(t *testing.T) {
+		pkts := frames(t, ethernetLink, conversation(client, server, 0, "hi"))
+		path := writeTemp(t, "c.pcap", pcapBytes(t, layers.LinkType(147), pkts)) // a user link type
+		_, st, err := run(t, Config{Workers: 1}, path)
+		if err != nil || st.Undecodable != uint64(len(pkts)) || st.Connections != 0 {
+			t.Errorf("err %v, stats %+v", err, st)
+		}
+	})
+}
+
+// TestSeveralFiles checks that files are one capture: a connection cut by a
+// file rotation is reassembled whole.
+func TestSeveralFiles(t *testing.T) {
+	segs := conversation(client, server, 0, "first half, ", "reply", "second half")
+	first := writeTemp(t, "a.pcap", pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs[:4])))
+	// The second file is pcapng with another link type: formats mix too.
+	second := writeTemp(t, "b.pcapng", pcapngBytes(t, layers.LinkTypeLinuxSLL, frames(t, link{"sll", layers.LinkTypeLinuxSLL, sll}, segs[4:])))
+	rec, st, err := run(t, Config{Workers: 1}, first, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.streams()
+	if st.Files != 2 || len(got) != 1 {
+		t.Fatalf("files %d, streams %d", st.Files, len(got))
+	}
+	if got[0].fromA() != "first half, second half" || got[0].fromB() != "reply" || got[0].reason != 0 {
+		t.Errorf("streams %v", got[0].calls)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	data := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "ping", "pong")))
+	old := stdin
+	t.Cleanup(func() { stdin = old })
+	stdin = bytes.NewReader(data)
+	var lastTotal int64
+	rec := &recorder{}
+	cfg := Config{Workers: 1, Progress: func(read, total int64) { lastTotal = total }}
+	st, err := ReadFiles(context.Background(), []string{Stdin}, cfg, rec.newFactory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.streams()
+	if len(got) != 1 || got[0].fromA() != "ping" || got[0].fromB() != "pong" || st.Files != 1 {
+		t.Fatalf("streams %d, stats %+v", len(got), st)
+	}
+	if lastTotal != -1 {
+		t.Errorf("progress total %d, want -1 for stdin", lastTotal)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	data := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "ping", "pong")))
+	path := writeTemp(t, "c.pcap", data)
+	var calls, read, total int64
+	cfg := Config{Workers: 1, Progress: func(r, tot int64) { calls++; read, total = r, tot }}
+	if _, err := ReadFiles(context.Background(), []string{path}, cfg, (&recorder{}).newFactory); err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 || read != int64(len(data)) || total != int64(len(data)) {
+		t.Errorf("progress calls %d, last %d/%d, file %d bytes", calls, read, total, len(data))
+	}
+}
+
+// TestTruncatedFile cuts a capture at every byte inside its last record: the
+// packets before the cut are delivered, the file is counted, and the error
+// says what happened.
+func TestTruncatedFile(t *testing.T) {
+	segs := conversation(client, server, 0, "hello", "world")
+	for _, format := range []string{"pcap", "pcapng"} {
+		write := pcapBytes
+		if format == "pcapng" {
+			write = pcapngBytes
+		}
+		full := write(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs))
+		without := write(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs[:len(segs)-1]))
+		for cut := len(without) + 1; cut < len(full); cut += 7 {
+			data := full[:cut]
+			t.Run(format, func(t *testing.T) {
+				path := writeTemp(t, "cut."+format, data)
+				rec, st, err := run(t, Config{Workers: 1}, path)
+				if !errors.Is(err, ErrTruncated) {
+					t.Fatalf("cut at %d of %d: err = %v, want ErrTruncated", cut, len(full), err)
+				}
+				if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "truncated") {
+					t.Errorf("error %q does not name the file and the problem", err)
+				}
+				got := rec.streams()
+				if st.TruncatedFiles != 1 || len(got) != 1 || got[0].fromA() != "hello" || got[0].fromB() != "world" {
+					t.Errorf("stats %+v, calls %v", st, got)
+				}
+			})
+		}
+	}
+}
+
+// TestTruncatedFileThenNext: reading goes on with the next file.
+func TestTruncatedFileThenNext(t *testing.T) {
+	a := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "one")))
+	b := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client6, server6, 0, "two")))
+	pa := writeTemp(t, "a.pcap", a[:len(a)-3])
+	pb := writeTemp(t, "b.pcap", b)
+	rec, st, err := run(t, Config{Workers: 1}, pa, pb)
+	if !errors.Is(err, ErrTruncated) || st.TruncatedFiles != 1 || st.Files != 2 || len(rec.streams()) != 2 {
+		t.Errorf("err %v, stats %+v", err, st)
+	}
+}
+
+func TestNotACapture(t *testing.T) {
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"text", []byte("this is not a capture\n")},
+		{"empty", nil},
+		{"short", []byte{0xd4, 0xc3}},
+		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeTemp(t, "x.pcap", tt.data)
+			rec := &recorder{}
+			_, err := ReadFiles(context.Background(), []string{path}, Config{}, rec.newFactory)
+			if !errors.Is(err, ErrNotCapture) || err.Error() != path+": not a pcap or pcapng file" {
+				t.Errorf("err = %v", err)
+			}
+			if len(rec.factories) != 0 {
+				t.Errorf("factories were created for a run that could not start")
+			}
+		})
+	}
+	t.Run("stdin", func(t *testing.T) {
+		old := stdin
+		t.Cleanup(func() { stdin = old })
+		stdin = strings.NewReader("garbage")
+		_, err := ReadFiles(context.Background(), []string{Stdin}, Config{Workers: 2}, (&recorder{}).newFactory)
+		if !errors.Is(err, ErrNotCapture) || !strings.HasPrefix(err.Error(), "stdin: ") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		_, err := ReadFiles(context.Background(), []string{"/nonexistent/x.pcap"}, Config{}, (&recorder{}).newFactory)
+		if err == nil || !strings.Contains(err.Error(), "/nonexistent/x.pcap") {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestDamagedRecords: impossible lengths in headers are refused without
+// allocating what they claim.
+func TestDamagedRecords(t *testing.T) {
+	good := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "x")))
+	huge := append([]byte(nil), good...)
+	// First record's captured and original length: 4 GiB - 1.
+	binary.LittleEndian.PutUint32(huge[24+8:], 0xffffffff)
+	binary.LittleEndian.PutUint32(huge[24+12:], 0xffffffff)
+
+	ng := pcapngBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "x")))
+	ngHuge := append([]byte(nil), ng...)
+	epb := bytes.Index(ngHuge, []byte{6, 0, 0, 0}) // first enhanced packet block (little endian)
+	binary.LittleEndian.PutUint32(ngHuge[epb+20:], 0xfffffff0)
+
+	for _, tt := range []struct {
+		name string
+		data []byte
+	}{{"pcap", huge}, {"pcapng", ngHuge}} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeTemp(t, "bad", tt.data)
+			_, st, err := run(t, Config{Workers: 1}, path)
+			if !errors.Is(err, ErrCorrupt) || st.CorruptFiles != 1 {
+				t.Errorf("err %v, stats %+v", err, st)
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	path := capFile(t, conversation(client, server, 0, "a", "b"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, workers := range []int{1, 2} {
+		rec := &recorder{}
+		_, err := ReadFiles(ctx, []string{path}, Config{Workers: workers}, rec.newFactory)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("workers %d: err %v", workers, err)
+		}
+		rec.checkContract(t)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{IdleTimeout: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "IdleTimeout") {
+		t.Errorf("negative IdleTimeout: %v", err)
+	}
+	if _, err := ReadFiles(context.Background(), []string{"x"}, Config{Workers: -1}, nil); err == nil {
+		t.Error("negative Workers accepted")
+	}
+	if _, err := ReadFiles(context.Background(), nil, Config{}, nil); err == nil {
+		t.Error("no files accepted")
+	}
+	if got := (Config{Workers: 1000}).withDefaults().Workers; got != MaxWorkers {
+		t.Errorf("workers capped to %d", got)
+	}
+}

@@ -1,0 +1,116 @@
+package capture
+
+import (
+	"errors"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+)
+
+// packetVerdict says what a packet turned out to be.
+type packetVerdict uint8
+
+const (
+	verdictTCP packetVerdict = iota
+	verdictNonTCP
+	verdictFragment
+	verdictUndecodable
+)
+
+// packetDecoder takes link-layer frames down to TCP with
+// gopacket.DecodingLayerParser: the layer structs are reused, so decoding
+// allocates nothing per packet. One parser per first layer, all sharing the
+// same layer structs, because a parser's first layer is fixed.
+type packetDecoder struct {
+	eth      layers.Ethernet
+	sll      layers.LinuxSLL
+	sll2     layers.LinuxSLL2
+	loopback layers.Loopback
+	dot1q    layers.Dot1Q
+	ip4      layers.IPv4
+	ip6      layers.IPv6
+	tcp      layers.TCP
+	payload  gopacket.Payload
+
+	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
+	decoded []gopacket.LayerType
+}
+
+func newPacketDecoder() *packetDecoder {
+	d := &packetDecoder{
+		parsers: make(map[gopacket.LayerType]*gopacket.DecodingLayerParser),
+		decoded: make([]gopacket.LayerType, 0, 8),
+	}
+	for _, first := range []gopacket.LayerType{
+		layers.LayerTypeEthernet, layers.LayerTypeLinuxSLL, layers.LayerTypeLinuxSLL2,
+		layers.LayerTypeLoopback, layers.LayerTypeIPv4, layers.LayerTypeIPv6,
+	} {
+		p := gopacket.NewDecodingLayerParser(first,
+			&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload)
+		d.parsers[first] = p
+	}
+	return d
+}
+
+// firstLayer maps a capture link type to the layer its frames start with;
+// ok is false for link types this package does not read.
+func firstLayer(lt layers.LinkType, data []byte) (gopacket.LayerType, bool) {
+	switch lt {
+	case layers.LinkTypeEthernet:
+		return layers.LayerTypeEthernet, true
+	case layers.LinkTypeLinuxSLL:
+		return layers.LayerTypeLinuxSLL, true
+	case layers.LinkTypeLinuxSLL2:
+		return layers.LayerTypeLinuxSLL2, true
+	case layers.LinkTypeNull, layers.LinkTypeLoop:
+		// layers.Loopback reads the family word in either byte order.
+		return layers.LayerTypeLoopback, true
+	case layers.LinkTypeIPv4:
+		return layers.LayerTypeIPv4, true
+	case layers.LinkTypeIPv6:
+		return layers.LayerTypeIPv6, true
+	case layers.LinkTypeRaw, 12: // 12 is LINKTYPE_RAW's value on OpenBSD
+		if len(data) > 0 && data[0]>>4 == 6 {
+			return layers.LayerTypeIPv6, true
+		}
+		return layers.LayerTypeIPv4, true
+	}
+	return 0, false
+}
+
+// decode parses one frame. On verdictTCP, d.tcp holds the segment (its
+// Payload aliases data) and net is the IP flow.
+func (d *packetDecoder) decode(data []byte, lt layers.LinkType) (net gopacket.Flow, v packetVerdict) {
+	first, ok := firstLayer(lt, data)
+	if !ok {
+		return net, verdictUndecodable
+	}
+	err := d.parsers[first].DecodeLayers(data, &d.decoded)
+	var sawIP bool
+	for _, t := range d.decoded {
+		switch t {
+		case layers.LayerTypeIPv4:
+			sawIP, net = true, d.ip4.NetworkFlow()
+		case layers.LayerTypeIPv6:
+			sawIP, net = true, d.ip6.NetworkFlow()
+		case layers.LayerTypeTCP:
+			// The payload layer after TCP never fails, so a decoded TCP
+			// layer is a usable segment whatever err says.
+			return net, verdictTCP
+		}
+	}
+	var unsupported gopacket.UnsupportedLayerType
+	if errors.As(err, &unsupported) {
+		if t := gopacket.LayerType(unsupported); t == gopacket.LayerTypeFragment || t == layers.LayerTypeIPv6Fragment {
+			return net, verdictFragment
+		}
+		if sawIP || len(d.decoded) > 0 {
+			// A protocol we do not follow (UDP, ARP, ICMP, IPv6 options...).
+			return net, verdictNonTCP
+		}
+	}
+	if err == nil {
+		return net, verdictNonTCP
+	}
+	return net, verdictUndecodable
+}

@@ -1,0 +1,214 @@
+package capture
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+const (
+	// batchSegments and batchArenaBytes size the batches the reader hands
+	// to workers: large enough that channel hand-offs are rare, small enough
+	// that a batch stays in cache.
+	batchSegments   = 256
+	batchArenaBytes = 256 << 10
+	// batchesPerWorker is how many batches may be in flight per worker; the
+	// reader waits for a free one, so memory stays bounded when workers are
+	// slower than the reader.
+	batchesPerWorker = 4
+	// syncEvery is how many packets the reader reads before it sends every
+	// worker its pending batch (even an empty one), so that a worker whose
+	// connections are quiet still learns the time and flushes idle ones.
+	syncEvery = 4096
+	// tickEvery is how often (in packets) the single-goroutine path calls
+	// Tick and checks timeouts.
+	tickEvery = 64
+)
+
+// segment is one TCP segment in a batch: its TCP header and payload are
+// copied into the batch's arena, because the reader reuses its read buffer.
+type segment struct {
+	net      gopacket.Flow
+	ts       time.Time
+	ord      uint64
+	off, end int
+}
+
+type batch struct {
+	segs  []segment
+	arena []byte
+	now   time.Time // the reader's capture time when the batch was sent
+}
+
+func (b *batch) full() bool {
+	return len(b.segs) >= batchSegments || len(b.arena) >= batchArenaBytes
+}
+
+// pipeline is the per-packet path shared by every packet source: decode the
+// frame, then hand the TCP segment to the worker that owns its connection.
+type pipeline struct {
+	dec   *packetDecoder
+	stats Stats // reader-side counters
+	ord   uint64
+	now   time.Time
+
+	workers []*worker
+	// Workers > 1: one channel per worker, a partly filled batch per
+	// worker, and the pool of free batches.
+	queues    []chan *batch
+	pending   []*batch
+	free      chan *batch
+	sinceSync int
+	wg        sync.WaitGroup
+}
+
+func newPipeline(cfg Config, newFactory func(worker int) decode.StreamFactory) *pipeline {
+	p := &pipeline{dec: newPacketDecoder()}
+	for i := range cfg.Workers {
+		p.workers = append(p.workers, newWorker(cfg, newFactory(i)))
+	}
+	if cfg.Workers == 1 {
+		return p
+	}
+	p.free = make(chan *batch, cfg.Workers*batchesPerWorker)
+	for range cap(p.free) {
+		p.free <- &batch{segs: make([]segment, 0, batchSegments), arena: make([]byte, 0, batchArenaBytes)}
+	}
+	p.pending = make([]*batch, cfg.Workers)
+	for _, w := range p.workers {
+		q := make(chan *batch, batchesPerWorker)
+		p.queues = append(p.queues, q)
+		p.wg.Add(1)
+		go p.run(w, q)
+	}
+	return p
+}
+
+// run is a worker goroutine.
+func (p *pipeline) run(w *worker, q <-chan *batch) {
+	defer p.wg.Done()
+	var tcp layers.TCP
+	for b := range q {
+		for i := range b.segs {
+			s := &b.segs[i]
+			// The reader decoded these bytes already; decoding again
+			// is cheaper than copying the layer and sets the ports the
+			// assembler keys on.
+			if tcp.DecodeFromBytes(b.arena[s.off:s.end], gopacket.NilDecodeFeedback) != nil {
+				continue
+			}
+			w.handle(s.net, &tcp, s.ts, s.ord)
+		}
+		w.tick(b.now)
+		b.segs, b.arena = b.segs[:0], b.arena[:0]
+		p.free <- b
+	}
+	w.finish()
+}
+
+// classify counts a packet and decodes it; ok says it is a TCP segment, now
+// in p.dec.tcp.
+func (d *packetDecoder) classify(st *Stats, data []byte, lt layers.LinkType) (net gopacket.Flow, ok bool) {
+	st.Packets++
+	st.Bytes += uint64(len(data))
+	net, v := d.decode(data, lt)
+	switch v {
+	case verdictTCP:
+		st.TCP++
+		return net, true
+	case verdictNonTCP:
+		st.NonTCP++
+	case verdictFragment:
+		st.Fragments++
+	default:
+		st.Undecodable++
+	}
+	return net, false
+}
+
+// handlePacket is the per-packet entry point for any packet source. data is
+// only read during the call.
+func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.LinkType) {
+	p.ord++
+	if ci.Timestamp.After(p.now) {
+		p.now = ci.Timestamp
+	}
+	net, ok := p.dec.classify(&p.stats, data, lt)
+	if ok {
+		p.dispatch(net, &p.dec.tcp, ci.Timestamp)
+	}
+	if len(p.workers) == 1 {
+		if p.ord%tickEvery == 0 {
+			p.workers[0].tick(p.now)
+		}
+		return
+	}
+	if p.sinceSync++; p.sinceSync >= syncEvery {
+		p.sync()
+	}
+}
+
+func (p *pipeline) dispatch(net gopacket.Flow, tcp *layers.TCP, ts time.Time) {
+	if len(p.workers) == 1 {
+		p.workers[0].handle(net, tcp, ts, p.ord)
+		return
+	}
+	// Both flows hash symmetrically, so both directions of a connection
+	// go to the same worker.
+	h := net.FastHash() ^ (tcp.TransportFlow().FastHash() * 0x9e3779b97f4a7c15)
+	i := int(h % uint64(len(p.workers)))
+	b := p.batchFor(i)
+	off := len(b.arena)
+	b.arena = append(b.arena, tcp.Contents...)
+	b.arena = append(b.arena, tcp.Payload...)
+	b.segs = append(b.segs, segment{net: net, ts: ts, ord: p.ord, off: off, end: len(b.arena)})
+	if b.full() {
+		p.send(i)
+	}
+}
+
+func (p *pipeline) batchFor(i int) *batch {
+	if p.pending[i] == nil {
+		p.pending[i] = <-p.free
+	}
+	return p.pending[i]
+}
+
+func (p *pipeline) send(i int) {
+	b := p.batchFor(i)
+	b.now = p.now
+	p.pending[i] = nil
+	p.queues[i] <- b
+}
+
+// sync sends every worker its pending batch, so all of them see the time.
+func (p *pipeline) sync() {
+	p.sinceSync = 0
+	for i := range p.workers {
+		p.send(i)
+	}
+}
+
+// close delivers what is pending, closes every connection still open and
+// returns the counters of the reader and of all workers.
+func (p *pipeline) close() Stats {
+	if len(p.workers) == 1 {
+		p.workers[0].tick(p.now)
+		p.workers[0].finish()
+	} else {
+		p.sync()
+		for _, q := range p.queues {
+			close(q)
+		}
+		p.wg.Wait()
+	}
+	st := p.stats
+	for _, w := range p.workers {
+		st.add(w.stats)
+	}
+	return st
+}

@@ -1,0 +1,49 @@
+package capture
+
+// Stats counts what a run read and every limit or damage it met. Counters are
+// totals over all files and workers.
+type Stats struct {
+	Files       int    // input files opened (standard input counts as one)
+	Packets     uint64 // packet records read
+	Bytes       uint64 // captured bytes of those packets
+	TCP         uint64 // packets decoded down to TCP
+	NonTCP      uint64 // decodable packets that carried no TCP (ARP, UDP, ICMP, ...)
+	Fragments   uint64 // IP fragments (not reassembled: their TCP is lost)
+	Undecodable uint64 // packets whose headers were damaged or of an unsupported link type
+
+	Connections           uint64 // streams handed to a StreamFactory
+	ConnectionsWithoutSYN uint64 // of those, connections whose handshake was not captured
+	PayloadBytes          uint64 // bytes delivered through TCPStream.Data
+	Gaps                  uint64 // TCPStream.Gap calls
+	GapBytes              uint64 // bytes those gaps reported lost
+	Fins                  uint64 // TCPStream.Fin calls
+	Resets                uint64 // connections closed by an RST
+	IdleFlushes           uint64 // connections closed after IdleTimeout without packets
+	Evictions             uint64 // connections closed because MaxConnections was reached
+	PageLimitHits         uint64 // gaps forced by a buffered-pages limit rather than by a timeout
+
+	TruncatedFiles int // files cut mid-record (the packets before the cut were used)
+	CorruptFiles   int // files with a damaged record (the packets before it were used)
+}
+
+func (s *Stats) add(o Stats) {
+	s.Files += o.Files
+	s.Packets += o.Packets
+	s.Bytes += o.Bytes
+	s.TCP += o.TCP
+	s.NonTCP += o.NonTCP
+	s.Fragments += o.Fragments
+	s.Undecodable += o.Undecodable
+	s.Connections += o.Connections
+	s.ConnectionsWithoutSYN += o.ConnectionsWithoutSYN
+	s.PayloadBytes += o.PayloadBytes
+	s.Gaps += o.Gaps
+	s.GapBytes += o.GapBytes
+	s.Fins += o.Fins
+	s.Resets += o.Resets
+	s.IdleFlushes += o.IdleFlushes
+	s.Evictions += o.Evictions
+	s.PageLimitHits += o.PageLimitHits
+	s.TruncatedFiles += o.TruncatedFiles
+	s.CorruptFiles += o.CorruptFiles
+}
