@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/internal/progress"
+	"github.com/replaywatch/replaywatch/sink"
+	"github.com/replaywatch/replaywatch/sink/jsonl"
+	"github.com/replaywatch/replaywatch/sink/text"
+)
+
+const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
+
+Reads pcap or pcapng captures (several files are read in order as one
+capture; "-" reads standard input), rebuilds the HTTP/SSE exchanges of MCP
+Streamable HTTP traffic and reports every resume that broke its contract.
+
+Output: --format text (default) prints a summary and each finding with its
+explanation and evidence; --format json prints JSON Lines (see README,
+"Output format"). Exit code 0: no violations; 1: violations; 2: error.
+
+Flags:
+`
+
+// analyzeConfig is everything analyze can be told.
+type analyzeConfig struct {
+	format   string
+	progress string
+	capture  capture.Config
+	decode   decode.Config
+	detect   detector.Config
+}
+
+func (c *analyzeConfig) register(fs *flag.FlagSet) {
+	c.capture = capture.DefaultConfig()
+	c.decode = decode.DefaultConfig()
+	c.detect = detector.DefaultConfig()
+	fs.StringVar(&c.format, "format", "text", "output format: text or json (JSON Lines)")
+	fs.StringVar(&c.progress, "progress", "auto", "progress bar on standard error: auto (when it is a terminal), always or never")
+	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers (connections are sharded by flow hash)")
+	fs.IntVar(&c.capture.MaxBufferedPagesPerConnection, "max-pages-per-connection", c.capture.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
+	fs.IntVar(&c.capture.MaxBufferedPagesTotal, "max-pages-total", c.capture.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
+	fs.IntVar(&c.capture.MaxConnections, "max-connections", c.capture.MaxConnections, "TCP connections followed at once; the idlest is flushed beyond it")
+	fs.DurationVar(&c.capture.IdleTimeout, "connection-idle-timeout", c.capture.IdleTimeout, "flush a TCP connection after this much capture time without packets")
+	fs.IntVar(&c.decode.MaxHeaderBytes, "max-header-bytes", c.decode.MaxHeaderBytes, "largest HTTP head parsed")
+	fs.IntVar(&c.decode.MaxBodyBytes, "max-body-bytes", c.decode.MaxBodyBytes, "largest JSON body buffered for JSON-RPC inspection")
+	fs.IntVar(&c.decode.MaxSSELineBytes, "max-sse-line-bytes", c.decode.MaxSSELineBytes, "longest SSE line buffered")
+	fs.IntVar(&c.decode.MaxEventBytes, "max-event-bytes", c.decode.MaxEventBytes, "largest SSE event data buffered")
+	fs.DurationVar(&c.decode.ReorderWindow, "reorder-window", c.decode.ReorderWindow, "how long observations from different connections are held to merge them in capture-time order")
+	fs.DurationVar(&c.detect.SessionIdleTimeout, "session-idle-timeout", c.detect.SessionIdleTimeout, "forget a session after this much capture time without traffic (recorded as expired, never as a 404)")
+	fs.DurationVar(&c.detect.LinkWindow, "link-window", c.detect.LinkWindow, "link a new session to a lost one from the same client address within this window")
+	fs.IntVar(&c.detect.MaxSessions, "max-sessions", c.detect.MaxSessions, "MCP sessions tracked at once")
+	fs.IntVar(&c.detect.MaxEventsIndexedPerSession, "max-events-per-session", c.detect.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
+}
+
+func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg analyzeConfig
+	cfg.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), analyzeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	if err := cfg.validate(fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+		return exitError
+	}
+
+	var bar *progress.Bar
+	switch cfg.progress {
+	case "always":
+		bar = progress.New(stderr)
+	case "auto":
+		if f, ok := stderr.(*os.File); ok {
+			bar = progress.ForTerminal(f)
+		}
+	}
+	cfg.capture.Progress = bar.Update
+	cfg.capture.Stdin = stdin
+
+	var out detector.Sink
+	var finish func(*sink.Summary) error
+	switch cfg.format {
+	case "json":
+		w := jsonl.New(stdout)
+		out = w
+		finish = func(s *sink.Summary) error { w.Summary(s); return w.Flush() }
+	default:
+		w := text.New(stdout)
+		out = w
+		finish = w.Finish
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	summary, err := analyze(ctx, fs.Args(), &cfg, out)
+	bar.Done()
+	if err != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+		return exitError
+	}
+	if err := finish(summary); err != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: writing output: %v\n", err)
+		return exitError
+	}
+	for _, e := range summary.Errors {
+		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", e)
+	}
+	if summary.Violations > 0 {
+		return exitViolations
+	}
+	return exitOK
+}
+
+func (c *analyzeConfig) validate(files []string) error {
+	if len(files) == 0 {
+		return errors.New("no capture file given (use - for standard input)")
+	}
+	stdin := 0
+	for _, f := range files {
+		if f == "-" {
+			stdin++
+		}
+	}
+	if stdin > 1 {
+		return errors.New(`standard input ("-") can be given only once`)
+	}
+	switch c.format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--format %q: want text or json", c.format)
+	}
+	switch c.progress {
+	case "auto", "always", "never":
+	default:
+		return fmt.Errorf("--progress %q: want auto, always or never", c.progress)
+	}
+	var bad []string
+	for name, v := range map[string]int{
+		"--workers": c.capture.Workers, "--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
+		"--max-pages-total": c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
+		"--max-header-bytes": c.decode.MaxHeaderBytes, "--max-body-bytes": c.decode.MaxBodyBytes,
+		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-event-bytes": c.decode.MaxEventBytes,
+		"--max-sessions": c.detect.MaxSessions, "--max-events-per-session": c.detect.MaxEventsIndexedPerSession,
+	} {
+		if v <= 0 {
+			bad = append(bad, name)
+		}
+	}
+	for name, v := range map[string]time.Duration{
+		"--connection-idle-timeout": c.capture.IdleTimeout, "--session-idle-timeout": c.detect.SessionIdleTimeout,
+		"--link-window": c.detect.LinkWindow,
+	} {
+		if v <= 0 {
+			bad = append(bad, name)
+		}
+	}
+	if c.decode.ReorderWindow < 0 {
+		bad = append(bad, "--reorder-window")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("these flags must be positive: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// analyze wires the pipeline, capture -> decode -> detector -> out, and
+// returns the summary. The order of stages is declared here and nowhere
+// else.
+func analyze(ctx context.Context, files []string, cfg *analyzeConfig, out detector.Sink) (*sink.Summary, error) {
+	start := time.Now()
+	counter := &countingSink{next: out}
+	det := detector.New(cfg.detect, counter)
+	var last time.Time
+	pipe := decode.NewPipeline(cfg.decode, cfg.capture.Workers, func(o *decode.Observation) {
+		if o.Time.After(last) {
+			last = o.Time
+		}
+		det.Observe(o)
+	})
+	cstats, err := capture.ReadFiles(ctx, files, cfg.capture, func(worker int) decode.StreamFactory {
+		return pipe.Factory(worker)
+	})
+	pipe.Close()
+	var problems []string
+	if err != nil {
+		if cstats.Packets == 0 {
+			return nil, err
+		}
+		// Some packets were read before the problem (a truncated file): report
+		// what they show and say what went wrong.
+		problems = append(problems, err.Error())
+	}
+	det.Close(last)
+	return buildSummary(cstats, pipe.Stats(), det.Stats(), counter, problems, time.Since(start)), nil
+}
+
+// countingSink counts what passes through on its way to next.
+type countingSink struct {
+	next                              detector.Sink
+	violations, unknown, unverifiable int
+	resumes, findings                 map[string]int
+}
+
+func (c *countingSink) Violation(v *detector.Violation) {
+	c.violations++
+	if c.findings == nil {
+		c.findings = map[string]int{}
+	}
+	c.findings[string(v.Kind)]++
+	c.next.Violation(v)
+}
+
+func (c *countingSink) Resume(r *detector.ResumeAttempt) {
+	if c.resumes == nil {
+		c.resumes = map[string]int{}
+	}
+	c.resumes[string(r.Outcome)]++
+	c.next.Resume(r)
+}
+
+func (c *countingSink) Session(s *detector.SessionSummary) { c.next.Session(s) }
+
+func (c *countingSink) UnknownOutcome(u *detector.UnknownOutcome) {
+	c.unknown++
+	c.next.UnknownOutcome(u)
+}
+
+func (c *countingSink) Unverifiable(u *detector.Unverifiable) {
+	c.unverifiable++
+	c.next.Unverifiable(u)
+}

@@ -1,0 +1,68 @@
+// Command replaywatch watches MCP Streamable HTTP traffic and proves whether
+// every session resume kept its contract.
+//
+//	replaywatch analyze [flags] FILE.pcap...   offline analysis of captures
+//	replaywatch version
+//
+// Exit codes: 0 nothing found, 1 violations found, 2 error (bad file, bad
+// flags), so analyze can gate a CI job.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// Exit codes of every subcommand.
+const (
+	exitOK         = 0
+	exitViolations = 1
+	exitError      = 2
+)
+
+const usage = `replaywatch: find MCP session-resume corruption in HTTP/SSE traffic
+
+Usage:
+  replaywatch analyze [flags] FILE...   analyse pcap/pcapng captures ("-" reads standard input)
+  replaywatch version                   print the version
+  replaywatch help [COMMAND]            show help
+
+Exit codes: 0 no violations, 1 violations found, 2 error.
+Run "replaywatch analyze --help" for the analyze flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is main without the process: tests call it directly.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	switch args[0] {
+	case "analyze":
+		return runAnalyze(args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "replaywatch", version())
+		return exitOK
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[1] == "analyze" {
+			return runAnalyze([]string{"--help"}, stdin, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "replaywatch: unknown command %q\n\n%s", args[0], usage)
+	return exitError
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

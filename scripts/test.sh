@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone. Installs what the tests need when it
+# is missing (tshark from Debian, the TypeScript SDK from npm) and runs:
+# gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
+# regeneration, binary end-to-end), and a short run of every fuzz target.
+#
+# Environment:
+#   FUZZTIME   time per fuzz target (default 10s; 0 skips fuzzing)
+#   CI=true    missing tools are an error, never a skip
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+FUZZTIME="${FUZZTIME:-10s}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+		log "need root to run: $*"; return 1; fi
+}
+
+apt_updated=
+apt_install() {
+	if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v tshark >/dev/null; then
+	log "installing tshark (Debian package) for the HTTP decoding oracle"
+	# wireshark-common asks whether non-root users may capture; answer no.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections || true
+	apt_install tshark
+fi
+
+if [ ! -d internal/fixturegen/ts/node_modules ] && [ -f internal/fixturegen/ts/package-lock.json ]; then
+	log "installing the TypeScript MCP SDK (npm ci) for fixture regeneration"
+	(cd internal/fixturegen/ts && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+log "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './internal/fixturegen/ts/node_modules/*'))
+if [ -n "$unformatted" ]; then
+	log "not gofmt-formatted:"; echo "$unformatted"; exit 1
+fi
+
+log "go vet"
+go vet ./...
+
+log "staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@2026.2.2 ./...
+
+log "go test"
+go test -count=1 -timeout 15m ./...
+
+if [ "$FUZZTIME" != 0 ]; then
+	# Every fuzz target, briefly: the seed corpora always run in go test above;
+	# this finds new crashes. Longer runs: FUZZTIME=5m scripts/test.sh
+	for pkg in $(go list ./...); do
+		dir=$(go list -f '{{.Dir}}' "$pkg")
+		for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
+			log "fuzz $pkg $target ($FUZZTIME)"
+			go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+		done
+	done
+fi
+log "all tests passed"

@@ -1,0 +1,229 @@
+// Package text renders the detector's output as a terminal report: a summary
+// first, then every violation with its explanation and evidence, then the
+// tool calls left with an unknown outcome and the checks the capture could
+// not settle. Findings are buffered until Finish because the summary leads.
+package text
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/sink"
+)
+
+// MaxListed bounds how many records of each list are kept for the report;
+// the rest are counted (the summary still has every count). It keeps a
+// capture with millions of unverifiable checks from holding them all.
+const MaxListed = 1000
+
+// Writer is a detector.Sink that prints a report on Finish.
+type Writer struct {
+	w            io.Writer
+	violations   []*detector.Violation
+	unknown      []*detector.UnknownOutcome
+	unverifiable []*detector.Unverifiable
+	dropped      int
+}
+
+// New returns a Writer that prints to w.
+func New(w io.Writer) *Writer { return &Writer{w: w} }
+
+func keep[T any](list []T, v T, dropped *int) []T {
+	if len(list) >= MaxListed {
+		*dropped++
+		return list
+	}
+	return append(list, v)
+}
+
+// Violation implements detector.Sink.
+func (w *Writer) Violation(v *detector.Violation) { w.violations = keep(w.violations, v, &w.dropped) }
+
+// Resume implements detector.Sink; resumes appear in the summary's counts.
+func (w *Writer) Resume(*detector.ResumeAttempt) {}
+
+// Session implements detector.Sink; sessions appear in the summary's counts.
+func (w *Writer) Session(*detector.SessionSummary) {}
+
+// UnknownOutcome implements detector.Sink.
+func (w *Writer) UnknownOutcome(u *detector.UnknownOutcome) {
+	w.unknown = keep(w.unknown, u, &w.dropped)
+}
+
+// Unverifiable implements detector.Sink.
+func (w *Writer) Unverifiable(u *detector.Unverifiable) {
+	w.unverifiable = keep(w.unverifiable, u, &w.dropped)
+}
+
+// Finish prints the report.
+func (w *Writer) Finish(s *sink.Summary) error {
+	var b strings.Builder
+	writeSummary(&b, s)
+	for i, v := range w.violations {
+		writeViolation(&b, i+1, len(w.violations), v)
+	}
+	if len(w.unknown) > 0 {
+		fmt.Fprintf(&b, "\nTool calls with unknown outcome (%d): the client must reconcile these before re-running them\n", len(w.unknown))
+		for _, u := range w.unknown {
+			fmt.Fprintf(&b, "  %s  session %s  %s id %s", stamp(u.Time), orDash(u.SessionID), orDash(u.Method), orDash(u.JSONRPCID))
+			if u.Tool != "" {
+				fmt.Fprintf(&b, " tool %s", u.Tool)
+			}
+			fmt.Fprintf(&b, ": %s", u.Reason)
+			if u.ReissuedInSession != "" {
+				fmt.Fprintf(&b, " (re-issued in session %s)", u.ReissuedInSession)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if len(w.unverifiable) > 0 {
+		fmt.Fprintf(&b, "\nNot verifiable from this capture (%d): not violations, the evidence is incomplete\n", len(w.unverifiable))
+		for _, u := range w.unverifiable {
+			fmt.Fprintf(&b, "  %s  session %s  %s: %s\n", stamp(u.Time), orDash(u.SessionID), u.Check, u.Reason)
+		}
+	}
+	if w.dropped > 0 {
+		fmt.Fprintf(&b, "\n(%d more records not listed; use --format json for all of them)\n", w.dropped)
+	}
+	_, err := io.WriteString(w.w, b.String())
+	return err
+}
+
+func writeSummary(b *strings.Builder, s *sink.Summary) {
+	fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanBytes(s.Bytes))
+	if !s.CaptureStart.IsZero() {
+		fmt.Fprintf(b, ", capture %s .. %s (%s)", s.CaptureStart.UTC().Format(time.RFC3339),
+			s.CaptureEnd.UTC().Format(time.RFC3339), s.CaptureEnd.Sub(s.CaptureStart).Round(time.Millisecond))
+	}
+	b.WriteByte('\n')
+	row := func(name string, format string, args ...any) {
+		fmt.Fprintf(b, "  %-18s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	row("TCP connections", "%d", s.TCPConnections)
+	row("HTTP exchanges", "%d (%d MCP, %d other, ignored)", s.HTTPExchanges, s.MCPExchanges, s.NonMCPExchanges)
+	row("SSE events", "%d", s.SSEEvents)
+	row("MCP sessions", "%d", s.MCPSessions)
+	row("Resume attempts", "%s", counts(s.Resumes))
+	row("Findings", "%s", counts(s.Findings))
+	row("Unknown outcomes", "%d", s.UnknownOutcomes)
+	row("Unverifiable", "%d", s.Unverifiable)
+	row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanBytes(s.CaptureGapBytes))
+	if len(s.LimitsHit) > 0 {
+		row("Limits hit", "%s", counts(s.LimitsHit))
+	}
+	for _, e := range s.Errors {
+		row("Input problem", "%s", e)
+	}
+	if s.Violations == 0 {
+		b.WriteString("\nNo violations: every resume seen kept its contract.\n")
+	}
+}
+
+func writeViolation(b *strings.Builder, i, n int, v *detector.Violation) {
+	fmt.Fprintf(b, "\n[%d/%d] %s  %s  %s\n", i, n, strings.ToUpper(string(v.Severity)), v.Kind, stamp(v.Time))
+	sess := orDash(v.SessionID)
+	if v.NewSessionID != "" {
+		sess += " -> " + v.NewSessionID
+	}
+	fmt.Fprintf(b, "  session   %s\n", sess)
+	fmt.Fprintf(b, "  client    %s   server %s   protocol %s\n", orDash(v.Client), orDash(v.Server), orDash(v.ProtocolVersion))
+	var ids []string
+	if v.LastEventID != "" {
+		ids = append(ids, "Last-Event-ID "+v.LastEventID)
+	}
+	if v.FirstEventID != "" {
+		ids = append(ids, "first event "+v.FirstEventID)
+	}
+	if v.StreamID != "" {
+		ids = append(ids, "stream "+v.StreamID)
+	}
+	if len(v.JSONRPCIDs) > 0 {
+		ids = append(ids, "JSON-RPC ids "+strings.Join(v.JSONRPCIDs, ","))
+	}
+	if v.Tool != "" {
+		ids = append(ids, "tool "+v.Tool)
+	}
+	if len(ids) > 0 {
+		fmt.Fprintf(b, "  ids       %s\n", strings.Join(ids, "   "))
+	}
+	if v.Confidence != "" {
+		fmt.Fprintf(b, "  linked by %s\n", v.Confidence)
+	}
+	b.WriteString(wrap(v.Explanation, "  ", 100))
+	if len(v.Evidence) > 0 {
+		b.WriteString("  evidence:\n")
+		for _, e := range v.Evidence {
+			fmt.Fprintf(b, "    %s  %s  exchange %d  %s: %s\n", stamp(e.Time), e.Conn, e.Exchange, e.What, e.Detail)
+		}
+	}
+	fmt.Fprintf(b, "  id        %s\n", v.ID)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000000Z")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func counts(m map[string]int) string {
+	total := 0
+	keys := make([]string, 0, len(m))
+	for k, n := range m {
+		total += n
+		if n > 0 {
+			keys = append(keys, k)
+		}
+	}
+	if total == 0 {
+		return "0"
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
+}
+
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// wrap breaks s into lines of at most width runes, each prefixed.
+func wrap(s, prefix string, width int) string {
+	var b, line strings.Builder
+	for _, word := range strings.Fields(s) {
+		if line.Len() > 0 && line.Len()+1+len(word) > width-len(prefix) {
+			b.WriteString(prefix + line.String() + "\n")
+			line.Reset()
+		}
+		if line.Len() > 0 {
+			line.WriteByte(' ')
+		}
+		line.WriteString(word)
+	}
+	if line.Len() > 0 {
+		b.WriteString(prefix + line.String() + "\n")
+	}
+	return b.String()
+}
