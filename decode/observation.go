@@ -192,6 +192,14 @@ type Event struct {
 	Messages  []Message
 	DataBytes int
 	DataHash  string // hex SHA-256 of the data
+
+	// LastEventID is the stream's last-event-id buffer at dispatch (WHATWG):
+	// the id a browser-style client would resume from. It differs from ID
+	// when this event carried no id field.
+	LastEventID string
+	// DataTruncated says the data outgrew MaxEventBytes: DataBytes and
+	// DataHash still cover all of it, Messages is empty.
+	DataTruncated bool
 }
 
 // Body is a complete non-SSE response body that held JSON-RPC.

@@ -1,0 +1,955 @@
+package decode
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// Roles of one direction of a connection, decided from content.
+const (
+	roleUnknown uint8 = iota
+	roleClient
+	roleServer
+)
+
+// Parse states of one direction.
+const (
+	stSync uint8 = iota // looking for a request or status line
+	stHead              // reading a head (start line already in buf)
+	stBody              // reading a body as bodyMode says
+	stDone              // FIN, upgrade or not HTTP: ignore everything
+)
+
+// Body framings.
+const (
+	bodyLength uint8 = iota + 1
+	bodyChunked
+	bodyClose
+)
+
+// Chunked sub-states.
+const (
+	chSize    uint8 = iota // reading a chunk-size line into buf
+	chData                 // remaining bytes of chunk data
+	chDataEnd              // the CRLF after chunk data
+	chTrailer              // trailer fields up to the blank line
+)
+
+// exchange is one request/response pair on a connection, created when the
+// request head (or an unpaired response head) is seen.
+type exchange struct {
+	index  int
+	method string
+	req    *Request // set once the request is complete (and then immutable)
+}
+
+// conn decodes one TCP connection. It implements TCPStream.
+type conn struct {
+	w    *worker
+	meta ConnMeta
+	info Conn
+	// dead means the connection is not (or no longer) HTTP/1.x: Data returns
+	// at once.
+	dead   bool
+	synced bool // a request or status line was found at least once
+	dirs   [2]dir
+
+	seq       uint64 // per-connection observation sequence, the merger's tie-break
+	lastKey   int64  // observation sort keys never go back within a connection
+	exchanges int    // exchange indexes handed out
+	queue     []*exchange
+}
+
+// dir is one direction of a connection.
+type dir struct {
+	c       *conn
+	fromA   bool
+	role    uint8
+	state   uint8
+	started bool // any byte arrived in this direction
+	ts      time.Time
+
+	// Sync and head reading.
+	buf        []byte
+	skipLine   bool  // inside a line too long to be a start line
+	resyncing  bool  // sync was lost (gap, error, mid-message start)
+	unsynced   int64 // bytes scanned before the connection ever synced
+	lineLen    int   // bytes of the current head line so far
+	lineFirst  byte
+	headerOver bool
+
+	// The message being read.
+	ex        *exchange
+	req       *Request
+	resp      *Response
+	bodyMode  uint8
+	remaining int64
+	chunk     uint8
+	sawCR     bool
+	body      []byte // kept for the JSON-RPC peek, up to MaxBodyBytes
+	bodyBytes int64
+	bodyOver  bool
+	keepBody  bool
+	sse       *SSEDecoder
+	sseHits   [2]int // SSE limit hits already counted
+	events    int
+}
+
+func newConn(w *worker, meta ConnMeta) *conn {
+	c := &conn{w: w, meta: meta}
+	c.info = Conn{ID: meta.ID, Client: meta.A, Server: meta.B, StartSeen: meta.SawSYN}
+	for i := range c.dirs {
+		c.dirs[i] = dir{c: c, fromA: i == 0}
+	}
+	w.stats.connections.Add(1)
+	return c
+}
+
+func (c *conn) dir(fromA bool) *dir {
+	if fromA {
+		return &c.dirs[0]
+	}
+	return &c.dirs[1]
+}
+
+// Data implements TCPStream.
+func (c *conn) Data(fromA bool, p []byte, ts time.Time) {
+	if c.dead || len(p) == 0 {
+		return
+	}
+	d := c.dir(fromA)
+	d.ts = ts
+	d.feed(p)
+}
+
+// Gap implements TCPStream: the framing after a gap cannot be trusted, so the
+// open message is ended and the direction looks for a start line again.
+func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
+	c.w.stats.gaps.Add(1)
+	d := c.dir(fromA)
+	d.ts = ts
+	fromClient := d.role == roleClient || (d.role == roleUnknown && fromA)
+	exIndex := 0
+	if d.ex != nil {
+		exIndex = d.ex.index
+	}
+	c.emit(&Observation{Kind: KindGap, Time: ts, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost}})
+	if c.dead || d.state == stDone {
+		return
+	}
+	d.abort(EndGap)
+	d.enterSync()
+}
+
+// Fin implements TCPStream.
+func (c *conn) Fin(fromA bool, ts time.Time) {
+	d := c.dir(fromA)
+	d.ts = ts
+	if c.dead {
+		return
+	}
+	d.finish(EndClean)
+	d.state = stDone
+}
+
+// Close implements TCPStream.
+func (c *conn) Close(reason CloseReason, ts time.Time) {
+	how := EndUnknown
+	switch reason {
+	case CloseFIN:
+		how = EndClean
+	case CloseReset:
+		how = EndReset
+	}
+	for i := range c.dirs {
+		d := &c.dirs[i]
+		d.ts = ts
+		if !c.dead {
+			d.finish(how)
+		}
+		d.state = stDone
+		d.buf, d.body, d.sse = nil, nil, nil
+	}
+	c.queue = nil
+}
+
+// giveUp marks the connection as not HTTP.
+func (c *conn) giveUp() {
+	if !c.dead {
+		c.dead = true
+		c.w.stats.nonHTTPConnections.Add(1)
+		for i := range c.dirs {
+			c.dirs[i].buf = nil
+		}
+	}
+}
+
+func (c *conn) emit(o *Observation) {
+	o.Conn = c.info
+	key := o.Time.UnixNano()
+	if key < c.lastKey {
+		key = c.lastKey
+	}
+	c.lastKey = key
+	c.seq++
+	c.w.push(item{key: key, conn: c.meta.ID, seq: c.seq, obs: o})
+}
+
+// setRoles fixes which side is the client once one direction showed a start
+// line; it reports false when that contradicts the other direction.
+func (c *conn) setRoles(d *dir, role uint8) bool {
+	other := &c.dirs[0]
+	if d == other {
+		other = &c.dirs[1]
+	}
+	if d.role == role {
+		return true
+	}
+	if d.role != roleUnknown || other.role == role {
+		c.w.stats.parseErrors[errRoleConflict].Add(1)
+		return false
+	}
+	d.role = role
+	other.role = roleClient + roleServer - role
+	clientIsA := (role == roleClient) == d.fromA
+	if clientIsA {
+		c.info.Client, c.info.Server = c.meta.A, c.meta.B
+	} else {
+		c.info.Client, c.info.Server = c.meta.B, c.meta.A
+	}
+	return true
+}
+
+// feed runs the state machine over p.
+func (d *dir) feed(p []byte) {
+	if !d.started {
+		d.started = true
+		// A connection whose start was captured must open with a start
+		// line; a first byte that cannot begin one (TLS, binary protocols)
+		// rules HTTP/1.x out at once.
+		if d.c.meta.SawSYN && !isStartLineByte(p[0]) {
+			d.c.giveUp()
+			return
+		}
+		if !d.c.meta.SawSYN {
+			d.resyncing = true
+		}
+	}
+	for len(p) > 0 && !d.c.dead {
+		switch d.state {
+		case stSync:
+			p = d.sync(p)
+		case stHead:
+			p = d.head(p)
+		case stBody:
+			p = d.bodyBytesIn(p)
+		default:
+			return
+		}
+	}
+}
+
+func isStartLineByte(b byte) bool {
+	return (b >= 'A' && b <= 'Z') || b == '\r' || b == '\n'
+}
+
+func (d *dir) enterSync() {
+	d.state = stSync
+	d.resyncing = true
+	d.skipLine = false
+	d.buf = d.buf[:0]
+	d.resetMessage()
+}
+
+func (d *dir) resetMessage() {
+	d.ex, d.req, d.resp = nil, nil, nil
+	d.bodyMode, d.remaining, d.chunk, d.sawCR = 0, 0, chSize, false
+	d.body = d.body[:0]
+	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
+	d.events = 0
+	d.lineLen, d.headerOver = 0, false
+}
+
+// skipped accounts bytes passed over while looking for a start line.
+func (d *dir) skipped(n int) {
+	st := d.c.w.stats
+	st.resyncSkippedBytes.Add(int64(n))
+	if !d.c.synced {
+		d.unsynced += int64(n)
+		if d.unsynced > NonHTTPScanLimit {
+			d.c.giveUp()
+		}
+	}
+}
+
+// sync looks for a start line, one line at a time.
+func (d *dir) sync(p []byte) []byte {
+	i := bytes.IndexByte(p, '\n')
+	if d.skipLine {
+		if i < 0 {
+			d.skipped(len(p))
+			return nil
+		}
+		d.skipped(i + 1)
+		d.skipLine = false
+		return p[i+1:]
+	}
+	seg := p
+	if i >= 0 {
+		seg = p[:i+1]
+	}
+	if len(d.buf)+len(seg) > MaxStartLineBytes {
+		d.skipped(len(d.buf) + len(seg))
+		d.buf = d.buf[:0]
+		if i < 0 {
+			d.skipLine = true
+			return nil
+		}
+		return p[i+1:]
+	}
+	d.buf = append(d.buf, seg...)
+	if i < 0 {
+		return nil
+	}
+	rest := p[i+1:]
+	line := d.buf
+	if len(trimEOL(line)) == 0 {
+		// Blank lines between messages are tolerated (RFC 9112 2.2).
+		d.buf = d.buf[:0]
+		return rest
+	}
+	role := roleUnknown
+	if d.role != roleServer {
+		if _, _, ok := parseRequestLine(line); ok {
+			role = roleClient
+		}
+	}
+	if role == roleUnknown && d.role != roleClient {
+		if _, ok := parseStatusLine(line); ok {
+			role = roleServer
+		}
+	}
+	if role != roleUnknown && d.c.setRoles(d, role) {
+		if d.resyncing {
+			d.c.w.stats.resyncs.Add(1)
+			d.resyncing = false
+		}
+		d.c.synced = true
+		d.state = stHead
+		d.lineLen = 0
+		return rest
+	}
+	if d.c.meta.SawSYN && !d.c.synced && !d.resyncing {
+		// The captured start of the connection is not HTTP/1.x.
+		d.c.w.stats.parseErrors[errBadStartLine].Add(1)
+		d.c.giveUp()
+		return nil
+	}
+	d.skipped(len(line))
+	d.resyncing = true
+	d.buf = d.buf[:0]
+	return rest
+}
+
+// head collects header lines up to the blank line, bounded by MaxHeaderBytes.
+func (d *dir) head(p []byte) []byte {
+	for len(p) > 0 {
+		seg, rest, complete := cutLine(p)
+		if len(d.buf)+len(seg) > d.c.w.cfg.MaxHeaderBytes {
+			d.skipped(len(d.buf) + len(seg))
+			d.headTooLarge(!complete)
+			return rest
+		}
+		d.buf = append(d.buf, seg...)
+		p = rest
+		if d.trackLine(seg) {
+			d.headDone()
+			return p
+		}
+	}
+	return nil
+}
+
+// cutLine splits p after its first LF; complete is false when there is none.
+func cutLine(p []byte) (seg, rest []byte, complete bool) {
+	if i := bytes.IndexByte(p, '\n'); i >= 0 {
+		return p[:i+1], p[i+1:], true
+	}
+	return p, nil, false
+}
+
+// trackLine follows the lines of a head or trailer section piece by piece
+// and reports whether seg completed the blank line that ends it.
+func (d *dir) trackLine(seg []byte) (blank bool) {
+	if len(seg) == 0 {
+		return false
+	}
+	if d.lineLen == 0 {
+		d.lineFirst = seg[0]
+	}
+	d.lineLen += len(seg)
+	if seg[len(seg)-1] != '\n' {
+		return false
+	}
+	blank = d.lineLen == 1 || (d.lineLen == 2 && d.lineFirst == '\r')
+	d.lineLen = 0
+	return blank
+}
+
+func (d *dir) headTooLarge(midLine bool) {
+	d.c.w.stats.headerLimitHits.Add(1)
+	if d.role == roleClient {
+		// Keep a place in the pipeline so the response to this request is
+		// not paired with the next one.
+		d.c.newExchange("")
+	} else {
+		d.c.popExchange()
+	}
+	d.enterSync()
+	d.skipLine = midLine
+}
+
+func (c *conn) newExchange(method string) *exchange {
+	c.exchanges++
+	ex := &exchange{index: c.exchanges, method: method}
+	if len(c.queue) >= MaxPipelinedRequests {
+		c.w.stats.pipelineOverflows.Add(1)
+		c.queue = c.queue[1:]
+	}
+	c.queue = append(c.queue, ex)
+	return ex
+}
+
+// popExchange takes the oldest unanswered exchange, or makes one for a
+// response whose request was not seen.
+func (c *conn) popExchange() *exchange {
+	if len(c.queue) > 0 {
+		ex := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		return ex
+	}
+	c.exchanges++
+	c.w.stats.httpExchanges.Add(1)
+	return &exchange{index: c.exchanges}
+}
+
+// firstLine returns the start line of a head, with its line end.
+func firstLine(head []byte) []byte {
+	if i := bytes.IndexByte(head, '\n'); i >= 0 {
+		return head[:i+1]
+	}
+	return head
+}
+
+// headerLines calls fn for each header field of the head in d.buf (after the
+// start line), with obs-fold continuation lines joined by one space.
+func headerLines(head []byte, fn func(name, value []byte)) bool {
+	i := bytes.IndexByte(head, '\n')
+	head = head[i+1:]
+	var name, value []byte
+	folded := false
+	ok := true
+	for len(head) > 0 {
+		j := bytes.IndexByte(head, '\n')
+		line := trimEOL(head[:j+1])
+		head = head[j+1:]
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			if name == nil {
+				ok = false
+				continue
+			}
+			if !folded {
+				value = append([]byte(nil), value...)
+				folded = true
+			}
+			value = append(append(value, ' '), trimOWS(line)...)
+			continue
+		}
+		if name != nil {
+			fn(name, value)
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			name, ok = nil, false
+			continue
+		}
+		name, value, folded = line[:colon], trimOWS(line[colon+1:]), false
+		if bytes.IndexAny(name, " \t") >= 0 {
+			name, ok = nil, false
+		}
+	}
+	if name != nil {
+		fn(name, value)
+	}
+	return ok
+}
+
+// framing is what a head says about its body.
+type framing struct {
+	contentLength int64 // -1 when absent
+	chunked       bool
+	otherCoding   bool // Transfer-Encoding without chunked last
+	badLength     bool
+}
+
+func (f *framing) field(name, value []byte) bool {
+	switch {
+	case bytes.EqualFold(name, []byte("content-length")):
+		n, ok := parseContentLength(value)
+		if !ok || (f.contentLength >= 0 && n != f.contentLength) {
+			f.badLength = true
+		}
+		f.contentLength = n
+	case bytes.EqualFold(name, []byte("transfer-encoding")):
+		f.chunked = lastCodingIsChunked(value)
+		f.otherCoding = !f.chunked
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *dir) headDone() {
+	if d.role == roleClient {
+		d.requestHead()
+	} else {
+		d.responseHead()
+	}
+}
+
+func (d *dir) requestHead() {
+	st := d.c.w.stats
+	method, target, _ := parseRequestLine(firstLine(d.buf))
+	req := &Request{Method: string(method), Path: string(target)}
+	f := framing{contentLength: -1}
+	ok := headerLines(d.buf, func(name, value []byte) {
+		if f.field(name, value) {
+			return
+		}
+		switch {
+		case bytes.EqualFold(name, []byte("host")):
+			req.Host = string(value)
+		case bytes.EqualFold(name, []byte("mcp-session-id")):
+			if !req.HasSessionID {
+				req.SessionID, req.HasSessionID = string(value), true
+			}
+		case bytes.EqualFold(name, []byte("last-event-id")):
+			if !req.HasLastEventID {
+				req.LastEventID, req.HasLastEventID = string(value), true
+			}
+		case bytes.EqualFold(name, []byte("mcp-protocol-version")):
+			req.ProtocolVersion = string(value)
+		case bytes.EqualFold(name, []byte("content-type")):
+			req.ContentType = string(value)
+		case bytes.EqualFold(name, []byte("accept")):
+			req.Accept = string(value)
+		case bytes.EqualFold(name, []byte("authorization")):
+			// Only the hash leaves: the credential itself is never kept.
+			sum := sha256.Sum256(value)
+			req.AuthHash = hex.EncodeToString(sum[:])
+		}
+		// Cookie and everything else: dropped.
+	})
+	if !ok {
+		st.parseErrors[errBadHeader].Add(1)
+	}
+	d.ex = d.c.newExchange(req.Method)
+	d.req = req
+	d.resetBody()
+	d.keepBody = true
+	switch {
+	case f.badLength && !f.chunked:
+		st.parseErrors[errBadContentLength].Add(1)
+		d.finishRequest(true)
+		d.enterSync()
+		return
+	case f.otherCoding:
+		// A request body without chunked last cannot be delimited.
+		st.parseErrors[errBadTransferEncoding].Add(1)
+		d.finishRequest(true)
+		d.enterSync()
+		return
+	case f.chunked:
+		d.startBody(bodyChunked, 0)
+	case f.contentLength > 0:
+		d.startBody(bodyLength, f.contentLength)
+	default:
+		d.finishRequest(false)
+		d.nextMessage()
+	}
+}
+
+func (d *dir) resetBody() {
+	d.body = d.body[:0]
+	d.bodyBytes, d.bodyOver = 0, false
+	d.keepBody = false
+	d.events = 0
+}
+
+func (d *dir) startBody(mode uint8, length int64) {
+	d.state = stBody
+	d.bodyMode = mode
+	d.remaining = length
+	d.chunk = chSize
+	d.sawCR = false
+	d.buf = d.buf[:0]
+}
+
+// nextMessage readies the direction for the next head on a keep-alive
+// connection.
+func (d *dir) nextMessage() {
+	d.resetMessage()
+	d.state = stSync
+	d.buf = d.buf[:0]
+	d.skipLine = false
+	d.resyncing = false
+}
+
+// finishRequest emits the request with what its body held.
+func (d *dir) finishRequest(incomplete bool) {
+	req := d.req
+	if req == nil {
+		return
+	}
+	st := d.c.w.stats
+	req.BodyBytes = d.bodyBytes
+	req.BodyIncomplete = incomplete || d.bodyOver
+	if !req.BodyIncomplete && len(d.body) > 0 {
+		msgs, batch, _ := d.c.w.peeker.PeekJSONRPC(d.body)
+		if HasJSONRPC(msgs) {
+			req.Messages, req.Batch = msgs, batch
+			st.jsonrpcMessages.Add(int64(len(msgs)))
+		}
+	}
+	req.MCP = req.HasSessionID || req.ProtocolVersion != ""
+	for i := range req.Messages {
+		if m := &req.Messages[i]; m.Type == MsgRequest && m.Method == "initialize" {
+			req.MCP = true
+		}
+	}
+	st.httpExchanges.Add(1)
+	if req.MCP {
+		st.mcpExchanges.Add(1)
+	} else {
+		st.nonMCPExchanges.Add(1)
+	}
+	d.ex.req = req
+	d.c.emit(&Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req})
+	d.req = nil
+}
+
+func (d *dir) responseHead() {
+	st := d.c.w.stats
+	status, _ := parseStatusLine(firstLine(d.buf))
+	resp := &Response{Status: status, ContentLength: -1}
+	f := framing{contentLength: -1}
+	ok := headerLines(d.buf, func(name, value []byte) {
+		if f.field(name, value) {
+			return
+		}
+		switch {
+		case bytes.EqualFold(name, []byte("mcp-session-id")):
+			if !resp.HasSessionID {
+				resp.SessionID, resp.HasSessionID = string(value), true
+			}
+		case bytes.EqualFold(name, []byte("content-type")):
+			resp.ContentType = string(value)
+		case bytes.EqualFold(name, []byte("mcp-protocol-version")):
+			resp.ProtocolVersion = string(value)
+		}
+	})
+	if !ok {
+		st.parseErrors[errBadHeader].Add(1)
+	}
+	if status < 200 {
+		if status == 101 {
+			// Switching protocols: what follows is not HTTP/1.x.
+			d.c.giveUp()
+			return
+		}
+		// Interim responses are not paired with the request.
+		d.nextMessage()
+		return
+	}
+	ex := d.c.popExchange()
+	d.ex, d.resp = ex, resp
+	d.resetBody()
+	resp.SSE = mediaTypeIs(resp.ContentType, "text/event-stream")
+	resp.Chunked = f.chunked
+	if !f.badLength {
+		resp.ContentLength = f.contentLength
+	}
+	noBody := ex.method == "HEAD" || status == 204 || status == 304
+	if ex.method == "CONNECT" && status < 300 {
+		d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+		d.c.giveUp()
+		return
+	}
+	if resp.SSE && !noBody {
+		st.sseStreams.Add(1)
+		if ex.req != nil && !ex.req.MCP {
+			st.nonMCPSSEStreams.Add(1)
+		}
+		if d.sse == nil {
+			cfg := d.c.w.cfg
+			d.sse = NewSSEDecoder(cfg.MaxSSELineBytes, cfg.MaxEventBytes, d.onEvent)
+		} else {
+			d.sse.Reset()
+		}
+		d.sseHits = [2]int{}
+	} else {
+		ct := resp.ContentType
+		d.keepBody = ct == "" || strings.Contains(strings.ToLower(ct), "json")
+	}
+	d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+	switch {
+	case noBody:
+		d.messageDone()
+	case f.badLength && !f.chunked:
+		st.parseErrors[errBadContentLength].Add(1)
+		d.endResponse(EndTruncated)
+		d.enterSync()
+	case f.chunked:
+		d.startBody(bodyChunked, 0)
+	case f.contentLength == 0:
+		d.messageDone()
+	case f.contentLength > 0:
+		d.startBody(bodyLength, f.contentLength)
+	default:
+		d.startBody(bodyClose, 0)
+	}
+}
+
+// bodyBytesIn consumes body framing and hands the payload on.
+func (d *dir) bodyBytesIn(p []byte) []byte {
+	switch d.bodyMode {
+	case bodyClose:
+		d.payload(p)
+		return nil
+	case bodyLength:
+		n := int64(len(p))
+		if n > d.remaining {
+			n = d.remaining
+		}
+		d.payload(p[:n])
+		d.remaining -= n
+		if d.remaining == 0 {
+			d.messageDone()
+		}
+		return p[n:]
+	}
+	return d.chunked(p)
+}
+
+func (d *dir) chunked(p []byte) []byte {
+	st := d.c.w.stats
+	for len(p) > 0 && d.state == stBody {
+		switch d.chunk {
+		case chSize:
+			seg, rest, complete := cutLine(p)
+			if len(d.buf)+len(seg) > MaxChunkLineBytes {
+				st.parseErrors[errBadChunk].Add(1)
+				d.framingError()
+				return p
+			}
+			d.buf = append(d.buf, seg...)
+			if !complete {
+				return nil
+			}
+			p = rest
+			n, ok := parseChunkSize(d.buf)
+			d.buf = d.buf[:0]
+			if !ok {
+				st.parseErrors[errBadChunk].Add(1)
+				d.framingError()
+				return p
+			}
+			if n == 0 {
+				d.chunk = chTrailer
+				d.lineLen = 0
+			} else {
+				d.chunk, d.remaining = chData, n
+			}
+		case chData:
+			n := int64(len(p))
+			if n > d.remaining {
+				n = d.remaining
+			}
+			d.payload(p[:n])
+			d.remaining -= n
+			p = p[n:]
+			if d.remaining == 0 {
+				d.chunk, d.sawCR = chDataEnd, false
+			}
+		case chDataEnd:
+			c := p[0]
+			if c == '\r' && !d.sawCR {
+				d.sawCR = true
+				p = p[1:]
+				continue
+			}
+			if c != '\n' {
+				st.parseErrors[errBadChunk].Add(1)
+				d.framingError()
+				return p
+			}
+			p = p[1:]
+			d.chunk = chSize
+		case chTrailer:
+			// Trailer fields are read and dropped; they are bounded like a
+			// head.
+			seg, rest, _ := cutLine(p)
+			d.remaining += int64(len(seg))
+			if d.remaining > int64(d.c.w.cfg.MaxHeaderBytes) {
+				st.headerLimitHits.Add(1)
+				d.framingError()
+				return p
+			}
+			p = rest
+			if d.trackLine(seg) {
+				d.messageDone()
+			}
+		}
+	}
+	return p
+}
+
+// framingError ends the message as cut and looks for the next start line.
+func (d *dir) framingError() {
+	d.abort(EndTruncated)
+	d.enterSync()
+}
+
+// payload takes body bytes after framing.
+func (d *dir) payload(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	d.bodyBytes += int64(len(b))
+	if d.resp != nil && d.resp.SSE {
+		d.sse.Write(b)
+		d.countSSEHits()
+		return
+	}
+	if !d.keepBody || d.bodyOver {
+		return
+	}
+	if len(d.body)+len(b) > d.c.w.cfg.MaxBodyBytes {
+		d.bodyOver = true
+		d.body = d.body[:0]
+		d.c.w.stats.bodyLimitHits.Add(1)
+		return
+	}
+	d.body = append(d.body, b...)
+}
+
+func (d *dir) countSSEHits() {
+	st := d.c.w.stats
+	if n := d.sse.LineLimitHits; n != d.sseHits[0] {
+		st.lineLimitHits.Add(int64(n - d.sseHits[0]))
+		d.sseHits[0] = n
+	}
+	if n := d.sse.EventLimitHits; n != d.sseHits[1] {
+		st.eventLimitHits.Add(int64(n - d.sseHits[1]))
+		d.sseHits[1] = n
+	}
+}
+
+// onEvent turns a dispatched SSE event into an observation.
+func (d *dir) onEvent(e *SSEEvent) {
+	st := d.c.w.stats
+	ev := &Event{
+		Index:     d.events,
+		ID:        e.ID,
+		HasID:     e.HasID,
+		Type:      e.Type,
+		DataEmpty: e.DataBytes == 0,
+		Retry:     e.Retry,
+		DataBytes: e.DataBytes,
+		DataHash:  hex.EncodeToString(e.DataHash[:]),
+
+		LastEventID:   e.LastEventID,
+		DataTruncated: e.DataTruncated,
+	}
+	d.events++
+	st.sseEvents.Add(1)
+	if !e.DataTruncated {
+		msgs, _, _ := d.c.w.peeker.PeekJSONRPC(e.Data)
+		if HasJSONRPC(msgs) {
+			ev.Messages = msgs
+			st.jsonrpcMessages.Add(int64(len(msgs)))
+		}
+	}
+	d.c.emit(&Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: d.resp, Event: ev})
+}
+
+// messageDone completes the message whose framing just ended.
+func (d *dir) messageDone() {
+	if d.role == roleClient {
+		d.finishRequest(false)
+	} else {
+		d.endResponse(EndClean)
+	}
+	d.nextMessage()
+}
+
+// endResponse emits the body (when it held JSON-RPC) and the End.
+func (d *dir) endResponse(how EndHow) {
+	resp := d.resp
+	if resp == nil {
+		return
+	}
+	st := d.c.w.stats
+	end := &End{How: how}
+	if resp.SSE && d.sse != nil {
+		if d.sse.MidEvent() {
+			if how == EndClean {
+				end.How = EndTruncated
+			}
+			end.PartialID, end.HasPartialID = d.sse.PartialID()
+		}
+		end.LastID, end.HasLastID = d.sse.LastEventID()
+		end.Events = d.events
+	} else if how == EndClean && len(d.body) > 0 && !d.bodyOver {
+		msgs, batch, _ := d.c.w.peeker.PeekJSONRPC(d.body)
+		if HasJSONRPC(msgs) {
+			st.jsonrpcMessages.Add(int64(len(msgs)))
+			body := &Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
+			d.c.emit(&Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: body})
+		}
+	}
+	d.c.emit(&Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end})
+	d.resp = nil
+}
+
+// abort ends whatever message is open in this direction with how.
+func (d *dir) abort(how EndHow) {
+	switch d.state {
+	case stBody:
+		if d.role == roleClient {
+			d.finishRequest(true)
+		} else {
+			d.endResponse(how)
+		}
+	}
+}
+
+// finish handles the end of a direction's bytes (FIN or close). A body
+// delimited by close ends cleanly; any other open body was cut.
+func (d *dir) finish(how EndHow) {
+	if d.state != stBody {
+		return
+	}
+	if how == EndClean && !(d.bodyMode == bodyClose) {
+		how = EndTruncated
+	}
+	d.abort(how)
+	d.resetMessage()
+}

@@ -1,0 +1,330 @@
+package decode
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Merger tuning that is not worth a knob.
+const (
+	// localBatch is how many observations a worker collects before it takes
+	// the merger's lock.
+	localBatch = 256
+	// tickGranularity is how far capture time must advance before a Tick
+	// takes the merger's lock again.
+	tickGranularity = 10 * time.Millisecond
+	// outQueueBatches bounds released batches waiting for the out goroutine;
+	// a slow consumer slows the workers down instead of growing memory.
+	outQueueBatches = 16
+)
+
+// item is one observation in the merger's heap. Observations sort by key
+// (capture time, made non-decreasing per connection), then connection and
+// per-connection sequence, so one exchange keeps its order on equal times.
+type item struct {
+	key  int64
+	conn uint64
+	seq  uint64
+	obs  *Observation
+}
+
+func (a *item) less(b *item) bool {
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	if a.conn != b.conn {
+		return a.conn < b.conn
+	}
+	return a.seq < b.seq
+}
+
+// Pipeline decodes the streams of all capture workers and merges their
+// observations into one capture-time-ordered sequence handed to out.
+type Pipeline struct {
+	cfg     Config
+	out     func(*Observation)
+	workers []*worker
+
+	mu          sync.Mutex
+	heap        []item
+	lastTick    []int64 // per worker, UnixNano; 0 until its first Tick
+	done        []bool
+	released    item // the newest observation released so far
+	hasReleased bool
+	closed      bool
+
+	outCh chan []*Observation
+	wg    sync.WaitGroup
+
+	delivered, late, early atomic.Int64
+}
+
+// NewPipeline makes a pipeline for the given number of capture workers. out
+// is called from one goroutine, in capture-time order, until Close returns.
+// An invalid cfg is replaced field by field with defaults.
+func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
+	cfg = withDefaults(cfg)
+	if workers < 1 {
+		workers = 1
+	}
+	p := &Pipeline{
+		cfg:      cfg,
+		out:      out,
+		lastTick: make([]int64, workers),
+		done:     make([]bool, workers),
+		outCh:    make(chan []*Observation, outQueueBatches),
+	}
+	for i := 0; i < workers; i++ {
+		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters)})
+	}
+	p.wg.Add(1)
+	go p.deliver()
+	return p
+}
+
+// withDefaults replaces unusable limits with their defaults.
+func withDefaults(cfg Config) Config {
+	def := DefaultConfig()
+	if cfg.MaxHeaderBytes < 256 {
+		cfg.MaxHeaderBytes = def.MaxHeaderBytes
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = def.MaxBodyBytes
+	}
+	if cfg.MaxSSELineBytes < 16 {
+		cfg.MaxSSELineBytes = def.MaxSSELineBytes
+	}
+	if cfg.MaxEventBytes <= 0 {
+		cfg.MaxEventBytes = def.MaxEventBytes
+	}
+	if cfg.ReorderWindow < 0 {
+		cfg.ReorderWindow = def.ReorderWindow
+	}
+	if cfg.MaxBufferedObservations < 1 {
+		cfg.MaxBufferedObservations = def.MaxBufferedObservations
+	}
+	return cfg
+}
+
+func (p *Pipeline) deliver() {
+	defer p.wg.Done()
+	for batch := range p.outCh {
+		for _, o := range batch {
+			p.out(o)
+		}
+		p.delivered.Add(int64(len(batch)))
+	}
+}
+
+// Factory returns worker i's StreamFactory; use it from that worker's
+// goroutine only.
+func (p *Pipeline) Factory(i int) StreamFactory {
+	if i < 0 || i >= len(p.workers) {
+		panic(fmt.Sprintf("decode: Factory(%d) on a pipeline of %d workers", i, len(p.workers)))
+	}
+	return p.workers[i]
+}
+
+// Close flushes every worker, releases all buffered observations and waits
+// until out has seen them. Call it after capture has returned (no factory or
+// stream is used after Close).
+func (p *Pipeline) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	for _, w := range p.workers {
+		p.insertLocked(w.pending)
+		w.pending = w.pending[:0]
+		p.done[w.id] = true
+	}
+	p.releaseLocked()
+	p.closed = true
+	close(p.outCh)
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// Stats sums the counters of all workers and the merger.
+func (p *Pipeline) Stats() Stats {
+	s := Stats{ParseErrors: map[string]int64{}}
+	for _, w := range p.workers {
+		w.stats.addTo(&s)
+	}
+	s.Observations = p.delivered.Load()
+	s.LateObservations = p.late.Load()
+	s.EarlyReleases = p.early.Load()
+	return s
+}
+
+// insertLocked moves a worker's batch into the heap, releasing the oldest
+// early when the heap is full.
+func (p *Pipeline) insertLocked(items []item) {
+	if p.closed {
+		return
+	}
+	var early []*Observation
+	for i := range items {
+		it := items[i]
+		if p.hasReleased && it.less(&p.released) {
+			p.late.Add(1)
+		}
+		p.heapPush(it)
+		if len(p.heap) > p.cfg.MaxBufferedObservations {
+			old := p.heapPop()
+			p.noteReleased(old)
+			early = append(early, old.obs)
+			p.early.Add(1)
+		}
+	}
+	if len(early) > 0 {
+		p.outCh <- early
+	}
+}
+
+func (p *Pipeline) noteReleased(it item) {
+	if !p.hasReleased || p.released.less(&it) {
+		p.released = it
+		p.hasReleased = true
+	}
+}
+
+// releaseLocked hands out everything older than the watermark: the slowest
+// active worker's capture time minus the reorder window. Finished workers do
+// not hold it back, and neither do workers that never ticked (they have seen
+// no packet, so they cannot hold older observations than their first).
+func (p *Pipeline) releaseLocked() {
+	watermark := int64(-1 << 63)
+	all := true
+	first := true
+	for i, t := range p.lastTick {
+		if p.done[i] {
+			continue
+		}
+		all = false
+		if t == 0 {
+			continue
+		}
+		if w := t - int64(p.cfg.ReorderWindow); first || w < watermark {
+			watermark, first = w, false
+		}
+	}
+	if !all && first {
+		return // nobody has ticked yet
+	}
+	var batch []*Observation
+	for len(p.heap) > 0 && (all || p.heap[0].key < watermark) {
+		it := p.heapPop()
+		p.noteReleased(it)
+		batch = append(batch, it.obs)
+	}
+	if len(batch) > 0 {
+		p.outCh <- batch
+	}
+}
+
+func (p *Pipeline) heapPush(it item) {
+	h := append(p.heap, it)
+	i := len(h) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h[i].less(&h[parent]) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+	p.heap = h
+}
+
+func (p *Pipeline) heapPop() item {
+	h := p.heap
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = item{}
+	h = h[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].less(&h[l]) {
+			m = r
+		}
+		if !h[m].less(&h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	p.heap = h
+	return top
+}
+
+// worker is one capture worker's StreamFactory and its decoding state.
+type worker struct {
+	p      *Pipeline
+	id     int
+	cfg    Config
+	stats  *counters
+	peeker Peeker
+
+	pending  []item
+	tick     time.Time // latest Tick
+	sentTick time.Time // latest Tick the merger knows
+}
+
+// NewStream implements StreamFactory.
+func (w *worker) NewStream(meta ConnMeta) TCPStream { return newConn(w, meta) }
+
+func (w *worker) push(it item) {
+	w.pending = append(w.pending, it)
+	if len(w.pending) >= localBatch {
+		w.flush(false)
+	}
+}
+
+// Tick implements StreamFactory.
+func (w *worker) Tick(now time.Time) {
+	if now.After(w.tick) {
+		w.tick = now
+	}
+	if w.tick.Sub(w.sentTick) < tickGranularity && len(w.pending) < localBatch {
+		return
+	}
+	w.flush(true)
+}
+
+// Done implements StreamFactory.
+func (w *worker) Done() {
+	p := w.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.insertLocked(w.pending)
+	w.pending = w.pending[:0]
+	p.done[w.id] = true
+	if !p.closed {
+		p.releaseLocked()
+	}
+}
+
+func (w *worker) flush(withTick bool) {
+	p := w.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.insertLocked(w.pending)
+	w.pending = w.pending[:0]
+	if withTick && !w.tick.IsZero() {
+		p.lastTick[w.id] = w.tick.UnixNano()
+		w.sentTick = w.tick
+	}
+	if !p.closed {
+		p.releaseLocked()
+	}
+}
