@@ -1,0 +1,308 @@
+package main
+
+// go-sdk scenarios with one injected fault each: a broken event store or
+// server (middleware in front of the real SDK handler) or a misbehaving
+// tool. Each spec names the violation the fault must produce.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func init() {
+	register(
+		scenario{name: "go-replayed-event", desc: "off-by-one replay: a resume after cursor X starts AT X (the cursor event is delivered again)", run: runGoReplayedEvent},
+		scenario{name: "go-cross-stream-replay", desc: "a resume of one tool call's stream replays another stream's events", run: runGoCrossStreamReplay},
+		scenario{name: "go-incomplete-replay", desc: "stream truncated mid-event; the resume skips that event (partial replay)", run: runGoIncompleteReplay},
+		scenario{name: "go-duplicate-delivery", desc: "a backend writes the same event (the tools/call result) twice on one stream, no resume", run: runGoDuplicateDelivery},
+		scenario{name: "go-progress-replay", desc: "a tool sends notifications/progress 1, 2, 2, 3 for one token", run: runGoProgressReplay},
+		scenario{name: "go-unresumable-close", desc: "2025-11-25 server without event store; its POST stream ends before the response, with no event id", run: runGoUnresumableClose},
+	)
+}
+
+// splitEventID splits a go-sdk event id <stream>_<index>.
+func splitEventID(id string) (stream string, idx int, ok bool) {
+	i := strings.LastIndexByte(id, '_')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	return id[:i], n, err == nil
+}
+
+// withLogs turns on the session's log notifications: the replay scenarios'
+// tools then report steps as notifications/message instead of progress, so
+// a replayed event is not also a repeated progress value (a second, separate
+// finding).
+func withLogs(ctx context.Context, cs *mcp.ClientSession) error {
+	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"})
+}
+
+func runGoReplayedEvent(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// The fault: the backend asks its store for events after X-1, so the
+	// replay starts at the cursor event itself (go-sdk numbers replayed
+	// events from the cursor it is given, so the ids on the wire are X, X+1…).
+	h := rewriteCursor(goHandler(srv, storeOpts()), func(id string) string {
+		if s, n, ok := splitEventID(id); ok && n > 0 {
+			return fmt.Sprintf("%s_%d", s, n-1)
+		}
+		return id
+	})
+	return recordGo(dir, "go-replayed-event", []http.Handler{h}, func(r *rig) error {
+		cut := newSSECut(`"name":"stream"`, eventIndex(2))
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			if err := withLogs(ctx, cs); err != nil {
+				return err
+			}
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 5, Label: "replayed"}, nil, "replayed: 5 steps done"); err != nil {
+				return err
+			}
+			return cut.waitFired(ctx)
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
+		"# logging/setLevel info, then tools/call stream (steps=5, no progress token: steps are",
+		"# notifications/message logs) on stream S: S_0 priming, S_1, S_2 (log steps 1, 2); the proxy FINs",
+		"# after S_2's chunk (clean end at an event boundary). The client resumes with GET Last-Event-Id: S_2.",
+		"# The broken backend asks the store for events after S_1 instead, so the 200 response starts AT the",
+		"# cursor: S_2 again (the same log step 2, already delivered), then S_3..S_5 and S_6 (the result).",
+		"# One resume whose first event id equals its Last-Event-ID: one replayed_event.",
+		"expect violation kind=replayed_event last_event_id=*_2 first_event_id=*_2 count=1",
+		"expect violation count=1",
+		"expect resume outcome=violated count=1",
+		"expect resume outcome=resumed count=0",
+		"expect session ended=deleted count=1",
+	)
+}
+
+func runGoCrossStreamReplay(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// The fault: a store keyed by position only. The backend remembers the
+	// stream of the first stream call ("first") and serves the first resume
+	// of any other stream from it, at the same index.
+	var mu sync.Mutex
+	var firstStream string
+	var rewritten bool
+	record := editSSE(goHandler(srv, storeOpts()), func(r *http.Request) sseEdit {
+		if r.Method != http.MethodPost || !bytes.Contains(peekBody(r), []byte(`"label":"first"`)) {
+			return nil
+		}
+		return func(ev []byte) [][]byte {
+			if s, n, ok := splitEventID(eventID(ev)); ok && n == 0 {
+				mu.Lock()
+				firstStream = s
+				mu.Unlock()
+			}
+			return [][]byte{ev}
+		}
+	})
+	h := rewriteCursor(record, func(id string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		s, n, ok := splitEventID(id)
+		if !ok || rewritten || firstStream == "" || s == firstStream {
+			return id
+		}
+		rewritten = true
+		return fmt.Sprintf("%s_%d", firstStream, n)
+	})
+	return recordGo(dir, "go-cross-stream-replay", []http.Handler{h}, func(r *rig) error {
+		cut := newSSECut(`"label":"second"`, eventIndex(2))
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			if err := withLogs(ctx, cs); err != nil {
+				return err
+			}
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 4, Label: "first"}, nil, "first: 4 steps done"); err != nil {
+				return err
+			}
+			if _, err := callTool(ctx, cs, "stream", streamArgs{Steps: 4, Label: "second"}, nil); err == nil {
+				return errors.New("second call succeeded; its resume should have been served from the first stream")
+			}
+			return cut.waitFired(ctx)
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
+		"# logging/setLevel info; tools/call stream(label=first, steps=4) completes on stream A: A_0 priming,",
+		"# A_1..A_4 (log steps), A_5 (result of JSON-RPC id 3). Then tools/call stream(label=second, steps=4)",
+		"# on stream B: B_0 priming, B_1, B_2; the proxy FINs after B_2's chunk. The client resumes with GET",
+		"# Last-Event-Id: B_2; the broken backend serves it from stream A at the same index: 200 with A_3,",
+		"# A_4 (first's log steps 3, 4) and A_5 (first's result), then the response ends. These events were",
+		"# first sent on stream A: one cross_stream_replay. (They were also already delivered in this session;",
+		"# the more specific cross_stream_replay is the one finding expected for that resume.)",
+		"# The client, its cursor now A_5, resumes again: GET Last-Event-Id: A_5 is passed through unchanged",
+		"# and answered 200 with nothing (stream A is complete), so the call fails with go-sdk's",
+		"# `request terminated without response`. Then DELETE.",
+		"expect violation kind=cross_stream_replay last_event_id=*_2 count=1",
+		"expect violation count=1",
+		"expect resume outcome=violated count=1",
+		"expect session ended=deleted count=1",
+	)
+}
+
+func runGoIncompleteReplay(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// The fault: a store that lost the first event after the cursor and
+	// returns the rest anyway (go-sdk's EventStore contract: "must not
+	// return partial results"), under a server that labels events with
+	// the ids they were stored with.
+	var once sync.Once
+	h := editSSE(goHandler(srv, storeOpts()), func(r *http.Request) sseEdit {
+		cursor := r.Header.Get("Last-Event-ID")
+		s, n, ok := splitEventID(cursor)
+		if r.Method != http.MethodGet || !ok {
+			return nil
+		}
+		lost := fmt.Sprintf("%s_%d", s, n+1)
+		return func(ev []byte) [][]byte {
+			drop := false
+			if eventID(ev) == lost {
+				once.Do(func() { drop = true })
+			}
+			if drop {
+				return nil
+			}
+			return [][]byte{ev}
+		}
+	})
+	return recordGo(dir, "go-incomplete-replay", []http.Handler{h}, func(r *rig) error {
+		cut := newSSECut(`"name":"stream"`, eventIndex(3))
+		cut.midEvent = true
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			if err := withLogs(ctx, cs); err != nil {
+				return err
+			}
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 5, Label: "partial"}, nil, "partial: 5 steps done"); err != nil {
+				return err
+			}
+			return cut.waitFired(ctx)
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
+		"# logging/setLevel info, then tools/call stream (steps=5, log steps) on stream S: S_0 priming, S_1,",
+		"# S_2 complete, then S_3's chunk is cut by the proxy mid-event: its `event:` and `id: S_3` lines and",
+		"# the first bytes of its data line arrive, then FIN (truncated). go-sdk's client drops the partial",
+		"# event and resumes with the last complete id: GET Last-Event-Id: S_2. The broken backend answers",
+		"# 200 but leaves out S_3: S_4, S_5 (log steps 4, 5) and S_6 (the result). S_3 was seen on the wire",
+		"# before the break and is never delivered: one incomplete_replay. Not truncated_resume: the client",
+		"# resumed with S_2, not with the truncated event's id. Then DELETE.",
+		"expect violation kind=incomplete_replay last_event_id=*_2 count=1",
+		"expect violation count=1",
+		"expect resume outcome=violated count=1",
+		"expect session ended=deleted count=1",
+	)
+}
+
+func runGoDuplicateDelivery(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// The fault: a backend that writes the event carrying the tools/call
+	// result twice (a retrying write path that does not know the first
+	// write went out).
+	h := editSSE(goHandler(srv, storeOpts()), func(r *http.Request) sseEdit {
+		if r.Method != http.MethodPost || !bytes.Contains(peekBody(r), []byte(`"label":"twice"`)) {
+			return nil
+		}
+		return func(ev []byte) [][]byte {
+			if bytes.Contains(ev, []byte(`"result":{"content"`)) {
+				return [][]byte{ev, ev}
+			}
+			return [][]byte{ev}
+		}
+	})
+	return recordGo(dir, "go-duplicate-delivery", []http.Handler{h}, func(r *rig) error {
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			if err := withLogs(ctx, cs); err != nil {
+				return err
+			}
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 3, Label: "twice"}, nil, "twice: 3 steps done"); err != nil {
+				return err
+			}
+			return expectResult(ctx, cs, "echo", streamArgs{Label: "after"}, nil, "after")
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
+		"# logging/setLevel info, then tools/call stream(label=twice, steps=3) on stream S: S_0 priming,",
+		"# S_1..S_3 (log steps), then S_4 (the result, JSON-RPC id 3) written twice back to back by the broken",
+		"# backend: same event id, same JSON-RPC response, on one stream, with no resume anywhere. The client",
+		"# takes the first and discards the rest. Then tools/call echo and DELETE.",
+		"expect violation kind=duplicate_delivery count=1",
+		"expect violation count=1",
+		"expect resume count=0",
+		"expect session ended=deleted count=1",
+	)
+}
+
+// repeatingProgress is a broken tool's progress reporting: steps 1..4 are
+// reported as 1, 2, 2, 3 (step 3 repeats step 2's value).
+func repeatingProgress(ctx context.Context, req *mcp.CallToolRequest, step, total int, label string) error {
+	v := step
+	if step >= 3 {
+		v--
+	}
+	return req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+		ProgressToken: req.Params.GetProgressToken(), Progress: float64(v), Total: float64(total),
+		Message: fmt.Sprintf("%s step %d", label, step)})
+}
+
+func runGoProgressReplay(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{notify: repeatingProgress})
+	return recordGo(dir, "go-progress-replay", []http.Handler{goHandler(srv, storeOpts())}, func(r *rig) error {
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			return expectResult(ctx, cs, "stream", streamArgs{Steps: 4, Label: "stutter"}, "tok-stutter", "stutter: 4 steps done")
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
+		"# tools/call stream (steps=4, progressToken tok-stutter) on stream S: S_0 priming, then",
+		"# notifications/progress for tok-stutter with progress 1, 2, 2, 3 (S_1..S_4, distinct event ids,",
+		"# the tool's own bug: its third report repeats the second's value), then S_5 the result. No resume,",
+		"# no duplicate event id. One progress_replay (progress 2 repeated at S_3). Then DELETE.",
+		"expect violation kind=progress_replay count=1",
+		"expect violation count=1",
+		"expect resume count=0",
+		"expect session ended=deleted count=1",
+	)
+}
+
+func runGoUnresumableClose(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// No EventStore: go-sdk then writes no event ids and no priming event,
+	// and cannot resume anything.
+	return recordGo(dir, "go-unresumable-close", []http.Handler{goHandler(srv, mcp.StreamableHTTPOptions{})}, func(r *rig) error {
+		cut := newSSECut(`"name":"stream"`, func(ev string) bool { return strings.Contains(ev, `"progress":2`) })
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			_, err := callTool(ctx, cs, "stream", streamArgs{Steps: 4, Label: "doomed"}, "tok-doomed")
+			if err == nil || !strings.Contains(err.Error(), "terminated without response") {
+				return fmt.Errorf("stream call: got %v, want go-sdk's `request terminated without response`", err)
+			}
+			if err := cut.waitFired(ctx); err != nil {
+				return err
+			}
+			return expectResult(ctx, cs, "echo", streamArgs{Label: "still-here"}, nil, "still-here")
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, NO event store: no event ids, no priming.",
+		"# tools/call stream (steps=4, progressToken tok-doomed): the SSE response carries two",
+		"# notifications/progress (progress 1, 2) without `id:` lines, then the connection is closed with FIN",
+		"# at that event boundary, before the JSON-RPC response. With no event id the client cannot resume:",
+		"# go-sdk reports `request terminated without response` and sends no GET. One unresumable_close",
+		"# (tool stream). The session itself lives on: tools/call echo(still-here) succeeds, then DELETE.",
+		"# (The stream call's outcome is unknown to the client; whether that is also an unknown_outcome",
+		"# record is the detector's call, the session was not lost, so it is not asserted here.)",
+		"expect violation kind=unresumable_close count=1",
+		"expect violation count=1",
+		"expect resume count=0",
+		"expect session ended=deleted count=1",
+	)
+}
