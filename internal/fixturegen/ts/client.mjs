@@ -1,0 +1,161 @@
+// A TypeScript MCP client application (the real @modelcontextprotocol/sdk
+// Client and StreamableHTTPClientTransport, which negotiate 2025-11-25, the
+// SDK's latest revision) driven by the Go fixture generator.
+//
+// Usage: node client.mjs '<json config>'
+//   config.url     the MCP endpoint (the recording proxy)
+//   config.flow    what the application does (see flows below)
+//   config.call    the slow_write arguments
+//   config.timeoutMs  request timeout for the call
+//
+// It prints one JSON line per step on stdout; lines {"wait":"<name>"} mean it
+// waits for one line on stdin before going on, so the generator can inject a
+// server-side fault between two application steps. Exit status 0 means the
+// flow ran as the scenario expects (the generator checks the lines too).
+
+import readline from 'node:readline';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const config = JSON.parse(process.argv[2] ?? '{}');
+const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+const stdinLines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+async function waitFor(name) {
+    log({ wait: name });
+    const { done } = await stdinLines.next();
+    if (done) throw new Error(`stdin closed while waiting for ${name}`);
+}
+
+// connect opens a new session. sessionLost resolves with the first HTTP 404
+// the transport reports (a POST answered 404, or a resume GET answered 404):
+// the signal a real application re-initialises on.
+async function connect(name) {
+    const transport = new StreamableHTTPClientTransport(new URL(config.url));
+    const client = new Client({ name, version: '1.0.0' });
+    let lost;
+    const sessionLost = new Promise(resolve => (lost = resolve));
+    client.onerror = err => {
+        log({ client: name, onerror: String(err?.message ?? err) });
+        if (err instanceof StreamableHTTPError && err.code === 404) lost(err);
+    };
+    await client.connect(transport);
+    log({ client: name, session: transport.sessionId, protocol: transport.protocolVersion });
+    return { client, transport, sessionLost };
+}
+
+// callSlowWrite calls the slow_write tool with a progress token (onprogress),
+// remembering the last event id the transport saw (onresumptiontoken), as an
+// application that persists its resume cursor would.
+async function callSlowWrite(conn, args, cursor = {}) {
+    const started = Date.now();
+    const result = await conn.client.callTool({ name: 'slow_write', arguments: args }, undefined, {
+        timeout: config.timeoutMs ?? 8000,
+        onprogress: p => log({ progress: p.progress, total: p.total }),
+        onresumptiontoken: token => (cursor.lastEventId = token)
+    });
+    log({ result: result.content?.[0]?.text, ms: Date.now() - started });
+    return result;
+}
+
+const flows = {
+    // One call; the transport resumes by itself if its stream breaks.
+    // With config.callMayFail the call failing (a timeout after a broken
+    // resume) is part of the scenario, not an error of the run.
+    async call() {
+        const c = await connect('fixture-ts-client');
+        try {
+            await callSlowWrite(c, config.call);
+        } catch (err) {
+            if (!config.callMayFail) throw err;
+            log({ call: 'failed', error: String(err.message) });
+        }
+        await c.client.close();
+    },
+
+    // The session is lost mid-call (404 on the resume); the application opens
+    // a new session and re-issues the identical call without asking whether
+    // the first one ran: silent re-init with a re-issued tools/call.
+    async reinitRetool() {
+        const c = await connect('fixture-ts-client');
+        const first = callSlowWrite(c, config.call).then(
+            () => log({ first: 'completed' }),
+            err => log({ first: 'failed', error: String(err.message) })
+        );
+        await c.sessionLost;
+        log({ app: 'session lost, re-initialising and re-issuing the same call' });
+        await c.client.close();
+        await first;
+        const c2 = await connect('fixture-ts-client');
+        await callSlowWrite(c2, config.call);
+        await c2.client.close();
+    },
+
+    // The session is lost mid-call; the application re-initialises and then
+    // resumes the standalone stream with the OLD session's last event id.
+    async reinitLastEventId() {
+        const c = await connect('fixture-ts-client');
+        const cursor = {};
+        const first = callSlowWrite(c, config.call, cursor).then(
+            () => log({ first: 'completed' }),
+            err => log({ first: 'failed', error: String(err.message) })
+        );
+        await c.sessionLost;
+        log({ app: 'session lost, re-initialising and resuming with the old cursor', lastEventId: cursor.lastEventId });
+        await c.client.close();
+        await first;
+        const c2 = await connect('fixture-ts-client');
+        await c2.transport.resumeStream(cursor.lastEventId);
+        log({ resumed: cursor.lastEventId });
+        // Let the (empty) resumed stream's head reach the capture.
+        await sleep(300);
+        await c2.client.close();
+    },
+
+    // A completed call, then the session is lost while idle; the next request
+    // gets 404 and the application starts over cleanly: a new session, a
+    // different call, nothing of the old session reused.
+    async cleanNewSession() {
+        const c = await connect('fixture-ts-client');
+        await callSlowWrite(c, config.call);
+        await waitFor('forget');
+        try {
+            await c.client.listTools();
+            throw new Error('listTools succeeded on a forgotten session');
+        } catch (err) {
+            if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
+            log({ app: 'got 404, starting a new session', error: String(err.message) });
+        }
+        await c.client.close();
+        const c2 = await connect('fixture-ts-client');
+        await callSlowWrite(c2, config.secondCall);
+        await c2.client.close();
+    },
+
+    // Server-initiated notifications on the standalone GET stream; the proxy
+    // breaks that stream and the transport resumes it by itself.
+    async announce() {
+        const c = await connect('fixture-ts-client');
+        // Give the standalone GET stream time to open before the server writes.
+        await sleep(200);
+        const r = await c.client.callTool({ name: 'announce', arguments: config.announce });
+        log({ result: r.content?.[0]?.text });
+        await sleep(config.settleMs ?? 1500);
+        await c.client.close();
+    }
+};
+
+const flow = flows[config.flow];
+if (!flow) {
+    log({ error: `unknown flow ${config.flow}` });
+    process.exit(2);
+}
+try {
+    await flow();
+    log({ done: true });
+    process.exit(0);
+} catch (err) {
+    log({ error: String(err?.stack ?? err) });
+    process.exit(1);
+}

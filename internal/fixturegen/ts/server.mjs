@@ -1,0 +1,241 @@
+// A TypeScript MCP server (the real @modelcontextprotocol/sdk Streamable HTTP
+// transport with the SDK's example InMemoryEventStore, one store per session
+// as in the SDK's simpleStreamableHttp example) that the Go fixture generator
+// puts behind its recording proxy.
+//
+// Usage: node server.mjs '<json config>'
+//   config.retryInterval  ms sent as `retry:` in priming events (polling servers)
+//   config.permissive     instead of 404 for an unknown Mcp-Session-Id, mint a
+//                         new session, rewrite the request's session header and
+//                         serve it (the faulty "transparent recovery" of a
+//                         drained deployment; deliberately broken backend)
+//
+// It prints one line {"port":N} on stdout once listening. Commands arrive one
+// per line on stdin, so the generator can inject server-side faults at a moment
+// it chooses:
+//   forget   close every session (as a restart or expiry would): later requests
+//            carrying those ids get 404 -32001, as the SDK's transport answers
+//   drain    close idle keep-alive connections, as a draining backend does, so
+//            the client's next request opens a new connection (which the proxy
+//            routes elsewhere)
+// Every line it prints is JSON, for the generator's log.
+
+import http from 'node:http';
+import readline from 'node:readline';
+import { getRequestListener } from '@hono/node-server';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
+import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+
+const config = JSON.parse(process.argv[2] ?? '{}');
+const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+// Keep-alive comments would add events nobody asked for to short captures.
+const keepAliveMs = 10 * 60 * 1000;
+
+/** @type {Map<string, WebStandardStreamableHTTPServerTransport>} */
+const sessions = new Map();
+// Permissive mode: an unknown session id the client keeps sending -> the id
+// minted for it, so one lost session maps to one replacement, not one per request.
+const recovered = new Map();
+
+function newMcpServer() {
+    const server = new McpServer({ name: 'fixture-ts-server', version: '1.0.0' }, { capabilities: { logging: {} } });
+    // slow_write reports `steps` progress notifications (or log messages when
+    // the caller sent no progress token) `delayMs` apart on the request's own
+    // SSE stream, then returns. With pollAfter it closes its SSE stream after
+    // that many steps (SEP-1699 polling), so the client has to resume.
+    server.registerTool(
+        'slow_write',
+        {
+            description: 'writes slowly, reporting progress',
+            inputSchema: {
+                label: z.string(),
+                steps: z.number().int().min(1).max(20),
+                delayMs: z.number().int().min(0).max(2000),
+                pollAfter: z.number().int().min(0).optional()
+            }
+        },
+        async ({ label, steps, delayMs, pollAfter }, extra) => {
+            const token = extra._meta?.progressToken;
+            for (let i = 1; i <= steps; i++) {
+                await sleep(delayMs);
+                if (token !== undefined) {
+                    await extra.sendNotification({
+                        method: 'notifications/progress',
+                        params: { progressToken: token, progress: i, total: steps, message: `${label} step ${i}` }
+                    });
+                } else {
+                    await extra.sendNotification({
+                        method: 'notifications/message',
+                        params: { level: 'info', logger: 'slow_write', data: `${label} step ${i} of ${steps}` }
+                    });
+                }
+                if (pollAfter !== undefined && i === pollAfter) {
+                    if (!extra.closeSSEStream) {
+                        throw new Error('closeSSEStream unavailable: no event store or protocol < 2025-11-25');
+                    }
+                    extra.closeSSEStream();
+                }
+            }
+            await sleep(delayMs);
+            return { content: [{ type: 'text', text: `wrote ${label}` }] };
+        }
+    );
+    // announce sends `count` log messages `delayMs` apart with no related
+    // request, so they travel on the standalone GET stream (_GET_stream).
+    server.registerTool(
+        'announce',
+        {
+            description: 'sends server-initiated notifications on the GET stream',
+            inputSchema: { count: z.number().int().min(1).max(20), delayMs: z.number().int().min(0).max(2000) }
+        },
+        async ({ count, delayMs }) => {
+            for (let i = 1; i <= count; i++) {
+                await sleep(delayMs);
+                await server.server.notification({
+                    method: 'notifications/message',
+                    params: { level: 'info', logger: 'announce', data: `announcement ${i} of ${count}` }
+                });
+            }
+            return { content: [{ type: 'text', text: `announced ${count}` }] };
+        }
+    );
+    return server;
+}
+
+async function newSession() {
+    const transport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => crypto.randomUUID(),
+        eventStore: new InMemoryEventStore(),
+        retryInterval: config.retryInterval,
+        keepAliveMs,
+        onsessioninitialized: id => {
+            sessions.set(id, transport);
+            log({ session: id, event: 'initialized' });
+        }
+    });
+    await newMcpServer().connect(transport);
+    return transport;
+}
+
+const jsonRpcHeaders = version => ({
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': version
+});
+
+// mintFor is the permissive backend's fault: it initialises a fresh session
+// on the client's behalf (a synthetic initialize + initialized that never
+// reach the wire) for a session id it never issued.
+async function mintFor(unknownId, version) {
+    const transport = await newSession();
+    const base = 'http://backend.internal/mcp';
+    const init = await transport.handleRequest(
+        new Request(base, {
+            method: 'POST',
+            headers: jsonRpcHeaders(version),
+            body: JSON.stringify({
+                jsonrpc: '2.0',
+                id: 0,
+                method: 'initialize',
+                params: { protocolVersion: version, capabilities: {}, clientInfo: { name: 'recovered-session', version: '0' } }
+            })
+        })
+    );
+    await init.text();
+    const done = await transport.handleRequest(
+        new Request(base, {
+            method: 'POST',
+            headers: { ...jsonRpcHeaders(version), 'mcp-session-id': transport.sessionId },
+            body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })
+        })
+    );
+    await done.text();
+    recovered.set(unknownId, transport.sessionId);
+    log({ session: transport.sessionId, event: 'minted', for: unknownId });
+    return transport;
+}
+
+// The transport's own answer for an unknown or closed session.
+const sessionNotFound = () =>
+    new Response(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }), {
+        status: 404,
+        headers: { 'Content-Type': 'application/json' }
+    });
+
+async function handle(req) {
+    const url = new URL(req.url);
+    if (url.pathname !== '/mcp') {
+        return new Response('not found\n', { status: 404 });
+    }
+    let body;
+    let parsed;
+    if (req.method === 'POST') {
+        body = await req.text();
+        try {
+            parsed = JSON.parse(body);
+        } catch {
+            parsed = undefined; // the transport answers the parse error
+        }
+    }
+    const sid = req.headers.get('mcp-session-id');
+    let transport;
+    const headers = new Headers(req.headers);
+    if (!sid) {
+        if (req.method === 'POST' && parsed !== undefined && isInitializeRequest(parsed)) {
+            transport = await newSession();
+        } else {
+            return new Response(
+                JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: Mcp-Session-Id header is required' }, id: null }),
+                { status: 400, headers: { 'Content-Type': 'application/json' } }
+            );
+        }
+    } else if (sessions.has(sid)) {
+        transport = sessions.get(sid);
+    } else if (config.permissive) {
+        const alias = recovered.get(sid);
+        transport = alias ? sessions.get(alias) : await mintFor(sid, req.headers.get('mcp-protocol-version') ?? '2025-11-25');
+        headers.set('mcp-session-id', transport.sessionId);
+    } else {
+        return sessionNotFound();
+    }
+    const forwarded = new Request(req.url, { method: req.method, headers, body });
+    return transport.handleRequest(forwarded, { parsedBody: parsed });
+}
+
+const listener = getRequestListener(handle, { overrideGlobalObjects: false });
+const httpServer = http.createServer(listener);
+
+readline.createInterface({ input: process.stdin }).on('line', async line => {
+    switch (line.trim()) {
+        case 'forget': {
+            // Closing the transport ends its open SSE streams cleanly (chunked
+            // terminator) and makes it answer 404; dropping it from the map
+            // makes the router answer 404 too.
+            const ids = [...sessions.keys()];
+            for (const id of ids) {
+                const t = sessions.get(id);
+                sessions.delete(id);
+                await t.close();
+            }
+            log({ event: 'forgot', sessions: ids });
+            break;
+        }
+        case 'drain':
+            httpServer.closeIdleConnections();
+            log({ event: 'drained' });
+            break;
+        case '':
+            break;
+        default:
+            log({ error: `unknown command ${JSON.stringify(line)}` });
+    }
+});
+// The generator closing our stdin means the scenario is over.
+process.stdin.on('end', () => process.exit(0));
+
+httpServer.listen(0, '127.0.0.1', () => log({ port: httpServer.address().port }));
