@@ -58,17 +58,7 @@ func runGoReplayedEvent(ctx context.Context, dir string) error {
 		return id
 	})
 	return recordGo(dir, "go-replayed-event", []http.Handler{h}, func(r *rig) error {
-		cut := newSSECut(`"name":"stream"`, eventIndex(2))
-		r.hooks = append(r.hooks, cut.hooks)
-		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
-			if err := withLogs(ctx, cs); err != nil {
-				return err
-			}
-			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 5, Label: "replayed"}, nil, "replayed: 5 steps done"); err != nil {
-				return err
-			}
-			return cut.waitFired(ctx)
-		})
+		return streamCallThroughCut(ctx, r, newSSECut(`"name":"stream"`, eventIndex(2)), true, streamArgs{Steps: 5, Label: "replayed"}, nil)
 	},
 		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
 		"# logging/setLevel info, then tools/call stream (steps=5, no progress token: steps are",
@@ -178,16 +168,7 @@ func runGoIncompleteReplay(ctx context.Context, dir string) error {
 	return recordGo(dir, "go-incomplete-replay", []http.Handler{h}, func(r *rig) error {
 		cut := newSSECut(`"name":"stream"`, eventIndex(3))
 		cut.midEvent = true
-		r.hooks = append(r.hooks, cut.hooks)
-		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
-			if err := withLogs(ctx, cs); err != nil {
-				return err
-			}
-			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 5, Label: "partial"}, nil, "partial: 5 steps done"); err != nil {
-				return err
-			}
-			return cut.waitFired(ctx)
-		})
+		return streamCallThroughCut(ctx, r, cut, true, streamArgs{Steps: 5, Label: "partial"}, nil)
 	},
 		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
 		"# logging/setLevel info, then tools/call stream (steps=5, log steps) on stream S: S_0 priming, S_1,",

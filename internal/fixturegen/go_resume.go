@@ -35,14 +35,7 @@ func storeOpts() mcp.StreamableHTTPOptions {
 func runGoCorrectResume(ctx context.Context, dir string) error {
 	srv := newGoServer(toolSet{})
 	return recordGo(dir, "go-correct-resume", []http.Handler{goHandler(srv, storeOpts())}, func(r *rig) error {
-		cut := newSSECut(`"name":"stream"`, eventIndex(2))
-		r.hooks = append(r.hooks, cut.hooks)
-		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
-			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 5, Label: "resume-me"}, "tok-1", "resume-me: 5 steps done"); err != nil {
-				return err
-			}
-			return cut.waitFired(ctx)
-		})
+		return streamCallThroughCut(ctx, r, newSSECut(`"name":"stream"`, eventIndex(2)), false, streamArgs{Steps: 5, Label: "resume-me"}, "tok-1")
 	},
 		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET.",
 		"# initialize (SSE: S0_0 priming `event: prime` with empty data, S0_1 result), notifications/initialized (202),",

@@ -442,3 +442,22 @@ func eventIndex(i int) func(string) bool {
 		return false
 	}
 }
+
+// streamCallThroughCut is the shape most resume scenarios share: one
+// session (logs on when logs is set), one "stream" call whose SSE stream
+// the proxy cuts, which the SDK client must complete by resuming.
+func streamCallThroughCut(ctx context.Context, r *rig, cut *sseCut, logs bool, a streamArgs, progressToken any) error {
+	r.hooks = append(r.hooks, cut.hooks)
+	return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+		if logs {
+			if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+				return err
+			}
+		}
+		want := fmt.Sprintf("%s: %d steps done", a.Label, a.Steps)
+		if err := expectResult(ctx, cs, "stream", a, progressToken, want); err != nil {
+			return err
+		}
+		return cut.waitFired(ctx)
+	})
+}
