@@ -1,0 +1,533 @@
+// Package detector turns decoded MCP observations into findings: breaches of
+// the session-resume contract (the catalogue in ARCHITECTURE.md section 4),
+// one record per resume attempt, session summaries, tool calls whose outcome
+// the client cannot know, and the places where the capture cannot prove
+// either way. It knows nothing about packets: it consumes decode.Observation
+// values and hands records to a Sink.
+package detector
+
+import (
+	"sort"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// Protocol revisions that change what the detector checks.
+const (
+	revDefault     = "2025-03-26" // assumed when nothing says otherwise; allows batches
+	revPriming     = "2025-11-25" // priming events, server-closed polling streams
+	revSessionless = "2026-07-28" // no sessions, no GET stream, no resumption
+)
+
+// revAtLeast compares revision dates; they are YYYY-MM-DD strings, so
+// lexical order is date order. Anything else is never "at least".
+func revAtLeast(rev, min string) bool {
+	return len(rev) == len(min) && rev >= min
+}
+
+// Detector holds per-session state machines. It is not safe for concurrent
+// use: Observe and Close are called from one goroutine in capture order.
+type Detector struct {
+	cfg  Config
+	sink Sink
+
+	sessions         map[string]*session
+	lruHead, lruTail *session
+	exchanges        map[exKey]*exchange
+	lost             lostIndex
+	sessionlessSeen  map[string]struct{} // 2026-07-28+ session ids already reported
+	now              time.Time
+	closed           bool
+	stats            Stats
+}
+
+// New returns a detector writing to sink. Zero Config fields take their
+// defaults.
+func New(cfg Config, sink Sink) *Detector {
+	cfg = cfg.withDefaults()
+	return &Detector{
+		cfg:             cfg,
+		sink:            sink,
+		sessions:        map[string]*session{},
+		exchanges:       map[exKey]*exchange{},
+		lost:            newLostIndex(cfg.MaxLostSessions),
+		sessionlessSeen: map[string]struct{}{},
+		stats:           newStats(),
+	}
+}
+
+type exKey struct {
+	conn uint64
+	ex   int
+}
+
+// exchange is one HTTP request/response pair being followed.
+type exchange struct {
+	key            exKey
+	conn           decode.Conn
+	start, respAt  time.Time
+	method, path   string
+	reqSession     string
+	hasReqSession  bool
+	cursor         string
+	hasCursor      bool
+	protoHeader    string
+	rev            string
+	msgs           []decode.Message
+	isInit         bool
+	ignored        bool
+	hasResponse    bool
+	status         int
+	sse            bool
+	respSession    string
+	hasRespSession bool
+	sess           *session
+	sessionless    bool // revision 2026-07-28 or later
+	stream         *stream
+	resume         *resumeState
+	events         int
+	sawID          bool
+	answeredHere   int
+	gap            bool
+	flags          uint16 // onceFlag bits already raised
+}
+
+func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
+
+// Observe consumes one observation.
+func (d *Detector) Observe(o *decode.Observation) {
+	if d.closed {
+		return
+	}
+	d.stats.Observations++
+	if o == nil || !wellFormed(o) {
+		d.stats.Malformed++
+		return
+	}
+	if o.Time.After(d.now) {
+		d.now = o.Time
+		d.expire(d.now)
+	}
+	switch o.Kind {
+	case decode.KindRequest:
+		d.onRequest(o)
+	case decode.KindResponse:
+		if ex := d.exchangeFor(o, false); ex != nil {
+			d.onResponse(ex, o)
+		}
+	case decode.KindEvent:
+		if ex := d.exchangeFor(o, true); ex != nil {
+			d.onEvent(ex, o)
+		}
+	case decode.KindBody:
+		if ex := d.exchangeFor(o, true); ex != nil {
+			d.onMessages(ex, o, o.Body.Messages, false)
+		}
+	case decode.KindEnd:
+		if ex := d.exchanges[exKey{o.Conn.ID, o.Exchange}]; ex != nil {
+			d.onEnd(ex, o)
+		}
+	case decode.KindGap:
+		d.onGap(o)
+	}
+}
+
+// wellFormed checks that the pointer Kind promises is there.
+func wellFormed(o *decode.Observation) bool {
+	switch o.Kind {
+	case decode.KindRequest:
+		return o.Request != nil
+	case decode.KindResponse:
+		return o.Response != nil
+	case decode.KindEvent:
+		return o.Event != nil && o.Response != nil
+	case decode.KindBody:
+		return o.Body != nil
+	case decode.KindEnd:
+		return o.End != nil
+	case decode.KindGap:
+		return o.Gap != nil
+	}
+	return false
+}
+
+// exchangeFor finds the exchange o belongs to. When its request or response
+// was not captured (the capture began mid-exchange) it is rebuilt from what
+// o carries, so later observations still count.
+func (d *Detector) exchangeFor(o *decode.Observation, needResponse bool) *exchange {
+	key := exKey{o.Conn.ID, o.Exchange}
+	ex := d.exchanges[key]
+	if ex == nil {
+		if o.Request != nil {
+			ex = d.onRequest(o)
+		} else {
+			ex = d.newExchange(o)
+			if ex == nil {
+				return nil
+			}
+			// Only the response head says whether this is MCP.
+			ex.ignored = o.Response == nil || !o.Response.HasSessionID
+			d.countExchange(ex)
+		}
+		if ex == nil {
+			return nil
+		}
+		if needResponse && o.Response != nil && !ex.hasResponse && !ex.ignored {
+			d.onResponse(ex, o)
+		}
+	}
+	if ex.ignored {
+		return nil
+	}
+	return ex
+}
+
+func (d *Detector) newExchange(o *decode.Observation) *exchange {
+	if len(d.exchanges) >= d.cfg.MaxOpenExchanges {
+		d.limitHit("MaxOpenExchanges", o.Time, nil, "exchange")
+		d.stats.Unverifiable[ReasonOpenExchangeLimit]++
+		return nil
+	}
+	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, conn: o.Conn, start: o.Time}
+	d.exchanges[ex.key] = ex
+	return ex
+}
+
+func (d *Detector) countExchange(ex *exchange) {
+	if ex.ignored {
+		d.stats.NonMCPExchanges++
+	} else {
+		d.stats.MCPExchanges++
+	}
+}
+
+// isMCPRequest: the decoder's MCP flag, or a JSON-RPC body (a stateless
+// 2025-03-26 client may send neither header).
+func isMCPRequest(r *decode.Request) bool {
+	if r.MCP {
+		return true
+	}
+	for i := range r.Messages {
+		if r.Messages[i].Type != decode.MsgInvalid {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Detector) onRequest(o *decode.Observation) *exchange {
+	key := exKey{o.Conn.ID, o.Exchange}
+	if old := d.exchanges[key]; old != nil {
+		// A decoder repeating a request: keep the first.
+		return old
+	}
+	ex := d.newExchange(o)
+	if ex == nil {
+		return nil
+	}
+	r := o.Request
+	ex.method, ex.path = r.Method, r.Path
+	ex.ignored = !isMCPRequest(r)
+	d.countExchange(ex)
+	if ex.ignored {
+		return ex
+	}
+	ex.reqSession, ex.hasReqSession = r.SessionID, r.HasSessionID && r.SessionID != ""
+	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
+	ex.protoHeader = r.ProtocolVersion
+	ex.msgs = r.Messages
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		if m.Type == decode.MsgRequest && m.Method == "initialize" {
+			ex.isInit = true
+			if ex.protoHeader == "" && m.ProtocolVersion != "" {
+				ex.rev = m.ProtocolVersion
+			}
+		}
+	}
+	if ex.protoHeader != "" {
+		ex.rev = ex.protoHeader
+	}
+	if ex.hasReqSession {
+		s := d.session(ex.reqSession, o)
+		if ex.protoHeader != "" && !s.revFromInit {
+			s.rev = ex.protoHeader
+		}
+		if ex.rev == "" {
+			ex.rev = s.rev
+		}
+		ex.sess = s
+		s.requests++
+	}
+	if ex.rev == "" {
+		ex.rev = revDefault
+	}
+	ex.sessionless = revAtLeast(ex.rev, revSessionless)
+	if ex.hasCursor {
+		ex.resume = d.newResume(ex, o)
+	}
+	if ex.sess != nil && !ex.sessionless {
+		d.recordCalls(ex.sess, ex, o)
+	}
+	return ex
+}
+
+// recordCalls remembers the JSON-RPC requests of ex as in flight in s.
+func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) {
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.ID == "" {
+			continue
+		}
+		if s.inflight >= d.cfg.MaxInflightPerSession {
+			d.limitHit("MaxInflightPerSession", o.Time, s, "unknown outcome")
+			continue
+		}
+		c := &call{id: m.ID, method: m.Method, tool: m.Tool, paramsHash: m.ParamsHash, token: m.ProgressToken, at: o.Time, ex: ex}
+		if old := s.calls[m.ID]; old != nil && old.answered {
+			s.answered--
+		} else if old != nil {
+			s.inflight--
+		}
+		s.calls[m.ID] = c
+		s.inflight++
+		if m.Method == "tools/call" {
+			if s.toolCalls == nil {
+				s.toolCalls = map[string]*call{}
+			}
+			if len(s.toolCalls) < d.cfg.MaxInflightPerSession {
+				s.toolCalls[m.Tool+"\x00"+m.ParamsHash] = c
+			}
+		}
+	}
+}
+
+// dropCalls forgets the requests of ex: the server refused the exchange,
+// so they did not run.
+func (d *Detector) dropCalls(ex *exchange) {
+	s := ex.sess
+	if s == nil || s.calls == nil {
+		return
+	}
+	for i := range ex.msgs {
+		if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex && !c.answered {
+			delete(s.calls, c.id)
+			s.inflight--
+			if s.toolCalls[c.tool+"\x00"+c.paramsHash] == c {
+				delete(s.toolCalls, c.tool+"\x00"+c.paramsHash)
+			}
+		}
+	}
+}
+
+func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
+	if ex.hasResponse {
+		return
+	}
+	r := o.Response
+	ex.hasResponse = true
+	ex.respAt = o.Time
+	ex.status = r.Status
+	ex.sse = r.SSE
+	ex.respSession, ex.hasRespSession = r.SessionID, r.HasSessionID && r.SessionID != ""
+	if ex.rev == "" {
+		ex.rev = revDefault
+		if r.ProtocolVersion != "" {
+			ex.rev = r.ProtocolVersion
+		}
+		ex.sessionless = revAtLeast(ex.rev, revSessionless)
+	}
+	if ex.sessionless {
+		d.checkSessionless(ex, o)
+		return
+	}
+	s := ex.sess
+	switch {
+	case ex.status == 404:
+		if s != nil {
+			d.dropCalls(ex)
+			if !s.deleted && !s.gone {
+				d.sessionLost(s, ex, o.Time, "404", "the server answered 404 for the session")
+			}
+		}
+		d.resolveRejected(ex, ResumeRejected404)
+		return
+	case ex.status >= 400:
+		d.dropCalls(ex)
+		d.resolveRejected(ex, ResumeRejected4xx)
+		return
+	case !ex.ok2xx():
+		return
+	}
+	if ex.isInit && ex.hasRespSession {
+		d.onInitialized(ex, o)
+		s = ex.sess
+	} else if s != nil && ex.hasRespSession && ex.respSession != s.id {
+		d.sessionSwap(ex, o)
+		s = ex.sess
+	} else if s == nil && ex.hasRespSession {
+		// A session id first seen on a response to a request without one
+		// (not initialize): the server minted or echoed it; its start is
+		// unknown to us.
+		s = d.session(ex.respSession, o)
+		ex.sess = s
+		s.requests++
+		d.recordCalls(s, ex, o)
+	}
+	if s == nil {
+		d.stats.Sessionless++
+		d.checkSessionlessReinit(ex, o)
+		if ex.resume != nil {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, "request carried Last-Event-ID without a session id: nothing to check it against")
+		}
+		return
+	}
+	if ex.method == "DELETE" {
+		s.deleted = true
+		d.endSession(s, "deleted")
+		d.resolveRejected(ex, "")
+		return
+	}
+	d.checkReinit(ex, o)
+	if ex.resume != nil {
+		d.resumeResponse(ex, o)
+	}
+}
+
+// onInitialized binds a new session to its initialize exchange.
+func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
+	_, existed := d.sessions[ex.respSession]
+	s := d.session(ex.respSession, o)
+	if !existed {
+		s.startSeen = true
+	}
+	s.client, s.server = ex.conn.Client, ex.conn.Server
+	if ex.rev != "" && !s.revFromInit {
+		s.rev = ex.rev
+	}
+	if ex.sess != s {
+		s.requests++
+		ex.sess = s
+		d.recordCalls(s, ex, o)
+	}
+	if s.prev == "" {
+		if l, conf := d.lost.link(ex.conn, s, o.Time, d.cfg.LinkWindow); l != nil {
+			s.prev, s.linkConf = l.id, conf
+		}
+	}
+}
+
+func (d *Detector) onGap(o *decode.Observation) {
+	// Every exchange open on the connection may have lost bytes.
+	for k, ex := range d.exchanges {
+		if k.conn != o.Conn.ID {
+			continue
+		}
+		ex.gap = true
+		if ex.sess != nil {
+			ex.sess.gap = true
+		}
+		if ex.stream != nil {
+			ex.stream.gap = true
+		}
+	}
+}
+
+func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
+	delete(d.exchanges, ex.key)
+	e := o.End
+	if e.How == decode.EndGap || e.How == decode.EndUnknown {
+		ex.gap = ex.gap || e.How == decode.EndGap
+		if ex.stream != nil && e.How == decode.EndGap {
+			ex.stream.gap = true
+		}
+	}
+	s := ex.sess
+	if s == nil || ex.sessionless || s.removed {
+		return
+	}
+	if e.How == decode.EndGap && s != nil {
+		s.gap = true
+	}
+	if e.HasPartialID && e.PartialID != "" && (e.How == decode.EndTruncated || e.How == decode.EndReset) {
+		if s.partial == nil {
+			s.partial = map[string]struct{}{}
+		}
+		if len(s.partial) < maxPartialIDsPerSession {
+			s.partial[e.PartialID] = struct{}{}
+		}
+	}
+	if ex.resume != nil && !ex.resume.emitted {
+		d.resumeEnd(ex, o)
+	}
+	d.checkUnresumableClose(ex, o)
+	// Requests whose stream ended without their response: if no later
+	// resume delivers it, the client cannot know whether it ran.
+	if e.How != decode.EndUnknown {
+		for i := range ex.msgs {
+			if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex && !c.answered {
+				c.cut = true
+			}
+		}
+	}
+}
+
+// Close ends the input: pending resumes are resolved, open sessions are
+// summarised ("capture_end") and unknown outcomes flushed. Output order is
+// deterministic.
+func (d *Detector) Close(now time.Time) {
+	if d.closed {
+		return
+	}
+	if now.After(d.now) {
+		d.now = now
+	}
+	keys := make([]exKey, 0, len(d.exchanges))
+	for k := range d.exchanges {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].conn != keys[j].conn {
+			return keys[i].conn < keys[j].conn
+		}
+		return keys[i].ex < keys[j].ex
+	})
+	for _, k := range keys {
+		ex := d.exchanges[k]
+		if ex.resume != nil && !ex.resume.emitted {
+			reason := ReasonCaptureEnded
+			if ex.resume.delivered == 0 {
+				reason = "stream still open at capture end with nothing delivered"
+			}
+			d.resolveResume(ex, d.now, ResumeUnverifiable, reason)
+		}
+	}
+	// Oldest first, so summaries come out in order of last activity.
+	for s := d.lruTail; s != nil; s = d.lruTail {
+		d.cutCallsUnknown(s)
+		d.removeSession(s, "capture_end")
+	}
+	d.lost.flushAll(d)
+	d.closed = true
+}
+
+// cutCallsUnknown turns tools/calls whose stream was cut, and which no resume
+// answered, into unknown outcomes.
+func (d *Detector) cutCallsUnknown(s *session) {
+	if s.gone || s.calls == nil {
+		return
+	}
+	ids := make([]string, 0)
+	for id, c := range s.calls {
+		if c.cut && !c.answered && !c.unknown && c.method == "tools/call" {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		c := s.calls[id]
+		c.unknown = true
+		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, d.now, "the stream carrying the call ended before its response and no resume delivered it"))
+	}
+}

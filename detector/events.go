@@ -1,0 +1,299 @@
+package detector
+
+import (
+	"fmt"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// isPriming: an event that only carries an id (2025-11-25 priming, go-sdk
+// names it "prime"). It is never a replay or a delivery of content.
+func isPriming(ev *decode.Event) bool {
+	return ev.HasID && len(ev.Messages) == 0 && (ev.DataEmpty || ev.Type == "prime")
+}
+
+// hash64 keeps the first 64 bits of a hex digest: enough to tell two event
+// payloads apart without keeping the 64-byte string per event.
+func hash64(hexDigest string) uint64 {
+	var v uint64
+	for i := 0; i < len(hexDigest) && i < 16; i++ {
+		c := hexDigest[i]
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint64(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | uint64(c-'A'+10)
+		default:
+			return v
+		}
+	}
+	return v
+}
+
+// onceFlag bits: one finding of a kind per exchange, so a whole duplicated
+// replay is one row, not hundreds.
+const (
+	onceDupEvent uint16 = 1 << iota
+	onceDupResponse
+	onceReset
+	onceProgress
+	onceReplayed
+	onceCross
+	onceIncomplete
+)
+
+func (ex *exchange) once(bit uint16) bool {
+	if ex.flags&bit != 0 {
+		return false
+	}
+	ex.flags |= bit
+	return true
+}
+
+func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
+	ex.events++
+	s := ex.sess
+	if s == nil || ex.sessionless || s.removed {
+		return
+	}
+	ev := o.Event
+	s.eventsN++
+	d.touch(s, o.Time)
+	priming := isPriming(ev)
+	known := false
+	var ref eventRef
+	if ev.HasID && ev.ID != "" {
+		ex.sawID = true
+		ref, known = s.events[ev.ID]
+		data := hash64(ev.DataHash)
+		if known {
+			d.knownEvent(ex, s, o, ref, data)
+		} else {
+			d.newEvent(ex, s, o, data, priming)
+		}
+	}
+	if rs := ex.resume; rs != nil && rs.active && !priming {
+		d.resumeEvent(ex, o, known, ref)
+	}
+	d.onMessages(ex, o, ev.Messages, known)
+}
+
+// knownEvent handles an id the session already issued.
+func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, ref eventRef, data uint64) {
+	ev := o.Event
+	first := s.streams[ref.stream]
+	where := fmt.Sprintf("event id %s (first sent at position %d of stream %s)", ev.ID, ref.pos, streamName(first))
+	if ref.data != data && ex.once(onceReset) {
+		d.violation(&Violation{
+			Kind: KindEventIDReset, Time: o.Time, LastEventID: ex.cursor, FirstEventID: ev.ID, StreamID: streamName(first),
+			Explanation: fmt.Sprintf("Session %s re-issued event id %s for different content than the first time. "+
+				"The server lost its event store or a second backend minted ids in the same namespace, so a client resuming "+
+				"from any id in this session may be handed unrelated events or skip real ones. Check that the event store "+
+				"survives backend restarts and is shared by every backend that serves the session.", s.id, ev.ID),
+			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where+", data differs from the first delivery")},
+		}, ex, s, ev.ID, "content")
+		return
+	}
+	if rs := ex.resume; rs != nil && rs.active {
+		return // on a resumed stream: judged by resumeEvent against the cursor
+	}
+	if ref.data == data && ex.once(onceDupEvent) {
+		d.violation(&Violation{
+			Kind: KindDuplicateDelivery, Time: o.Time, FirstEventID: ev.ID, StreamID: streamName(first),
+			Explanation: fmt.Sprintf("Session %s delivered event %s a second time on a stream that was not a resume. "+
+				"A client that does not de-duplicate by event id acts on it twice (a repeated notification or tool result). "+
+				"Check whether the server replays its store when a stream is opened without Last-Event-ID.", s.id, ev.ID),
+			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where)},
+		}, ex, s, ev.ID)
+	}
+}
+
+// newEvent indexes an id the session has not issued before and checks it
+// against the order its shape promises.
+func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, data uint64, priming bool) {
+	ev := o.Event
+	p := parseEventID(ev.ID)
+	s.shape = s.shape.merge(p.shape)
+	var st *stream
+	switch {
+	case s.shape.hasStreamPrefix() && p.shape == s.shape:
+		st = d.newStream(s, p.prefix, true, o.Time)
+	case ex.stream != nil:
+		st = ex.stream
+	case ex.resume != nil && ex.resume.active && ex.resume.stream >= 0:
+		st = s.streams[ex.resume.stream]
+	default:
+		st = d.newStream(s, "", false, o.Time)
+	}
+	if st == nil {
+		return
+	}
+	if ex.stream == nil {
+		ex.stream = st
+	}
+	if ex.gap {
+		st.gap = true
+	}
+	d.checkOrder(ex, s, st, p, o)
+	if len(s.events) >= d.cfg.MaxEventsIndexedPerSession {
+		if !s.indexFull {
+			s.indexFull = true
+		}
+		d.limitHit("MaxEventsIndexedPerSession", o.Time, s, "event index")
+		return
+	}
+	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data, priming: priming}
+	if priming && len(st.priming) < maxPrimingPositions {
+		st.priming = append(st.priming, st.next)
+	}
+	st.next++
+}
+
+// checkOrder raises event_id_reset when a new id is not after what its
+// shape says was already issued.
+func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, o *decode.Observation) {
+	if s.shape != shapeGoSDK && s.shape != shapeDecimal {
+		return
+	}
+	n := int64(p.num)
+	var why string
+	if st.maxNum >= 0 && n <= st.maxNum {
+		why = fmt.Sprintf("new id %s is not after %d, already issued on the same stream", o.Event.ID, st.maxNum)
+	} else if s.shape == shapeDecimal && s.decMax >= 0 && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
+		// mcp-go shares one counter between all sessions of a process, so
+		// ids jump forward; only going back means the counter restarted.
+		why = fmt.Sprintf("new id %s is below %d, issued in this session at %s", o.Event.ID, s.decMax, s.decMaxAt.Format("15:04:05.000"))
+	}
+	if n > st.maxNum {
+		st.maxNum = n
+	}
+	if s.shape == shapeDecimal && n > s.decMax {
+		s.decMax, s.decMaxAt = n, o.Time
+	}
+	if why == "" || !ex.once(onceReset) {
+		return
+	}
+	d.violation(&Violation{
+		Kind: KindEventIDReset, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(st),
+		Explanation: fmt.Sprintf("Event ids in session %s went backwards (%s). The server's counter or event store restarted "+
+			"while the session lived on, so ids the client already holds now name different events and a resume from them "+
+			"replays or skips the wrong ones. Check for a backend restart or failover that kept the session id but lost the store.", s.id, why),
+		Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", why)},
+	}, ex, s, o.Event.ID, "order")
+}
+
+func streamName(st *stream) string {
+	if st == nil {
+		return ""
+	}
+	if st.prefix != "" {
+		return st.prefix
+	}
+	return fmt.Sprintf("#%d", st.idx)
+}
+
+// onMessages handles the JSON-RPC messages of an event or body. replay is
+// true when they ride on an event id already issued (a replay): the event
+// checks judge those, not the message checks.
+func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode.Message, replay bool) {
+	s := ex.sess
+	for i := range msgs {
+		m := &msgs[i]
+		switch m.Type {
+		case decode.MsgResponse, decode.MsgError:
+			if ex.isInit && m.ProtocolVersion != "" {
+				ex.rev = m.ProtocolVersion
+				if s != nil {
+					s.rev, s.revFromInit = m.ProtocolVersion, true
+				}
+			}
+			if s != nil && !ex.sessionless && !s.removed && m.ID != "" {
+				d.deliverResponse(ex, s, o, m, replay)
+			}
+		case decode.MsgNotification:
+			if m.Method == "notifications/progress" && m.HasProgress && !replay && s != nil && !ex.sessionless && !s.removed {
+				d.checkProgress(ex, s, o, m)
+			}
+		}
+	}
+}
+
+func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observation, m *decode.Message, replay bool) {
+	c := s.calls[m.ID]
+	if c != nil && c.answered {
+		if replay || !ex.once(onceDupResponse) {
+			return
+		}
+		same := "the same result"
+		if c.resultHash != m.ResultHash {
+			same = "a different result"
+		}
+		d.violation(&Violation{
+			Kind: KindDuplicateDelivery, Time: o.Time, JSONRPCIDs: []string{m.ID}, Tool: c.tool, FirstEventID: eventID(o),
+			Explanation: fmt.Sprintf("Session %s delivered a second response to JSON-RPC request %s (%s, %s). The client "+
+				"resolves the request twice or drops one answer, and a tool result may be applied twice. Check the server's "+
+				"retry and replay paths for responses sent outside a resume.", s.id, m.ID, c.method, same),
+			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "JSON-RPC response", fmt.Sprintf("response to id %s, %s as first delivered", m.ID, same))},
+		}, ex, s, m.ID, "response")
+		return
+	}
+	if c == nil {
+		if s.answered >= d.cfg.MaxResponsesPerSession {
+			d.limitHit("MaxResponsesPerSession", o.Time, s, "duplicate response")
+			return
+		}
+		c = &call{id: m.ID}
+		s.calls[m.ID] = c
+	} else {
+		s.inflight--
+	}
+	if s.answered >= d.cfg.MaxResponsesPerSession {
+		// Keep the in-flight bookkeeping right but forget the id.
+		d.limitHit("MaxResponsesPerSession", o.Time, s, "duplicate response")
+		delete(s.calls, m.ID)
+	} else {
+		s.answered++
+	}
+	c.answered, c.resultHash = true, m.ResultHash
+	if c.ex == ex {
+		ex.answeredHere++
+	}
+	if c.token != "" && s.progress != nil {
+		delete(s.progress, c.token)
+	}
+}
+
+func eventID(o *decode.Observation) string {
+	if o.Event != nil && o.Event.HasID {
+		return o.Event.ID
+	}
+	return ""
+}
+
+func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation, m *decode.Message) {
+	last, seen := s.progress[m.ProgressToken]
+	if seen && m.Progress <= last {
+		if ex.once(onceProgress) {
+			d.violation(&Violation{
+				Kind: KindProgressReplay, Time: o.Time, FirstEventID: eventID(o),
+				Explanation: fmt.Sprintf("Progress for token %s in session %s went from %g to %g. Progress must increase; a "+
+					"repeat means a notification the client already acted on was delivered again (often a replay from the "+
+					"wrong cursor). Check the resume that preceded it and the server's progress reporting.", m.ProgressToken, s.id, last, m.Progress),
+				Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "notifications/progress", fmt.Sprintf("token %s progress %g after %g", m.ProgressToken, m.Progress, last))},
+			}, ex, s, m.ProgressToken, fmt.Sprint(m.Progress))
+		}
+		return
+	}
+	if !seen {
+		if s.progress == nil {
+			s.progress = map[string]float64{}
+		}
+		if len(s.progress) >= d.cfg.MaxProgressTokensPerSession {
+			d.limitHit("MaxProgressTokensPerSession", o.Time, s, "progress order")
+			return
+		}
+	}
+	s.progress[m.ProgressToken] = m.Progress
+}

@@ -1,0 +1,225 @@
+package detector
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// findingID is a deterministic id: SHA-256 over the kind and the evidence
+// that identifies a finding, truncated to 16 bytes. Only wire facts go in
+// (session ids, event ids, JSON-RPC ids, endpoints, the request's identity),
+// never ConnMeta.ID or wall clock, so two agents seeing the same traffic store
+// the same row.
+func findingID(kind string, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	for _, p := range parts {
+		// A separator that cannot occur in header values keeps
+		// ("ab","c") and ("a","bc") apart.
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:16])
+}
+
+var severities = map[Kind]Severity{
+	KindSessionSwap:                 SeverityCritical,
+	KindReplayedEvent:               SeverityCritical,
+	KindCrossStreamReplay:           SeverityCritical,
+	KindDuplicateDelivery:           SeverityHigh,
+	KindUnknownLastEventIDAccepted:  SeverityHigh,
+	KindEventIDReset:                SeverityHigh,
+	KindTruncatedResume:             SeverityHigh,
+	KindSilentReinitAfter404:        SeverityCritical,
+	KindIncompleteReplay:            SeverityHigh,
+	KindUnresumableClose:            SeverityMedium,
+	KindProgressReplay:              SeverityMedium,
+	KindResumeOnSessionlessRevision: SeverityMedium,
+}
+
+// SeverityOf returns the catalogue severity of kind.
+func SeverityOf(k Kind) Severity { return severities[k] }
+
+// requestIdentity names an exchange by what its request said on the wire.
+func (ex *exchange) requestIdentity() string {
+	var b strings.Builder
+	b.WriteString(ex.conn.Client.String())
+	b.WriteByte(' ')
+	b.WriteString(ex.method)
+	b.WriteByte(' ')
+	b.WriteString(ex.path)
+	b.WriteString(" session=")
+	b.WriteString(ex.reqSession)
+	if ex.hasCursor {
+		b.WriteString(" last-event-id=")
+		b.WriteString(ex.cursor)
+	}
+	for _, m := range ex.msgs {
+		b.WriteString(" rpc=")
+		b.WriteString(m.ID)
+		b.WriteString(m.Method)
+	}
+	return b.String()
+}
+
+func (ex *exchange) connString() string {
+	return ex.conn.Client.String() + "->" + ex.conn.Server.String()
+}
+
+func (ex *exchange) evidence(t time.Time, what, detail string) Evidence {
+	return Evidence{Time: t, Conn: ex.connString(), Exchange: ex.key.ex, What: what, Detail: detail}
+}
+
+// requestEvidence describes the request head of ex.
+func (ex *exchange) requestEvidence() Evidence {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", ex.method, ex.path)
+	if ex.hasReqSession {
+		fmt.Fprintf(&b, ", Mcp-Session-Id: %s", ex.reqSession)
+	} else {
+		b.WriteString(", no Mcp-Session-Id")
+	}
+	if ex.hasCursor {
+		fmt.Fprintf(&b, ", Last-Event-ID: %s", ex.cursor)
+	}
+	if ex.protoHeader != "" {
+		fmt.Fprintf(&b, ", MCP-Protocol-Version: %s", ex.protoHeader)
+	}
+	for _, m := range ex.msgs {
+		if m.Method != "" {
+			fmt.Fprintf(&b, ", JSON-RPC %s", m.Method)
+			if m.ID != "" {
+				fmt.Fprintf(&b, " id %s", m.ID)
+			}
+			if m.Tool != "" {
+				fmt.Fprintf(&b, " tool %s (params sha256 %s)", m.Tool, short(m.ParamsHash))
+			}
+		}
+	}
+	return ex.evidence(ex.start, "request", b.String())
+}
+
+// responseEvidence describes the response head of ex.
+func (ex *exchange) responseEvidence() Evidence {
+	d := "status " + strconv.Itoa(ex.status)
+	if ex.hasRespSession {
+		d += ", Mcp-Session-Id: " + ex.respSession
+	} else {
+		d += ", no Mcp-Session-Id"
+	}
+	if ex.sse {
+		d += ", text/event-stream"
+	}
+	return ex.evidence(ex.respAt, "response header", d)
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// violation fills the common fields of v from ex and s, gives it its id and
+// hands it to the sink. idParts identify this finding beyond kind, session
+// and request identity.
+func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...string) *Violation {
+	v.Severity = severities[v.Kind]
+	if s != nil {
+		if v.SessionID == "" {
+			v.SessionID = s.id
+		}
+		if v.ProtocolVersion == "" {
+			v.ProtocolVersion = s.rev
+		}
+		s.violations++
+	}
+	if ex != nil {
+		if v.Client == "" {
+			v.Client = ex.conn.Client.String()
+			v.Server = ex.conn.Server.String()
+		}
+		if v.ProtocolVersion == "" {
+			v.ProtocolVersion = ex.rev
+		}
+	}
+	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, v.Server, strings.Join(v.JSONRPCIDs, ",")}, idParts...)
+	if ex != nil {
+		parts = append(parts, ex.requestIdentity())
+	}
+	v.ID = findingID(string(v.Kind), parts...)
+	if ex != nil && ex.resume != nil && ex.resume.emitted == false {
+		ex.resume.violations = append(ex.resume.violations, v.ID)
+	}
+	d.stats.Violations[v.Kind]++
+	d.sink.Violation(v)
+	return v
+}
+
+// Unverifiable reasons. They are stable phrases: Stats counts by them.
+const (
+	ReasonCaptureGap        = "capture gap in the evidence"
+	ReasonStartNotCaptured  = "session start not captured"
+	ReasonCaptureEnded      = "capture ended with the stream open"
+	ReasonStreamCut         = "stream cut before the outcome was shown"
+	ReasonOwedNotReplayed   = "stream closed before the owed events were replayed"
+	ReasonLimitPrefix       = "limit hit: "
+	ReasonSessionEvicted    = "session evicted (limit hit: MaxSessions)"
+	ReasonIndexLimit        = ReasonLimitPrefix + "MaxEventsIndexedPerSession"
+	ReasonStreamLimit       = ReasonLimitPrefix + "MaxStreamsPerSession"
+	ReasonInflightLimit     = ReasonLimitPrefix + "MaxInflightPerSession"
+	ReasonResponsesLimit    = ReasonLimitPrefix + "MaxResponsesPerSession"
+	ReasonProgressLimit     = ReasonLimitPrefix + "MaxProgressTokensPerSession"
+	ReasonOpenExchangeLimit = ReasonLimitPrefix + "MaxOpenExchanges"
+)
+
+func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, reason string, idParts ...string) {
+	u := &Unverifiable{Time: t, Reason: reason, Check: check}
+	if s != nil {
+		u.SessionID = s.id
+		u.Client, u.Server = s.client.String(), s.server.String()
+	}
+	if ex != nil {
+		u.Client, u.Server = ex.conn.Client.String(), ex.conn.Server.String()
+		idParts = append(idParts, ex.requestIdentity())
+	}
+	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, u.Server}, idParts...)...)
+	d.stats.Unverifiable[reason]++
+	d.sink.Unverifiable(u)
+}
+
+// limitHit counts a bound being reached; the first time per session it also
+// records an Unverifiable so the gap in coverage is visible.
+func (d *Detector) limitHit(field string, t time.Time, s *session, check string) {
+	d.stats.LimitsHit[field]++
+	if s == nil {
+		return
+	}
+	bit := limitBit(field)
+	if s.limitsReported&bit != 0 {
+		return
+	}
+	s.limitsReported |= bit
+	d.unverifiable(t, s, nil, check, ReasonLimitPrefix+field)
+}
+
+func limitBit(field string) uint8 {
+	switch field {
+	case "MaxEventsIndexedPerSession":
+		return 1
+	case "MaxStreamsPerSession":
+		return 2
+	case "MaxInflightPerSession":
+		return 4
+	case "MaxResponsesPerSession":
+		return 8
+	case "MaxProgressTokensPerSession":
+		return 16
+	}
+	return 128
+}

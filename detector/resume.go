@@ -1,0 +1,340 @@
+package detector
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// resumeState follows one request carrying Last-Event-ID until its outcome
+// is known.
+type resumeState struct {
+	attempt ResumeAttempt
+	// active: the server accepted the resume (2xx, same session) and the
+	// stream is being judged against the cursor.
+	active bool
+	// stream/pos: where the cursor was issued; stream is -1 when the cursor
+	// is not in the index.
+	stream int32
+	pos    int32
+	// owedMax is the last position on the stream the server had sent
+	// before the break; expect is the next owed position not yet replayed.
+	owedMax, expect int32
+	moved           bool // a new event arrived: the server is past the replay
+	// go-sdk ids are dense: after cursor P_n the next event must be P_(n+1).
+	goPrefix     string
+	goNext       int64
+	goOK         bool
+	unverifiable string // why absence-based checks cannot be made
+	sawFirst     bool
+	delivered    int
+	violations   []string
+	emitted      bool
+}
+
+func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
+	rs := &resumeState{stream: -1}
+	rs.attempt = ResumeAttempt{
+		Time:            o.Time,
+		SessionID:       ex.reqSession,
+		LastEventID:     ex.cursor,
+		ProtocolVersion: ex.rev,
+		Client:          ex.conn.Client.String(),
+		Server:          ex.conn.Server.String(),
+	}
+	rs.attempt.ID = findingID("resume", ex.requestIdentity())
+	if ex.sess != nil {
+		ex.sess.resumes++
+	}
+	return rs
+}
+
+// resolveResume emits the attempt once. Any violation raised against it
+// makes it "violated" whatever outcome was otherwise reached.
+func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcome, reason string) {
+	rs := ex.resume
+	if rs == nil || rs.emitted {
+		return
+	}
+	rs.emitted = true
+	a := &rs.attempt
+	a.Status = ex.status
+	a.ResponseSession = ex.respSession
+	a.Replayed = rs.delivered
+	a.ProtocolVersion = ex.rev
+	if ex.stream != nil {
+		a.StreamID = streamName(ex.stream)
+	} else if rs.stream >= 0 && ex.sess != nil && ex.sess.streams != nil {
+		a.StreamID = streamName(ex.sess.streams[rs.stream])
+	}
+	if len(rs.violations) > 0 {
+		outcome = ResumeViolated
+		reason = fmt.Sprintf("%d violation(s) raised against this resume", len(rs.violations))
+	}
+	a.Outcome, a.Reason, a.ViolationIDs = outcome, reason, rs.violations
+	d.stats.Resumes[outcome]++
+	if outcome == ResumeUnverifiable {
+		d.unverifiable(t, ex.sess, ex, "resume", unverifiableCode(reason), a.LastEventID)
+	}
+	d.sink.Resume(a)
+}
+
+// unverifiableCode maps a resume's detailed reason to the stable phrase
+// Stats counts by.
+func unverifiableCode(reason string) string {
+	switch reason {
+	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted:
+		return reason
+	}
+	return "resume outcome not shown by the capture"
+}
+
+// resolveRejected: the server answered the resume with an error status.
+func (d *Detector) resolveRejected(ex *exchange, outcome ResumeOutcome) {
+	if ex.resume == nil || outcome == "" {
+		return
+	}
+	d.resolveResume(ex, ex.respAt, outcome, "server answered "+strconv.Itoa(ex.status))
+}
+
+// resumeResponse judges a 2xx answer to a resume in the same session.
+func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
+	rs, s := ex.resume, ex.sess
+	if rs.emitted {
+		return
+	}
+	if len(rs.violations) > 0 {
+		d.resolveResume(ex, o.Time, ResumeViolated, "")
+		return
+	}
+	ref, known := s.events[ex.cursor]
+	if _, cut := s.partial[ex.cursor]; cut && !known {
+		d.truncatedResume(ex, s, o)
+		d.resolveResume(ex, o.Time, ResumeViolated, "")
+		return
+	}
+	rs.active = true
+	if p := parseEventID(ex.cursor); p.shape == shapeGoSDK && (s.shape == shapeGoSDK || s.shape == shapeNone) {
+		rs.goPrefix, rs.goNext, rs.goOK = p.prefix, int64(p.num)+1, true
+	}
+	if known {
+		st := s.streams[ref.stream]
+		rs.stream, rs.pos = ref.stream, ref.pos
+		rs.owedMax, rs.expect = st.next-1, ref.pos+1
+		ex.stream = st
+		if st.gap || ex.gap {
+			rs.unverifiable = ReasonCaptureGap
+		}
+		return
+	}
+	switch {
+	case !s.startSeen:
+		rs.unverifiable = ReasonStartNotCaptured
+	case s.indexFull:
+		rs.unverifiable = ReasonIndexLimit
+	case s.gap || ex.gap:
+		rs.unverifiable = ReasonCaptureGap
+	case !ex.sse:
+		rs.unverifiable = "resume answered without a stream"
+	default:
+		d.violation(&Violation{
+			Kind: KindUnknownLastEventIDAccepted, Time: o.Time, LastEventID: ex.cursor,
+			Explanation: fmt.Sprintf("The client resumed session %s from event id %s, which this session never issued "+
+				"(its whole history was captured), and the server answered %d with a stream instead of rejecting it. The "+
+				"client now believes it is continuing its stream, but whatever follows is not the continuation of what it "+
+				"holds. Check that the server validates Last-Event-ID against the session's event store and answers 400/404 "+
+				"when it cannot replay.", s.id, ex.cursor, ex.status),
+			Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
+				ex.evidence(o.Time, "event index", fmt.Sprintf("%d event ids indexed for session %s since its initialize; %s is not among them", len(s.events), s.id, ex.cursor))},
+		}, ex, s)
+	}
+}
+
+func (d *Detector) truncatedResume(ex *exchange, s *session, o *decode.Observation) {
+	d.violation(&Violation{
+		Kind: KindTruncatedResume, Time: o.Time, LastEventID: ex.cursor,
+		Explanation: fmt.Sprintf("A stream of session %s was cut in the middle of event %s: its id line arrived but the "+
+			"event never completed. The client then resumed with Last-Event-ID %s, telling the server it had that event, "+
+			"so the server replays from after it and the event is lost to the client for good. Check the client's SSE "+
+			"parser: the last event id must only be committed when the event is dispatched.", s.id, ex.cursor, ex.cursor),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
+			ex.evidence(o.Time, "stream end", fmt.Sprintf("an earlier stream of this session ended mid-event with partial id %s", ex.cursor))},
+	}, ex, s, "partial")
+}
+
+// resumeEvent judges one non-priming event on an accepted resume.
+func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known bool, ref eventRef) {
+	rs, s, ev := ex.resume, ex.sess, o.Event
+	if !rs.emitted {
+		rs.delivered++
+	}
+	if !rs.sawFirst {
+		rs.sawFirst = true
+		if ev.HasID {
+			rs.attempt.FirstEventID = ev.ID
+		}
+		if ev.HasID && ev.ID == ex.cursor && ex.once(onceReplayed) {
+			d.replayed(ex, s, o, "the first event after the resume has the id the client resumed from")
+		}
+	}
+	if known && rs.stream >= 0 {
+		switch {
+		case ref.stream != rs.stream:
+			if ex.once(onceCross) {
+				d.crossStream(ex, s, o, ref)
+			}
+		case ref.pos <= rs.pos:
+			if ex.once(onceReplayed) {
+				d.replayed(ex, s, o, fmt.Sprintf("event %s was at position %d of the stream, at or before the cursor's position %d", ev.ID, ref.pos, rs.pos))
+			}
+		default:
+			if ref.pos > rs.expect {
+				d.checkOwed(ex, s, o, ref.pos)
+			}
+			if ref.pos+1 > rs.expect {
+				rs.expect = ref.pos + 1
+			}
+		}
+	} else if !known {
+		rs.moved = true
+		if rs.stream >= 0 {
+			d.checkOwed(ex, s, o, rs.owedMax+1)
+		}
+	}
+	if ev.HasID && rs.goOK {
+		if p := parseEventID(ev.ID); p.shape == shapeGoSDK && p.prefix == rs.goPrefix {
+			n := int64(p.num)
+			switch {
+			case n < rs.goNext-1 && !known && ex.once(onceReplayed):
+				d.replayed(ex, s, o, fmt.Sprintf("go-sdk index %d is not after the cursor's index %d", n, rs.goNext-1))
+			case n > rs.goNext && !ex.gap && rs.unverifiable != ReasonCaptureGap && ex.once(onceIncomplete):
+				d.incomplete(ex, s, o, fmt.Sprintf("go-sdk ids are dense per stream: after %s_%d came %s, so %d event(s) were never delivered", rs.goPrefix, rs.goNext-1, ev.ID, n-rs.goNext))
+			}
+			if n >= rs.goNext {
+				rs.goNext = n + 1
+			}
+		}
+	}
+	// The outcome is known once the replay is over: the cursor was not
+	// indexed (nothing owed we could know of), every owed event came, or
+	// the server moved on to new events.
+	if !rs.emitted && (rs.stream < 0 || rs.moved || rs.expect > rs.owedMax) {
+		d.finishResume(ex, o.Time)
+	}
+}
+
+// checkOwed raises incomplete_replay when a non-priming position in
+// [rs.expect, upto) was skipped.
+func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32) {
+	rs := ex.resume
+	st := s.streams[rs.stream]
+	missing := 0
+	for p := rs.expect; p < upto && p <= rs.owedMax; p++ {
+		if !st.isPriming(p) {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return
+	}
+	if rs.unverifiable != "" || ex.gap {
+		return // lost bytes could hold the missing events
+	}
+	if ex.once(onceIncomplete) {
+		d.incomplete(ex, s, o, fmt.Sprintf("%d event(s) the server sent on stream %s after the cursor (positions %d..%d) before the break were skipped; %s arrived instead", missing, streamName(st), rs.expect, upto-1, describeEvent(o)))
+	}
+}
+
+func describeEvent(o *decode.Observation) string {
+	if o.Event.HasID {
+		return "event " + o.Event.ID
+	}
+	return "an event without id"
+}
+
+func (d *Detector) finishResume(ex *exchange, t time.Time) {
+	rs := ex.resume
+	switch {
+	case rs.unverifiable != "" && len(rs.violations) == 0:
+		d.resolveResume(ex, t, ResumeUnverifiable, rs.unverifiable)
+	default:
+		d.resolveResume(ex, t, ResumeResumed, "same session; the stream continued strictly after the cursor")
+	}
+}
+
+// resumeEnd resolves a resume whose stream ended before its outcome showed.
+func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
+	rs := ex.resume
+	if !rs.active {
+		reason := ReasonStreamCut
+		if !ex.hasResponse {
+			reason = "no response captured"
+		}
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
+		return
+	}
+	switch o.End.How {
+	case decode.EndClean:
+		owed := 0
+		if rs.stream >= 0 {
+			st := ex.sess.streams[rs.stream]
+			for p := rs.expect; p <= rs.owedMax; p++ {
+				if !st.isPriming(p) {
+					owed++
+				}
+			}
+		}
+		if owed > 0 {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonOwedNotReplayed)
+			return
+		}
+		if rs.unverifiable != "" {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.unverifiable)
+			return
+		}
+		d.resolveResume(ex, o.Time, ResumeResumed, "same session; the stream closed cleanly with nothing owed (polling)")
+	case decode.EndGap:
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureGap)
+	case decode.EndUnknown:
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureEnded)
+	default:
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonStreamCut)
+	}
+}
+
+func (d *Detector) replayed(ex *exchange, s *session, o *decode.Observation, why string) {
+	d.violation(&Violation{
+		Kind: KindReplayedEvent, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(ex.stream),
+		Explanation: fmt.Sprintf("The client resumed session %s from event %s and the server sent it an event it already had "+
+			"(%s). The client appends it again: a progress notification or tool result it already acted on is acted on twice. "+
+			"Check the event store's replay: it must return only events strictly after Last-Event-ID.", s.id, ex.cursor, why),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+	}, ex, s, o.Event.ID)
+}
+
+func (d *Detector) crossStream(ex *exchange, s *session, o *decode.Observation, ref eventRef) {
+	cur := s.streams[ex.resume.stream]
+	orig := s.streams[ref.stream]
+	why := fmt.Sprintf("event %s was first sent on stream %s, but the resume continues stream %s", o.Event.ID, streamName(orig), streamName(cur))
+	d.violation(&Violation{
+		Kind: KindCrossStreamReplay, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(cur),
+		Explanation: fmt.Sprintf("The client resumed stream %s of session %s from event %s and the server replayed an event "+
+			"from another stream (%s). The spec forbids it: the client mixes another request's messages into this one "+
+			"and may resolve the wrong request. Check how the event store maps Last-Event-ID to its stream.", streamName(cur), s.id, ex.cursor, why),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+	}, ex, s, o.Event.ID)
+}
+
+func (d *Detector) incomplete(ex *exchange, s *session, o *decode.Observation, why string) {
+	d.violation(&Violation{
+		Kind: KindIncompleteReplay, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(ex.stream),
+		Explanation: fmt.Sprintf("The client resumed session %s from event %s and the server accepted, but the replay left "+
+			"out events it had sent after that cursor (%s). The client never receives them: a response or notification is "+
+			"silently lost. Check the event store: it must replay every event after the cursor or refuse the resume, never "+
+			"return partial results.", s.id, ex.cursor, why),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+	}, ex, s)
+}

@@ -1,0 +1,270 @@
+package detector
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// eventRef is where an event id was first issued in a session. It is kept
+// small and pointer-free because there is one per event id.
+type eventRef struct {
+	stream  int32 // index into session.streams
+	pos     int32 // position of first appearance on that logical stream
+	at      int64 // capture time, unix nanoseconds
+	data    uint64
+	priming bool
+}
+
+// maxPrimingPositions bounds the priming positions remembered per stream;
+// real servers prime once per stream plus once per replay (Python).
+const maxPrimingPositions = 64
+
+// maxPartialIDsPerSession bounds the ids of events cut mid-event that a
+// session remembers for truncated_resume.
+const maxPartialIDsPerSession = 64
+
+// stream is one logical SSE stream of a session: a POST response stream or
+// the standalone GET stream, continued across resumes.
+type stream struct {
+	idx     int32
+	prefix  string // id prefix when the id shape names streams
+	next    int32  // next position to hand out
+	maxNum  int64  // highest go-sdk index / decimal value of a new id; -1 none
+	gap     bool   // some exchange carrying it lost bytes
+	priming []int32
+}
+
+func (st *stream) isPriming(pos int32) bool {
+	for _, p := range st.priming {
+		if p == pos {
+			return true
+		}
+	}
+	return false
+}
+
+// call is one JSON-RPC request the client sent in a session.
+type call struct {
+	id, method, tool, paramsHash, token string
+	at                                  time.Time
+	ex                                  *exchange
+	answered                            bool
+	resultHash                          string
+	// cut: the stream that should carry the response ended without it.
+	cut bool
+	// unknown: an UnknownOutcome was already made for it.
+	unknown bool
+}
+
+// session is all the detector knows about one Mcp-Session-Id.
+type session struct {
+	id             string
+	rev            string
+	revFromInit    bool
+	client, server netip.AddrPort
+	startSeen      bool
+	firstSeen      time.Time
+	lastSeen       time.Time
+
+	ended   string // "" while alive; else the SessionSummary.Ended value
+	gone    bool   // the server answered 404 for it
+	deleted bool
+	removed bool // dropped from the table (expiry, eviction)
+	gap     bool
+
+	streams        []*stream
+	streamByPrefix map[string]int32
+	events         map[string]eventRef
+	indexFull      bool
+	partial        map[string]struct{}
+	shape          idShape
+	decMax         int64
+	decMaxAt       time.Time
+
+	calls        map[string]*call // JSON-RPC id -> call
+	inflight     int
+	answered     int
+	responsesCut bool             // answered ids were dropped: duplicate checks incomplete
+	toolCalls    map[string]*call // tool + params hash -> last such call
+	progress     map[string]float64
+
+	requests, eventsN, resumes, violations int
+
+	prev, linkConf string
+	lostAt         time.Time
+	lostHow        string
+	lostConn       decode.Conn
+	pendingUnknown []*UnknownOutcome
+	reinitFlagged  bool // form 3 of silent_reinit_after_404 already raised
+
+	swappedFrom    *session
+	limitsReported uint8
+
+	// LRU list by last activity, oldest at d.lruTail.
+	newer, older *session
+}
+
+func newSession(id string, o *decode.Observation) *session {
+	return &session{
+		id:        id,
+		client:    o.Conn.Client,
+		server:    o.Conn.Server,
+		firstSeen: o.Time,
+		lastSeen:  o.Time,
+		events:    map[string]eventRef{},
+		calls:     map[string]*call{},
+		decMax:    -1,
+	}
+}
+
+func (s *session) revision() string {
+	if s.rev == "" {
+		return revDefault
+	}
+	return s.rev
+}
+
+// session returns the live session id, creating it (start not captured)
+// when unknown.
+func (d *Detector) session(id string, o *decode.Observation) *session {
+	if s, ok := d.sessions[id]; ok {
+		d.touch(s, o.Time)
+		return s
+	}
+	if len(d.sessions) >= d.cfg.MaxSessions {
+		d.evictOldest(o.Time)
+	}
+	s := newSession(id, o)
+	d.sessions[id] = s
+	d.stats.SessionsSeen++
+	d.pushFront(s)
+	return s
+}
+
+func (d *Detector) touch(s *session, t time.Time) {
+	if t.After(s.lastSeen) {
+		s.lastSeen = t
+	}
+	if d.lruHead == s {
+		return
+	}
+	d.unlink(s)
+	d.pushFront(s)
+}
+
+func (d *Detector) pushFront(s *session) {
+	s.older = d.lruHead
+	s.newer = nil
+	if d.lruHead != nil {
+		d.lruHead.newer = s
+	}
+	d.lruHead = s
+	if d.lruTail == nil {
+		d.lruTail = s
+	}
+}
+
+func (d *Detector) unlink(s *session) {
+	if s.newer != nil {
+		s.newer.older = s.older
+	} else if d.lruHead == s {
+		d.lruHead = s.older
+	}
+	if s.older != nil {
+		s.older.newer = s.newer
+	} else if d.lruTail == s {
+		d.lruTail = s.newer
+	}
+	s.newer, s.older = nil, nil
+}
+
+func (d *Detector) evictOldest(t time.Time) {
+	s := d.lruTail
+	if s == nil {
+		return
+	}
+	d.stats.LimitsHit["MaxSessions"]++
+	d.unverifiable(t, s, nil, "session", ReasonSessionEvicted)
+	d.removeSession(s, "evicted")
+}
+
+// expire drops sessions idle longer than SessionIdleTimeout. The LRU list is
+// ordered by activity, so only its old end is looked at.
+func (d *Detector) expire(now time.Time) {
+	for s := d.lruTail; s != nil && now.Sub(s.lastSeen) > d.cfg.SessionIdleTimeout; s = d.lruTail {
+		d.removeSession(s, "expired")
+	}
+}
+
+// removeSession takes s out of the table, summarising it if it had not
+// ended yet and flushing unknown outcomes it still held.
+func (d *Detector) removeSession(s *session, how string) {
+	d.unlink(s)
+	delete(d.sessions, s.id)
+	s.removed = true
+	if s.ended == "" {
+		d.endSession(s, how)
+	}
+	d.flushUnknown(s)
+	// Free the big maps now: exchanges may still point at s.
+	s.events, s.calls, s.toolCalls, s.progress, s.partial = nil, nil, nil, nil, nil
+}
+
+// endSession emits the summary once.
+func (d *Detector) endSession(s *session, how string) {
+	if s.ended != "" {
+		return
+	}
+	s.ended = how
+	d.stats.SessionsEnded[how]++
+	d.sink.Session(&SessionSummary{
+		SessionID:       s.id,
+		ProtocolVersion: s.revision(),
+		Client:          s.client.String(),
+		Server:          s.server.String(),
+		FirstSeen:       s.firstSeen,
+		LastSeen:        s.lastSeen,
+		StartSeen:       s.startSeen,
+		Requests:        s.requests,
+		Events:          s.eventsN,
+		Streams:         len(s.streams),
+		Resumes:         s.resumes,
+		Violations:      s.violations,
+		Ended:           how,
+		PreviousSession: s.prev,
+		LinkConfidence:  s.linkConf,
+	})
+}
+
+func (d *Detector) flushUnknown(s *session) {
+	for _, u := range s.pendingUnknown {
+		d.stats.UnknownOutcomes++
+		d.sink.UnknownOutcome(u)
+	}
+	s.pendingUnknown = nil
+}
+
+// streamFor returns the logical stream for a new stream prefix or exchange,
+// or nil when MaxStreamsPerSession is reached.
+func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.Time) *stream {
+	if hasPrefix {
+		if i, ok := s.streamByPrefix[prefix]; ok {
+			return s.streams[i]
+		}
+	}
+	if len(s.streams) >= d.cfg.MaxStreamsPerSession {
+		d.limitHit("MaxStreamsPerSession", t, s, "event order")
+		return nil
+	}
+	st := &stream{idx: int32(len(s.streams)), prefix: prefix, maxNum: -1}
+	s.streams = append(s.streams, st)
+	if hasPrefix {
+		if s.streamByPrefix == nil {
+			s.streamByPrefix = map[string]int32{}
+		}
+		s.streamByPrefix[prefix] = st.idx
+	}
+	return st
+}

@@ -1,0 +1,45 @@
+package detector
+
+import "maps"
+
+// Stats counts what the detector has done. Maps are keyed by the names in
+// the output contract (resume outcomes, violation kinds, unverifiable
+// reasons, Config field names for limits), so they can be exported as
+// labelled metrics directly.
+type Stats struct {
+	Observations    int64
+	Malformed       int64 // observations missing the part their Kind promises
+	MCPExchanges    int64
+	NonMCPExchanges int64 // HTTP on the same port that is not MCP: ignored
+	Sessionless     int64 // MCP exchanges without any session id (stateless servers)
+	SessionsSeen    int64
+	SessionsActive  int
+	SessionsEnded   map[string]int64 // by SessionSummary.Ended
+	Resumes         map[ResumeOutcome]int64
+	Violations      map[Kind]int64
+	Unverifiable    map[string]int64 // by Unverifiable.Reason
+	UnknownOutcomes int64
+	LimitsHit       map[string]int64 // by the Config field whose bound was reached
+}
+
+func newStats() Stats {
+	return Stats{
+		SessionsEnded: map[string]int64{},
+		Resumes:       map[ResumeOutcome]int64{},
+		Violations:    map[Kind]int64{},
+		Unverifiable:  map[string]int64{},
+		LimitsHit:     map[string]int64{},
+	}
+}
+
+// Stats returns a copy of the counters.
+func (d *Detector) Stats() Stats {
+	s := d.stats
+	s.SessionsActive = len(d.sessions)
+	s.SessionsEnded = maps.Clone(d.stats.SessionsEnded)
+	s.Resumes = maps.Clone(d.stats.Resumes)
+	s.Violations = maps.Clone(d.stats.Violations)
+	s.Unverifiable = maps.Clone(d.stats.Unverifiable)
+	s.LimitsHit = maps.Clone(d.stats.LimitsHit)
+	return s
+}
