@@ -136,12 +136,11 @@ func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 	if d.ex != nil {
 		exIndex = d.ex.index
 	}
-	c.emit(&Observation{Kind: KindGap, Time: ts, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost}})
-	if c.dead || d.state == stDone {
-		return
+	if !c.dead && d.state != stDone {
+		d.abort(EndGap)
+		d.enterSync()
 	}
-	d.abort(EndGap)
-	d.enterSync()
+	c.emit(&Observation{Kind: KindGap, Time: ts, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost}})
 }
 
 // Fin implements TCPStream.

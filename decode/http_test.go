@@ -1,0 +1,173 @@
+package decode
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// summary is a compact, assertable form of observations.
+func summary(obs []*Observation) string {
+	var parts []string
+	for _, o := range obs {
+		var s string
+		switch o.Kind {
+		case KindRequest:
+			s = fmt.Sprintf("req%d %s %s", o.Exchange, o.Request.Method, o.Request.Path)
+			if o.Request.BodyIncomplete {
+				s += " incomplete"
+			}
+			if len(o.Request.Messages) > 0 {
+				s += " " + o.Request.Messages[0].Method
+			}
+		case KindResponse:
+			s = fmt.Sprintf("resp%d %d", o.Exchange, o.Response.Status)
+			if o.Request == nil {
+				s += " unpaired"
+			}
+		case KindEvent:
+			s = fmt.Sprintf("event%d %q", o.Exchange, o.Event.ID)
+		case KindBody:
+			s = fmt.Sprintf("body%d %s", o.Exchange, o.Body.Messages[0].Type)
+		case KindEnd:
+			s = fmt.Sprintf("end%d %s", o.Exchange, o.End.How)
+			if o.End.HasPartialID {
+				s += fmt.Sprintf(" partial=%q", o.End.PartialID)
+			}
+		case KindGap:
+			s = "gap"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// splitAt cuts every data step in two at offset n.
+func splitAt(n int) splitter {
+	return func(b []byte) [][]byte {
+		if n <= 0 || n >= len(b) {
+			return [][]byte{b}
+		}
+		return [][]byte{b[:n], b[n:]}
+	}
+}
+
+func TestHTTPFraming(t *testing.T) {
+	const rpc = `{"jsonrpc":"2.0","id":1,"result":{}}` // 36 bytes
+	tests := []struct {
+		name   string
+		script string
+		want   string
+	}{
+		{name: "content-length keep-alive",
+			script: "c> GET /a HTTP/1.1\\r\\n\\r\\nGET /b HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 36\\r\\n\\r\\n" + rpc + "HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nhi",
+			want:   "req1 GET /a; req2 GET /b; resp1 200; body1 response; end1 clean; resp2 200; end2 clean"},
+		{name: "request body by content-length",
+			script: "c> POST /mcp HTTP/1.1\\r\\nContent-Length: 40\\r\\n\\r\\n{\"jsonrpc\":\"2.0\",\"method\":\"initialized\"}\ns> HTTP/1.1 202 Accepted\\r\\nContent-Length: 0\\r\\n\\r\\n",
+			want:   "req1 POST /mcp initialized; resp1 202; end1 clean"},
+		{name: "chunked with extensions and trailers",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nTransfer-Encoding: gzip, chunked\\r\\nContent-Type: application/json\\r\\n\\r\\n24;a=b;c=\"d\"\\r\\n" + rpc + "\\r\\n0;last\\r\\nT1: x\\r\\nT2: y\\r\\n\\r\\n",
+			want:   "req1 GET /; resp1 200; body1 response; end1 clean"},
+		{name: "chunked with bare LF",
+			script: "c> GET / HTTP/1.1\\n\\n\ns> HTTP/1.1 200 OK\\nTransfer-Encoding: chunked\\n\\n2\\nhi\\n0\\n\\n",
+			want:   "req1 GET /; resp1 200; end1 clean"},
+		{name: "body delimited by close",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n\\r\\n" + rpc + "\nfin s",
+			want:   "req1 GET /; resp1 200; body1 response; end1 clean"},
+		{name: "content-length cut by FIN",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 99\\r\\n\\r\\nshort\nfin s",
+			want:   "req1 GET /; resp1 200; end1 truncated"},
+		{name: "interim responses skipped",
+			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 2\\r\\nExpect: 100-continue\\r\\n\\r\\n\ns> HTTP/1.1 100 Continue\\r\\n\\r\\nHTTP/1.1 103 Early Hints\\r\\nLink: x\\r\\n\\r\\n\nc> {}\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n",
+			want:   "req1 POST /; resp1 200; end1 clean"},
+		{name: "HEAD 204 304 have no body",
+			script: "c> HEAD / HTTP/1.1\\r\\n\\r\\nGET /x HTTP/1.1\\r\\n\\r\\nGET /y HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 10\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\nHTTP/1.1 204 No Content\\r\\n\\r\\nHTTP/1.1 304 Not Modified\\r\\nContent-Length: 5\\r\\n\\r\\n",
+			want:   "req1 HEAD /; req2 GET /x; req3 GET /y; resp1 200; end1 clean; resp2 204; end2 clean; resp3 304; end3 clean"},
+		{name: "response before request unpaired",
+			script: "nosyn\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n",
+			want:   "resp1 200 unpaired; end1 clean"},
+		{name: "server speaks first is still the server",
+			script: "s> HTTP/1.1 408 Request Timeout\\r\\nContent-Length: 0\\r\\n\\r\\n\nc> GET / HTTP/1.1\\r\\n\\r\\n",
+			want:   "resp1 408 unpaired; end1 clean; req2 GET /"},
+		{name: "request cut by FIN",
+			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 10\\r\\n\\r\\nabc\nfin c",
+			want:   "req1 POST / incomplete"},
+		{name: "request cut by gap then resync",
+			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 10\\r\\n\\r\\nabc\ngap c 4\nc> zzz\\r\\nGET /next HTTP/1.1\\r\\n\\r\\n",
+			want:   "req1 POST / incomplete; gap; req2 GET /next"},
+		{name: "sse event split and partial at reset",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\n\\r\\nid: 1\\r\ns> \\ndata: a\\r\\n\\r\\nid: 2\\r\\ndata: b\\r\\n\nclose reset",
+			want:   `req1 GET /; resp1 200; event1 "1"; end1 reset partial="2"`},
+		{name: "sse with content-length",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\nContent-Length: 21\\r\\n\\r\\nid: 1\\ndata: a\\n\\nid: 9\\n",
+			want:   `req1 GET /; resp1 200; event1 "1"; end1 truncated partial="9"`},
+		{name: "bad content-length resyncs",
+			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 1x\\r\\n\\r\\nGET /ok HTTP/1.1\\r\\n\\r\\n",
+			want:   "req1 POST / incomplete; req2 GET /ok"},
+		{name: "conflicting content-length resyncs",
+			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 1\\r\\nContent-Length: 2\\r\\n\\r\\nGET /ok HTTP/1.1\\r\\n\\r\\n",
+			want:   "req1 POST / incomplete; req2 GET /ok"},
+		{name: "upgrade stops parsing",
+			script: "c> GET /ws HTTP/1.1\\r\\nUpgrade: websocket\\r\\n\\r\\n\ns> HTTP/1.1 101 Switching Protocols\\r\\n\\r\\n\\x81\\x05hello\nc> \\x81\\x85abcd",
+			want:   "req1 GET /ws"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := parseScript(t, tt.script)
+			obs, _ := run(t, DefaultConfig(), whole, sc)
+			if got := summary(obs); got != tt.want {
+				t.Fatalf("\n got %s\nwant %s", got, tt.want)
+			}
+			want := render(obs)
+			maxLen := 0
+			for _, st := range sc.steps {
+				maxLen = max(maxLen, len(st.data))
+			}
+			for n := 1; n < maxLen; n++ {
+				obs, _ := run(t, DefaultConfig(), splitAt(n), sc)
+				if got := render(obs); got != want {
+					t.Fatalf("split at %d differs:\n%s\nwant\n%s", n, got, want)
+				}
+			}
+			for _, split := range []splitter{byteByByte, randomPieces(7)} {
+				obs, _ := run(t, DefaultConfig(), split, sc)
+				if got := render(obs); got != want {
+					t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPHeaders(t *testing.T) {
+	tests := []struct {
+		name   string
+		header string
+		check  func(r *Request) bool
+	}{
+		{"Last-Event-ID", "Last-Event-ID: 3_1", func(r *Request) bool { return r.HasLastEventID && r.LastEventID == "3_1" }},
+		{"Last-Event-Id", "Last-Event-Id: 3_1", func(r *Request) bool { return r.HasLastEventID && r.LastEventID == "3_1" }},
+		{"last-event-id", "last-event-id:3_1  ", func(r *Request) bool { return r.HasLastEventID && r.LastEventID == "3_1" }},
+		{"empty Last-Event-ID is present", "Last-Event-ID:", func(r *Request) bool { return r.HasLastEventID && r.LastEventID == "" }},
+		{"mcp-session-id", "mcp-session-id: abc", func(r *Request) bool { return r.HasSessionID && r.SessionID == "abc" && r.MCP }},
+		{"protocol version", "MCP-PROTOCOL-VERSION: 2025-06-18", func(r *Request) bool { return r.ProtocolVersion == "2025-06-18" && r.MCP }},
+		{"obs-fold", "Mcp-Session-Id: a\\r\\n\\tb", func(r *Request) bool { return r.SessionID == "a b" }},
+		{"authorization hashed", "Authorization: Bearer x", func(r *Request) bool {
+			return r.AuthHash == "e5f7ae6ad8d2d8d0ac8ec5d9ccd0f22e5e58bd9ea3f8fb0ad9fc1aee6b95bea5"[:0]+r.AuthHash && len(r.AuthHash) == 64 && !strings.Contains(fmt.Sprintf("%+v", *r), "Bearer")
+		}},
+		{"cookie dropped", "Cookie: secret=1", func(r *Request) bool { return !strings.Contains(fmt.Sprintf("%+v", *r), "secret") }},
+		{"plain request is not MCP", "Accept: */*", func(r *Request) bool { return !r.MCP && r.Accept == "*/*" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := parseScript(t, "c> GET /mcp HTTP/1.1\\r\\n"+tt.header+"\\r\\n\\r\\n")
+			obs, _ := run(t, DefaultConfig(), whole, sc)
+			if len(obs) != 1 || obs[0].Kind != KindRequest {
+				t.Fatalf("got %s", summary(obs))
+			}
+			if !tt.check(obs[0].Request) {
+				t.Errorf("request %+v", *obs[0].Request)
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package decode
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestPeekJSONRPC(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     string
+		isJSON bool
+		batch  bool
+		want   []Message // hashes are checked separately
+	}{
+		{name: "request", in: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, isJSON: true,
+			want: []Message{{Type: MsgRequest, ID: "1", Method: "tools/list"}}},
+		{name: "string id kept as JSON", in: `{"jsonrpc":"2.0","id":"a b","method":"ping"}`, isJSON: true,
+			want: []Message{{Type: MsgRequest, ID: `"a b"`, Method: "ping"}}},
+		{name: "notification", in: `{"jsonrpc":"2.0","method":"notifications/initialized"}`, isJSON: true,
+			want: []Message{{Type: MsgNotification, Method: "notifications/initialized"}}},
+		{name: "response", in: `{"jsonrpc":"2.0","id":3,"result":{}}`, isJSON: true,
+			want: []Message{{Type: MsgResponse, ID: "3"}}},
+		{name: "null result is a response", in: `{"jsonrpc":"2.0","id":3,"result":null}`, isJSON: true,
+			want: []Message{{Type: MsgResponse, ID: "3"}}},
+		{name: "error", in: `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`, isJSON: true,
+			want: []Message{{Type: MsgError, ID: "null", ErrorCode: -32001}}},
+		{name: "wrong version", in: `{"jsonrpc":"1.0","id":1,"method":"x"}`, isJSON: true, want: []Message{{Type: MsgInvalid}}},
+		{name: "no jsonrpc member", in: `{"status":"ok"}`, isJSON: true, want: []Message{{Type: MsgInvalid}}},
+		{name: "neither method nor result", in: `{"jsonrpc":"2.0","id":1}`, isJSON: true, want: []Message{{Type: MsgInvalid, ID: "1"}}},
+		{name: "method of wrong type", in: `{"jsonrpc":"2.0","id":1,"method":5}`, isJSON: true, want: []Message{{Type: MsgInvalid}}},
+		{name: "not JSON", in: `<html>`, isJSON: false},
+		{name: "broken JSON", in: `{"jsonrpc":"2.0",`, isJSON: false},
+		{name: "scalar", in: `42`, isJSON: false},
+		{name: "empty batch", in: `[]`, isJSON: true, batch: true, want: []Message{{Type: MsgInvalid}}},
+		{name: "batch", in: ` [{"jsonrpc":"2.0","id":1,"method":"a"}, {"jsonrpc":"2.0","method":"b"}, 7]`, isJSON: true, batch: true,
+			want: []Message{{Type: MsgRequest, ID: "1", Method: "a"}, {Type: MsgNotification, Method: "b"}, {Type: MsgInvalid}}},
+		{name: "tools/call", in: `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"secret":"x"},"_meta":{"progressToken":"tok"}}}`,
+			isJSON: true, want: []Message{{Type: MsgRequest, ID: "2", Method: "tools/call", Tool: "echo", ProgressToken: `"tok"`}}},
+		{name: "progress", in: `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":2.5,"total":10}}`,
+			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/progress", ProgressToken: "7", Progress: 2.5, HasProgress: true}}},
+		{name: "initialize request", in: `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}`,
+			isJSON: true, want: []Message{{Type: MsgRequest, ID: "0", Method: "initialize", ProtocolVersion: "2025-03-26"}}},
+		{name: "initialize result", in: `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","serverInfo":{}}}`,
+			isJSON: true, want: []Message{{Type: MsgResponse, ID: "0", ProtocolVersion: "2025-11-25"}}},
+	}
+	var pk Peeker
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msgs, batch, isJSON := pk.PeekJSONRPC([]byte(tt.in))
+			if isJSON != tt.isJSON || batch != tt.batch {
+				t.Fatalf("isJSON=%v batch=%v, want %v %v", isJSON, batch, tt.isJSON, tt.batch)
+			}
+			if len(msgs) != len(tt.want) {
+				t.Fatalf("got %d messages %+v, want %d", len(msgs), msgs, len(tt.want))
+			}
+			for i, m := range msgs {
+				if (m.Type == MsgRequest || m.Type == MsgNotification) && (m.ParamsHash == "") != !hasParams(tt.in, i) {
+					t.Errorf("message %d: ParamsHash %q", i, m.ParamsHash)
+				}
+				if (m.Type == MsgResponse) != (m.ResultHash != "") {
+					t.Errorf("message %d: ResultHash %q for %s", i, m.ResultHash, m.Type)
+				}
+				m.ParamsHash, m.ResultHash = "", ""
+				if m != tt.want[i] {
+					t.Errorf("message %d:\n got %+v\nwant %+v", i, m, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// hasParams says whether message i of a test input has params.
+func hasParams(in string, i int) bool {
+	var v any
+	if json.Unmarshal([]byte(in), &v) != nil {
+		return false
+	}
+	if arr, ok := v.([]any); ok {
+		v = arr[i]
+	}
+	obj, _ := v.(map[string]any)
+	_, ok := obj["params"]
+	return ok
+}
+
+func TestParamsHashCanonical(t *testing.T) {
+	const tmpl = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`
+	tests := []struct {
+		name string
+		a, b string
+		same bool
+	}{
+		{name: "reordered keys", a: `{"name":"t","arguments":{"x":1,"y":[1,{"b":2,"a":1}]}}`,
+			b: `{ "arguments" : { "y" : [ 1 , { "a" : 1 , "b" : 2 } ] , "x" : 1 } , "name" : "t" }`, same: true},
+		{name: "escaped spelling", a: `{"name":"\u0041\/"}`, b: `{"name":"A/"}`, same: true},
+		{name: "escaped key sorts by value", a: `{"\u0062":1,"a":2}`, b: `{"a":2,"b":1}`, same: true},
+		{name: "different value", a: `{"name":"t","arguments":{"x":1}}`, b: `{"name":"t","arguments":{"x":2}}`, same: false},
+		{name: "array order matters", a: `[1,2]`, b: `[2,1]`, same: false},
+	}
+	var pk Peeker
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ma, _, _ := pk.PeekJSONRPC([]byte(fmt.Sprintf(tmpl, 1, tt.a)))
+			mb, _, _ := pk.PeekJSONRPC([]byte(fmt.Sprintf(tmpl, 2, tt.b)))
+			if len(ma) != 1 || len(mb) != 1 || ma[0].ParamsHash == "" {
+				t.Fatalf("peek failed: %+v %+v", ma, mb)
+			}
+			if (ma[0].ParamsHash == mb[0].ParamsHash) != tt.same {
+				t.Errorf("hash equality = %v, want %v", ma[0].ParamsHash == mb[0].ParamsHash, tt.same)
+			}
+		})
+	}
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"b":1,"a":{"d":[3,{"z":0,"y":1}],"c":null}}`, `{"a":{"c":null,"d":[3,{"y":1,"z":0}]},"b":1}`},
+		{" [ true , false , -1.5e3 ] ", `[true,false,-1.5e3]`},
+		{`"tab\there\u00e9"`, "\"tab\\there\u00e9\""},
+		{`{}`, `{}`},
+		{`{"a":"\u0001"}`, `{"a":"\u0001"}`},
+	}
+	for _, tt := range tests {
+		got, err := CanonicalJSON(nil, []byte(tt.in))
+		if err != nil || string(got) != tt.want {
+			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{`{"a":}`, `[1,`, `{"a" 1}`, `tru`, `"open`, `{"a":1}x`} {
+		if _, err := CanonicalJSON(nil, []byte(bad)); err == nil {
+			t.Errorf("CanonicalJSON(%s): no error", bad)
+		}
+	}
+}
+
+// TestPeekKeepsNoValues makes sure a tool argument never survives in a
+// Message: only its hash does.
+func TestPeekKeepsNoValues(t *testing.T) {
+	var pk Peeker
+	msgs, _, _ := pk.PeekJSONRPC([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"password":"hunter2"}}}`))
+	s := fmt.Sprintf("%+v", msgs)
+	if strings.Contains(s, "hunter2") {
+		t.Fatalf("argument value kept: %s", s)
+	}
+	canon := `{"arguments":{"password":"hunter2"},"name":"t"}`
+	sum := sha256.Sum256([]byte(canon))
+	if msgs[0].ParamsHash != hex.EncodeToString(sum[:]) {
+		t.Errorf("ParamsHash %s is not the SHA-256 of %s", msgs[0].ParamsHash, canon)
+	}
+}
