@@ -74,7 +74,10 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 			d.newEvent(ex, s, o, data, priming)
 		}
 	}
-	if rs := ex.resume; rs != nil && rs.active && !priming {
+	// Priming and `event: close` carry no content: they neither deliver
+	// anything nor end a replay.
+	control := len(ev.Messages) == 0 && (ev.DataEmpty || priming)
+	if rs := ex.resume; rs != nil && rs.active && !control {
 		d.resumeEvent(ex, o, known, ref)
 	}
 	d.onMessages(ex, o, ev.Messages, known)
