@@ -36,6 +36,10 @@ const tsSDKVersion = "1.32.2"
 // stdin is closed before it is killed.
 const tsProcessGrace = 3 * time.Second
 
+// tsVerboseEnv, when set, makes the ts scenarios print the node processes'
+// output (what the client application did, step by step).
+const tsVerboseEnv = "FIXTUREGEN_VERBOSE"
+
 // tsLogLimit bounds the process output kept for error messages.
 const tsLogLimit = 64 << 10
 
@@ -316,6 +320,15 @@ func newTSRig(ctx context.Context, path string, cfgs ...tsServerConfig) (*tsRig,
 	return r, nil
 }
 
+// serverOutput is every server's log, for FIXTUREGEN_VERBOSE.
+func (r *tsRig) serverOutput() string {
+	var b strings.Builder
+	for i, s := range r.servers {
+		fmt.Fprintf(&b, "[%d] %s", i, s.output())
+	}
+	return b.String()
+}
+
 func (r *tsRig) stopServers() {
 	for _, s := range r.servers {
 		s.stop()
@@ -340,6 +353,9 @@ func (r *tsRig) runTSClient(ctx context.Context, cfg tsClientConfig, onWait func
 		return "", err
 	}
 	defer c.stop()
+	if os.Getenv(tsVerboseEnv) != "" {
+		defer func() { fmt.Fprintf(os.Stderr, "--- client.mjs\n%s--- servers\n%s", c.output(), r.serverOutput()) }()
+	}
 	for {
 		line, err := c.waitLine(ctx, `"wait"`)
 		if err != nil {

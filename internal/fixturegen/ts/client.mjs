@@ -70,6 +70,9 @@ const flows = {
         } catch (err) {
             if (!config.callMayFail) throw err;
             log({ call: 'failed', error: String(err.message) });
+            // The SDK POSTs notifications/cancelled for the timed-out call
+            // without awaiting it; let it reach the wire before closing.
+            await sleep(300);
         }
         await c.client.close();
     },
