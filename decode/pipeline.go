@@ -194,26 +194,21 @@ func (p *Pipeline) noteReleased(it item) {
 
 // releaseLocked hands out everything older than the watermark: the slowest
 // active worker's capture time minus the reorder window. Finished workers do
-// not hold it back, and neither do workers that never ticked (they have seen
-// no packet, so they cannot hold older observations than their first).
+// not hold it back; a worker that has not ticked yet holds everything back
+// (capture ticks every worker regularly, even one without traffic, so this
+// only lasts until its first tick; MaxBufferedObservations bounds it).
 func (p *Pipeline) releaseLocked() {
-	watermark := int64(-1 << 63)
+	watermark := int64(1<<63 - 1)
 	all := true
-	first := true
 	for i, t := range p.lastTick {
 		if p.done[i] {
 			continue
 		}
-		all = false
 		if t == 0 {
-			continue
+			return
 		}
-		if w := t - int64(p.cfg.ReorderWindow); first || w < watermark {
-			watermark, first = w, false
-		}
-	}
-	if !all && first {
-		return // nobody has ticked yet
+		all = false
+		watermark = min(watermark, t-int64(p.cfg.ReorderWindow))
 	}
 	var batch []*Observation
 	for len(p.heap) > 0 && (all || p.heap[0].key < watermark) {

@@ -1,0 +1,196 @@
+package decode
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// request makes stream s emit one KindRequest stamped at.
+func request(s TCPStream, path string, at time.Duration) {
+	s.Data(true, []byte("GET "+path+" HTTP/1.1\r\n\r\n"), testBase.Add(at))
+}
+
+func collect(cfg Config, workers int) (*Pipeline, *[]*Observation) {
+	var got []*Observation
+	var inOut atomic.Int32
+	p := NewPipeline(cfg, workers, func(o *Observation) {
+		if inOut.Add(1) != 1 {
+			panic("out called concurrently")
+		}
+		got = append(got, o)
+		inOut.Add(-1)
+	})
+	return p, &got
+}
+
+func paths(obs []*Observation) []string {
+	var out []string
+	for _, o := range obs {
+		out = append(out, o.Request.Path)
+	}
+	return out
+}
+
+func TestPipelineMergesWorkersInTimeOrder(t *testing.T) {
+	p, got := collect(DefaultConfig(), 2)
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			f := p.Factory(w)
+			s := f.NewStream(ConnMeta{ID: uint64(w + 1), A: testClient, B: testServer, SawSYN: true})
+			for i := 0; i < 50; i++ {
+				at := time.Duration(2*i+w) * time.Second
+				request(s, "/"+string(rune('a'+w)), at)
+				f.Tick(testBase.Add(at))
+			}
+			s.Close(CloseEOF, testBase.Add(200*time.Second))
+			f.Done()
+		}(w)
+	}
+	wg.Wait()
+	p.Close()
+	if len(*got) != 100 {
+		t.Fatalf("got %d observations, want 100", len(*got))
+	}
+	for i := 1; i < len(*got); i++ {
+		if (*got)[i].Time.Before((*got)[i-1].Time) {
+			t.Fatalf("observation %d at %s released after one at %s", i, (*got)[i].Time, (*got)[i-1].Time)
+		}
+	}
+	if st := p.Stats(); st.LateObservations != 0 || st.Observations != 100 || st.Connections != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestPipelineReleasesBehindWindow(t *testing.T) {
+	tests := []struct {
+		name      string
+		window    time.Duration
+		tickAt    time.Duration
+		wantSoFar int
+	}{
+		{"inside the window stays buffered", 2 * time.Second, 2 * time.Second, 0},
+		{"older than the window is released", 2 * time.Second, 4 * time.Second, 2},
+		{"zero window releases up to the tick", 0, 1500 * time.Millisecond, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ReorderWindow = tt.window
+			released := make(chan *Observation, 10)
+			p := NewPipeline(cfg, 1, func(o *Observation) { released <- o })
+			f := p.Factory(0)
+			s := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+			request(s, "/1", 0)
+			request(s, "/2", time.Second)
+			request(s, "/3", 3*time.Second)
+			f.Tick(testBase.Add(tt.tickAt))
+			// Released batches reach out asynchronously; Close would
+			// release everything, so wait for the expected count instead.
+			deadline := time.After(2 * time.Second)
+			n := 0
+			for n < tt.wantSoFar {
+				select {
+				case <-released:
+					n++
+				case <-deadline:
+					t.Fatalf("only %d released", n)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			if extra := len(released); extra != 0 {
+				t.Errorf("%d more released than the watermark allows", extra)
+			}
+			f.Done()
+			p.Close()
+			if total := n + len(released); total != 3 {
+				t.Errorf("after Close %d delivered, want 3", total)
+			}
+		})
+	}
+}
+
+func TestPipelineLateObservationsDeliveredAndCounted(t *testing.T) {
+	p, got := collect(DefaultConfig(), 2)
+	f0, f1 := p.Factory(0), p.Factory(1)
+	s0 := f0.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+	request(s0, "/new", 10*time.Second)
+	f0.Tick(testBase.Add(20 * time.Second))
+	f1.Tick(testBase.Add(20 * time.Second))
+	// Worker 1 now delivers something older than the window allowed for
+	// (reassembly held it back): it comes after a newer one was released.
+	s1 := f1.NewStream(ConnMeta{ID: 2, A: testClient, B: testServer, SawSYN: true})
+	request(s1, "/old", time.Second)
+	f1.Done()
+	f0.Done()
+	p.Close()
+	if ps := paths(*got); len(ps) != 2 || ps[0] != "/new" || ps[1] != "/old" {
+		t.Fatalf("delivered %v", ps)
+	}
+	if st := p.Stats(); st.LateObservations != 1 {
+		t.Errorf("LateObservations = %d, want 1", st.LateObservations)
+	}
+}
+
+func TestPipelineWaitsForEveryWorkersFirstTick(t *testing.T) {
+	p, got := collect(DefaultConfig(), 2)
+	f0, f1 := p.Factory(0), p.Factory(1)
+	s0 := f0.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+	request(s0, "/b", 10*time.Second)
+	f0.Tick(testBase.Add(60 * time.Second))
+	// Worker 1 starts late but its first packet is older: nothing was
+	// released before it ticked, so it is not late.
+	s1 := f1.NewStream(ConnMeta{ID: 2, A: testClient, B: testServer, SawSYN: true})
+	request(s1, "/a", 5*time.Second)
+	f1.Tick(testBase.Add(60 * time.Second))
+	f0.Done()
+	f1.Done()
+	p.Close()
+	if ps := paths(*got); len(ps) != 2 || ps[0] != "/a" || ps[1] != "/b" {
+		t.Fatalf("delivered %v", ps)
+	}
+	if st := p.Stats(); st.LateObservations != 0 {
+		t.Errorf("LateObservations = %d, want 0", st.LateObservations)
+	}
+}
+
+func TestPipelineBoundedBuffer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBufferedObservations = 3
+	p, got := collect(cfg, 1)
+	f := p.Factory(0)
+	s := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+	for i := 0; i < 10; i++ {
+		request(s, "/"+string(rune('a'+i)), time.Duration(i)*time.Millisecond)
+	}
+	// No Tick: only the buffer bound releases anything before Done.
+	f.Done()
+	p.Close()
+	if ps := paths(*got); len(ps) != 10 || ps[0] != "/a" || ps[9] != "/j" {
+		t.Fatalf("delivered %v", ps)
+	}
+	if st := p.Stats(); st.EarlyReleases != 7 {
+		t.Errorf("EarlyReleases = %d, want 7", st.EarlyReleases)
+	}
+}
+
+func TestPipelineEqualTimesKeepExchangeOrder(t *testing.T) {
+	sc := parseScript(t, "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\n\\r\\ndata: 1\\n\\ndata: 2\\n\\n")
+	p, got := collect(DefaultConfig(), 1)
+	f := p.Factory(0)
+	s := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+	// The server's bytes are stamped earlier than the request: capture
+	// reassembly can do that. The exchange must still come out in order.
+	s.Data(true, sc.steps[0].data, testBase.Add(time.Second))
+	s.Data(false, sc.steps[1].data, testBase)
+	s.Close(CloseEOF, testBase.Add(time.Second))
+	f.Done()
+	p.Close()
+	if sum := summary(*got); sum != `req1 GET /; resp1 200; event1 ""; event1 ""; end1 open` {
+		t.Errorf("got %s", sum)
+	}
+}
