@@ -46,7 +46,7 @@ func runGoCorrectResume(ctx context.Context, dir string) error {
 		"# (progress 3..5) and S_6 (the tools/call result). Same session, first event strictly after the cursor:",
 		"# a correct resume. Then DELETE (204).",
 		"expect violation count=0",
-		"expect resume outcome=resumed count=1",
+		"expect resume outcome=resumed last_event_id={cut} count=1",
 		"expect resume count=1",
 		"expect session ended=deleted count=1",
 		"expect session start_seen=true protocol_version=2025-11-25 count=1",

@@ -84,13 +84,17 @@ type toolSet struct {
 //   - slow_write: emits Steps notifications, then blocks (up to
 //     slowWriteHold) before reporting the write done, so it is in flight
 //     when a session is lost;
+//   - broadcast: emits Steps log messages on the standalone GET stream;
 //   - echo: returns its label at once.
-func newGoServer(ts toolSet) *mcp.Server {
+func newGoServer(ts toolSet) *mcp.Server { return newGoServerOpts(ts, nil) }
+
+// newGoServerOpts is newGoServer with go-sdk server options.
+func newGoServerOpts(ts toolSet, opts *mcp.ServerOptions) *mcp.Server {
 	notify := ts.notify
 	if notify == nil {
 		notify = notifyStep
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "fixture-go-server", Version: "1.0.0"}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "fixture-go-server", Version: "1.0.0"}, opts)
 	emit := func(ctx context.Context, req *mcp.CallToolRequest, a streamArgs) error {
 		for i := 1; i <= a.Steps; i++ {
 			if err := notify(ctx, req, i, a.Steps, a.Label); err != nil {
@@ -122,6 +126,20 @@ func newGoServer(ts toolSet) *mcp.Server {
 			}
 			return textResult(a.Label + ": written"), nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "broadcast", Description: "emits log messages on the session's standalone stream"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a streamArgs) (*mcp.CallToolResult, any, error) {
+			for i := 1; i <= a.Steps; i++ {
+				// A context not tied to the request routes the message to
+				// the standalone GET stream, not to this call's stream.
+				err := req.Session.Log(context.Background(), &mcp.LoggingMessageParams{Level: "info", Logger: "fixture",
+					Data: fmt.Sprintf("%s broadcast %d of %d", a.Label, i, a.Steps)})
+				if err != nil {
+					return nil, nil, err
+				}
+				time.Sleep(eventPace)
+			}
+			return textResult(a.Label + ": broadcast"), nil, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "returns its label"},
 		func(ctx context.Context, req *mcp.CallToolRequest, a streamArgs) (*mcp.CallToolResult, any, error) {
 			return textResult(a.Label), nil, nil
@@ -148,6 +166,9 @@ type rig struct {
 	// nil sends everything to backend 0.
 	route func(n int) int
 	hooks []func(n int) pcaprec.Hooks
+	// vars fill {name} placeholders in the spec once the run is over: ids
+	// are random per run, and the spec names the exact ones in the pcap.
+	vars map[string]string
 }
 
 // newRig starts backends for handlers and a recording proxy writing path.
@@ -157,7 +178,7 @@ func newRig(path string, handlers ...http.Handler) (*rig, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rig{rec: rec}
+	r := &rig{rec: rec, vars: map[string]string{}}
 	for _, h := range handlers {
 		r.backends = append(r.backends, httptest.NewServer(h))
 	}
@@ -194,7 +215,27 @@ func recordGo(dir, name string, handlers []http.Handler, drive func(r *rig) erro
 	if err != nil {
 		return err
 	}
+	for i, line := range spec {
+		for k, v := range r.vars {
+			line = strings.ReplaceAll(line, "{"+k+"}", v)
+		}
+		if strings.Contains(line, "{") {
+			return fmt.Errorf("spec line with an unfilled placeholder: %s", line)
+		}
+		spec[i] = line
+	}
 	return writeSpec(dir, name, spec...)
+}
+
+// noteCut records the ids around the event a cut was placed at, for the
+// spec: {cut} is that event's id and {cut-1} the id before it on the same
+// go-sdk stream (the cursor a client resumes with after a mid-event cut).
+func (r *rig) noteCut(c *sseCut) {
+	id := c.cutID()
+	r.vars["cut"] = id
+	if s, n, ok := splitEventID(id); ok && n > 0 {
+		r.vars["cut-1"] = fmt.Sprintf("%s_%d", s, n-1)
+	}
 }
 
 // url is the MCP endpoint as clients see it (through the proxy).
@@ -269,9 +310,14 @@ type sseCut struct {
 	reqMarker string
 	match     func(event string) bool
 	midEvent  bool
-	used      atomic.Bool
-	// fired is closed when the cut happened.
+	// onFire, if set, runs in the proxy just before the cut is forwarded
+	// (a drain switching routes and closing idle connections).
+	onFire func()
+	used   atomic.Bool
+	// fired is closed when the cut happened; id is then the SSE id of the
+	// event the cut was placed at ("" when it had none).
 	fired chan struct{}
+	id    string
 }
 
 func newSSECut(reqMarker string, match func(event string) bool) *sseCut {
@@ -314,6 +360,10 @@ func (c *sseCut) hooks(int) pcaprec.Hooks {
 					cut := c.cutAt(pending, start, end)
 					armed = false
 					if c.used.CompareAndSwap(false, true) {
+						c.id = eventID(pending[start:end])
+						if c.onFire != nil {
+							c.onFire()
+						}
 						close(c.fired)
 					}
 					return p[:max(0, cut-base)], pcaprec.Close
@@ -340,6 +390,12 @@ func (c *sseCut) cutAt(buf []byte, start, end int) int {
 		return end + 2
 	}
 	return end
+}
+
+// cutID is the id of the event the cut was placed at; valid once fired.
+func (c *sseCut) cutID() string {
+	<-c.fired
+	return c.id
 }
 
 // waitFired waits for the cut or the context.
@@ -458,6 +514,10 @@ func streamCallThroughCut(ctx context.Context, r *rig, cut *sseCut, logs bool, a
 		if err := expectResult(ctx, cs, "stream", a, progressToken, want); err != nil {
 			return err
 		}
-		return cut.waitFired(ctx)
+		if err := cut.waitFired(ctx); err != nil {
+			return err
+		}
+		r.noteCut(cut)
+		return nil
 	})
 }

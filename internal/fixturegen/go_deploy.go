@@ -1,0 +1,167 @@
+package main
+
+// go-sdk scenarios across two backends behind the proxy, the way a rolling
+// deploy or a restart moves a client: backend 0 is a plain go-sdk handler,
+// backend 1 a sessionAdopter (see gobackend.go) that takes over sessions it
+// never issued. The proxy drains backend 0 by cutting one SSE stream at an
+// event boundary and sending every later connection to backend 1.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+func init() {
+	register(
+		scenario{name: "go-event-id-reset", desc: "backend restarted with sessions kept but a fresh event store: the standalone stream's ids restart at _0", run: runGoEventIDReset},
+		scenario{name: "go-rolling-deploy-swap", desc: "README sample: backend drained mid-stream; the resume lands on a backend that mints a new session and answers 200", run: runGoRollingDeploySwap},
+	)
+}
+
+// drain is the proxy's half of a backend switch: once cut fires, every new
+// connection goes to backend 1 and the client's idle keep-alive connections
+// to backend 0 are closed (as a draining load balancer closes them), so no
+// later request reaches the old backend.
+func drain(r *rig, cut *sseCut, hc *atomic.Pointer[http.Client]) {
+	var drained atomic.Bool
+	r.route = func(int) int {
+		if drained.Load() {
+			return 1
+		}
+		return 0
+	}
+	cut.onFire = func() {
+		drained.Store(true)
+		if c := hc.Load(); c != nil {
+			// Asynchronously: the cut itself is still being forwarded.
+			go c.CloseIdleConnections()
+		}
+	}
+	r.hooks = append(r.hooks, cut.hooks)
+}
+
+// waitAdopted waits until backend b has adopted a session (the client's
+// resume reached it), then a little longer for the adopted stream to be
+// registered by the SDK.
+func waitAdopted(ctx context.Context, b *sessionAdopter) error {
+	for b.adoptions() == 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no request reached the new backend: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	return nil
+}
+
+func runGoEventIDReset(ctx context.Context, dir string) error {
+	before := goHandler(newGoServer(toolSet{}), storeOpts())
+	after := newSessionAdopter(toolSet{}, true, false, true, restoreHandshake(revisionSessions, "info")...)
+	return recordGo(dir, "go-event-id-reset", []http.Handler{before, after}, func(r *rig) error {
+		var hc atomic.Pointer[http.Client]
+		cut := newSSECut("GET /mcp ", eventIndex(2))
+		drain(r, cut, &hc)
+		cs, client, err := connectGo(ctx, r.url(), revisionSessions, true)
+		if err != nil {
+			return err
+		}
+		hc.Store(client)
+		defer client.CloseIdleConnections()
+		defer cs.Close()
+		if err := withLogs(ctx, cs); err != nil {
+			return err
+		}
+		if err := expectResult(ctx, cs, "broadcast", streamArgs{Steps: 3, Label: "before"}, nil, "before: broadcast"); err != nil {
+			return err
+		}
+		if err := cut.waitFired(ctx); err != nil {
+			return err
+		}
+		if err := waitAdopted(ctx, after); err != nil {
+			return err
+		}
+		return expectResult(ctx, cs, "broadcast", streamArgs{Steps: 2, Label: "after"}, nil, "after: broadcast")
+	},
+		"# go-sdk v1.8.0 client (standalone GET on) and servers, revision 2025-11-25, MemoryEventStore.",
+		"# Backend 0: initialize (session S1), initialized, standalone GET (`: ok`), logging/setLevel, then",
+		"# tools/call broadcast(before, 3): three notifications/message on the standalone GET stream with ids",
+		"# _0, _1, _2 (go-sdk's standalone stream has the empty stream id). The proxy FINs the GET right after",
+		"# _2 (the backend 'restarts'); later connections go to backend 1, a fresh go-sdk server with a fresh",
+		"# event store that restores sessions it does not know under the SAME id (persisted handshake) and,",
+		"# its store knowing no events, ignores the Last-Event-ID. The client reconnects: GET Mcp-Session-Id:",
+		"# S1, Last-Event-Id: _2, answered 200 with `: ok` and no Mcp-Session-Id header; then tools/call",
+		"# broadcast(after, 2) puts two new messages on that stream with ids _0 and _1 again: ids in one",
+		"# session restart (the reset, reported once), while the session id never changes (no session_swap).",
+		"# Then DELETE (204).",
+		"expect violation kind=event_id_reset last_event_id=_2 first_event_id=_0 count=1",
+		"expect violation count=1",
+		"expect resume outcome=violated last_event_id=_2 count=1",
+		"expect violation kind=session_swap count=0",
+	)
+}
+
+// swapHold bounds how long the application waits for the in-flight write
+// after the swap before giving up on it and retrying.
+const swapHold = 3 * time.Second
+
+func runGoRollingDeploySwap(ctx context.Context, dir string) error {
+	release := make(chan struct{})
+	defer close(release)
+	old := goHandler(newGoServer(toolSet{release: release}), storeOpts())
+	done := make(chan struct{})
+	close(done) // on the new backend the write completes at once
+	permissive := newSessionAdopter(toolSet{release: done}, false, true, true, restoreHandshake(revisionSessions, "")...)
+	return recordGo(dir, "go-rolling-deploy-swap", []http.Handler{old, permissive}, func(r *rig) error {
+		var hc atomic.Pointer[http.Client]
+		cut := newSSECut(`"name":"slow_write"`, eventIndex(2))
+		drain(r, cut, &hc)
+		cs, client, err := connectGo(ctx, r.url(), revisionSessions, false)
+		if err != nil {
+			return err
+		}
+		hc.Store(client)
+		defer client.CloseIdleConnections()
+		defer cs.Close()
+		args := streamArgs{Steps: 2, Label: "invoice-42"}
+		callCtx, cancel := context.WithTimeout(ctx, swapHold)
+		_, err = callTool(callCtx, cs, "slow_write", args, "tok-write")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("slow_write across the swap: got %v, want the application's timeout", err)
+		}
+		r.noteCut(cut)
+		if permissive.adoptions() != 1 {
+			return fmt.Errorf("the resume did not land on the permissive backend (%d adoptions)", permissive.adoptions())
+		}
+		// The application retries the write it never heard back about: on
+		// the swapped session it runs a second time, with no error anywhere.
+		return expectResult(ctx, cs, "slow_write", args, nil, "invoice-42: written")
+	},
+		"# THE README SAMPLE. go-sdk v1.8.0 client and servers, revision 2025-11-25, two backends behind one",
+		"# proxy (a load balancer). Backend A (go-sdk, MemoryEventStore): initialize (session S1), initialized,",
+		"# tools/call slow_write(label=invoice-42, steps=2, progressToken tok-write) on stream W: W_0 priming,",
+		"# W_1, W_2 (progress 1, 2); the write is still running when A is drained: the proxy FINs the stream",
+		"# right after W_2's chunk (clean, at an event boundary) and routes every later connection to B.",
+		"# B is permissive: for a session id it never issued it mints a new session (go-sdk underneath) and",
+		"# serves the request on it. The client resumes: GET Mcp-Session-Id: S1, Last-Event-Id: W_2, answered",
+		"# 200 text/event-stream with Mcp-Session-Id: S2 (S2 != S1) and a fresh, empty stream (`: ok`, nothing",
+		"# replayed). go-sdk's client ignores session ids on GET responses, keeps S1 and waits. That resume is",
+		"# the session_swap (the only response carrying S2). The application times out after 3s and retries",
+		"# the identical tools/call slow_write(invoice-42, steps=2; no progress token this time) with",
+		"# Mcp-Session-Id: S1; B runs the write a second time on S2 and answers 200 (X_0 priming, X_1 the",
+		"# result `invoice-42: written`), with no session id header: the duplicated write of the seed story,",
+		"# with no error anywhere. go-sdk also sends notifications/cancelled for request 2 (to B, 202;",
+		"# asynchronously, it may follow the retry). The first slow_write was in flight when S1 was lost: its",
+		"# outcome is unknown. Then DELETE with S1 (B closes S2, 204).",
+		"expect violation kind=session_swap last_event_id={cut} count=1",
+		"expect violation count=1",
+		"expect resume outcome=violated last_event_id={cut} count=1",
+		"expect resume count=1",
+		"expect unknown_outcome tool=slow_write count=1",
+	)
+}
