@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 )
@@ -109,7 +110,19 @@ func runGoEventIDReset(ctx context.Context, dir string) error {
 // after the swap before giving up on it and retrying.
 const swapHold = 3 * time.Second
 
+// runGoRollingDeploySwap records the swap and copies it to the README's
+// sample path.
 func runGoRollingDeploySwap(ctx context.Context, dir string) error {
+	if err := recordRollingDeploySwap(ctx, dir); err != nil {
+		return err
+	}
+	if sampleDir == "" {
+		return nil
+	}
+	return copyFile(pcapPath(dir, "go-rolling-deploy-swap"), filepath.Join(sampleDir, "rolling-deploy.pcap"))
+}
+
+func recordRollingDeploySwap(ctx context.Context, dir string) error {
 	release := make(chan struct{})
 	defer close(release)
 	old := goHandler(newGoServer(toolSet{release: release}), storeOpts())

@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +25,7 @@ func init() {
 		scenario{name: "go-incomplete-replay", desc: "stream truncated mid-event; the resume skips that event (partial replay)", run: runGoIncompleteReplay},
 		scenario{name: "go-duplicate-delivery", desc: "a backend writes the same event (the tools/call result) twice on one stream, no resume", run: runGoDuplicateDelivery},
 		scenario{name: "go-progress-replay", desc: "a tool sends notifications/progress 1, 2, 2, 3 for one token", run: runGoProgressReplay},
+		scenario{name: "go-resume-on-sessionless", desc: "2026-07-28 traffic where a broken gateway mints an Mcp-Session-Id", run: runGoResumeOnSessionless},
 		scenario{name: "go-unresumable-close", desc: "2025-11-25 server without event store; its POST stream ends before the response, with no event id", run: runGoUnresumableClose},
 	)
 }
@@ -289,5 +291,39 @@ func runGoUnresumableClose(ctx context.Context, dir string) error {
 		"expect violation count=1",
 		"expect resume count=0",
 		"expect session ended=deleted count=1",
+	)
+}
+
+func runGoResumeOnSessionless(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	// The fault: a gateway in front of a stateless 2026-07-28 server that
+	// still mints a session id on the first response it serves, as it did
+	// for the older revisions.
+	minted := rand.Text()
+	var once sync.Once
+	stateless := goHandler(srv, mcp.StreamableHTTPOptions{Stateless: true})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { w.Header().Set("Mcp-Session-Id", minted) })
+		stateless.ServeHTTP(w, r)
+	})
+	return recordGo(dir, "go-resume-on-sessionless", []http.Handler{h}, func(r *rig) error {
+		r.vars["minted"] = minted
+		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 2, Label: "new-rev"}, "tok-new", "new-rev: 2 steps done"); err != nil {
+				return err
+			}
+			return expectResult(ctx, cs, "echo", streamArgs{Label: "still-new"}, nil, "still-new")
+		})
+	},
+		"# go-sdk v1.8.0 client with its defaults (revision 2026-07-28) against a stateless go-sdk server",
+		"# behind a broken gateway. The first exchange, POST server/discover (MCP-Protocol-Version:",
+		"# 2026-07-28), is answered 200 with `Mcp-Session-Id: {minted}`, which the gateway minted: 2026-07-28",
+		"# has no sessions. go-sdk's client adopts it and sends it on its later requests (tools/call stream",
+		"# with 2 progress notifications, tools/call echo, and a DELETE on close, which the stateless server",
+		"# answers 405); the server never sends it again. One resume_on_sessionless_revision: the one",
+		"# response that minted it. No event ids, no Last-Event-ID, nothing else wrong.",
+		"expect violation kind=resume_on_sessionless_revision protocol_version=2026-07-28 count=1",
+		"expect violation count=1",
+		"expect resume count=0",
 	)
 }

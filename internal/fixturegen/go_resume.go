@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +25,7 @@ func init() {
 		scenario{name: "go-priming-polling", desc: "2025-11-25 priming events and a server-closed polling stream (event: close, retry) resumed by the client", run: runGoPrimingPolling},
 		scenario{name: "go-unknown-id-rejected", desc: "proxy rewrites the resume's Last-Event-ID to one never issued; go-sdk answers 400", run: runGoUnknownIDRejected},
 		scenario{name: "go-sessionless-2026", desc: "plain 2026-07-28 traffic from go-sdk defaults against a stateless go-sdk server", run: runGoSessionless2026},
+		scenario{name: "go-non-mcp-mixed", desc: "a correct MCP session sharing the port with a JSON API, a static file and a non-MCP SSE feed resumed with Last-Event-ID", run: runGoNonMCPMixed},
 		scenario{name: "go-404-clean-new-session", desc: "session expires on the server; the client gets 404 and the application opens a fresh session reusing nothing", run: runGo404CleanNewSession},
 	)
 }
@@ -200,6 +203,122 @@ func runGo404CleanNewSession(ctx context.Context, dir string) error {
 		"expect session ended=404 count=1",
 		"expect session ended=deleted count=1",
 		"expect resume count=0",
+		"expect unknown_outcome count=0",
+	)
+}
+
+// tickFeed is a non-MCP SSE endpoint (a dashboard's live feed): ticks with
+// decimal ids, resumable with Last-Event-ID like any SSE stream, carrying
+// plain text, not JSON-RPC.
+func tickFeed(w http.ResponseWriter, r *http.Request) {
+	next := 1
+	if last, err := strconv.Atoi(r.Header.Get("Last-Event-ID")); err == nil {
+		next = last + 1
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	for i := next; i < next+3; i++ {
+		fmt.Fprintf(w, "id: %d\ndata: tick %d\n\n", i, i)
+		http.NewResponseController(w).Flush()
+		time.Sleep(eventPace / 2)
+	}
+}
+
+// nonMCPMux serves MCP on /mcp and ordinary web traffic beside it.
+func nonMCPMux(mcpHandler http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpHandler)
+	mux.HandleFunc("GET /api/items", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"items":[{"id":1,"name":"alpha"},{"id":2,"name":"beta"}]}`)
+	})
+	mux.HandleFunc("POST /api/items", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"id":3,"name":"gamma"}`)
+	})
+	mux.HandleFunc("GET /static/app.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		io.WriteString(w, "const feed = new EventSource('/feed');\nfeed.onmessage = (e) => console.log(e.data);\n")
+	})
+	mux.HandleFunc("GET /feed", tickFeed)
+	return mux
+}
+
+// plainRequest sends one non-MCP request through the proxy and reads the
+// whole answer, checking its status.
+func plainRequest(ctx context.Context, hc *http.Client, method, url, lastEventID, body string, want int) error {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if lastEventID != "" {
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: status %d, want %d", method, url, resp.StatusCode, want)
+	}
+	return nil
+}
+
+func runGoNonMCPMixed(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	h := nonMCPMux(goHandler(srv, storeOpts()))
+	return recordGo(dir, "go-non-mcp-mixed", []http.Handler{h}, func(r *rig) error {
+		web := &http.Client{Transport: &http.Transport{}}
+		defer web.CloseIdleConnections()
+		base := "http://" + r.proxy.Addr()
+		if err := plainRequest(ctx, web, http.MethodGet, base+"/api/items", "", "", http.StatusOK); err != nil {
+			return err
+		}
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 3, Label: "mixed"}, "tok-mixed", "mixed: 3 steps done"); err != nil {
+				return err
+			}
+			steps := []struct {
+				method, path, lastEventID, body string
+				want                            int
+			}{
+				{http.MethodGet, "/feed", "", "", http.StatusOK},
+				{http.MethodGet, "/feed", "3", "", http.StatusOK},
+				{http.MethodGet, "/static/app.js", "", "", http.StatusOK},
+				{http.MethodPost, "/api/items", "", `{"name":"gamma"}`, http.StatusCreated},
+			}
+			for _, s := range steps {
+				if err := plainRequest(ctx, web, s.method, base+s.path, s.lastEventID, s.body, s.want); err != nil {
+					return err
+				}
+			}
+			return expectResult(ctx, cs, "echo", streamArgs{Label: "mixed-done"}, nil, "mixed-done")
+		})
+	},
+		"# One port, one proxy: a go-sdk v1.8.0 server on /mcp beside ordinary web traffic, in this order:",
+		"# GET /api/items (200 application/json), then a correct MCP session (go-sdk client, 2025-11-25,",
+		"# MemoryEventStore): initialize, initialized, tools/call stream (3 progress notifications with go-sdk",
+		"# ids, priming first), then non-MCP: GET /feed (200 text/event-stream: `id: 1` `data: tick 1` .. id 3,",
+		"# then the response ends), GET /feed with Last-Event-ID: 3 (an SSE resume, but not MCP: answered",
+		"# ticks 4..6), GET /static/app.js (text/javascript), POST /api/items (201 JSON, no jsonrpc), then",
+		"# tools/call echo and DELETE. The web client uses its own keep-alive connections. Nothing MCP is",
+		"# wrong, and the /feed streams and their Last-Event-ID must be ignored: no resume, no violation.",
+		"expect violation count=0",
+		"expect resume count=0",
+		"expect session ended=deleted count=1",
 		"expect unknown_outcome count=0",
 	)
 }

@@ -38,6 +38,9 @@ type scenario struct {
 
 var registry = map[string]scenario{}
 
+// sampleDir receives the README's sample capture (see -sample).
+var sampleDir string
+
 // register adds scenarios; it is called from init() in each scenario file.
 // A duplicate name is a programming error caught at startup.
 func register(ss ...scenario) {
@@ -61,10 +64,23 @@ func writeSpec(dir, name string, lines ...string) error {
 // pcapPath is where scenario name records its capture.
 func pcapPath(dir, name string) string { return filepath.Join(dir, name+".pcap") }
 
+// copyFile copies src to dst, creating dst's directory.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
 func main() {
 	out := flag.String("out", "cmd/replaywatch/testdata/fixtures", "directory to write <name>.pcap and <name>.spec into")
 	only := flag.String("only", "", "comma-separated scenario names (or name prefixes ending in '*') to run; empty runs all")
 	list := flag.Bool("list", false, "list scenarios and exit")
+	flag.StringVar(&sampleDir, "sample", "cmd/replaywatch/testdata/sample", "directory for the README sample capture (a copy of go-rolling-deploy-swap); empty skips it")
 	flag.Parse()
 
 	names := make([]string, 0, len(registry))
