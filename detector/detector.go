@@ -38,6 +38,7 @@ type Detector struct {
 	lost             lostIndex
 	sessionlessSeen  map[string]struct{} // 2026-07-28+ session ids already reported
 	now              time.Time
+	lastSweep        time.Time
 	closed           bool
 	stats            Stats
 }
@@ -91,6 +92,7 @@ type exchange struct {
 	answeredHere   int
 	gap            bool
 	flags          uint16 // onceFlag bits already raised
+	lastAt         time.Time
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -108,6 +110,9 @@ func (d *Detector) Observe(o *decode.Observation) {
 	if o.Time.After(d.now) {
 		d.now = o.Time
 		d.expire(d.now)
+		if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
+			d.sweepExchanges()
+		}
 	}
 	switch o.Kind {
 	case decode.KindRequest:
@@ -180,7 +185,37 @@ func (d *Detector) exchangeFor(o *decode.Observation, needResponse bool) *exchan
 	if ex.ignored {
 		return nil
 	}
+	ex.lastAt = o.Time
 	return ex
+}
+
+// sweepExchanges forgets exchanges with no observation for
+// SessionIdleTimeout: a decoder that never ends one cannot grow the table.
+func (d *Detector) sweepExchanges() {
+	d.lastSweep = d.now
+	var stale []exKey
+	for k, ex := range d.exchanges {
+		if d.now.Sub(ex.lastAt) > d.cfg.SessionIdleTimeout {
+			stale = append(stale, k)
+		}
+	}
+	sortKeys(stale)
+	for _, k := range stale {
+		ex := d.exchanges[k]
+		delete(d.exchanges, k)
+		if ex.resume != nil && !ex.resume.emitted {
+			d.resolveResume(ex, d.now, ResumeUnverifiable, ReasonCaptureEnded)
+		}
+	}
+}
+
+func sortKeys(keys []exKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].conn != keys[j].conn {
+			return keys[i].conn < keys[j].conn
+		}
+		return keys[i].ex < keys[j].ex
+	})
 }
 
 func (d *Detector) newExchange(o *decode.Observation) *exchange {
@@ -189,7 +224,7 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 		d.stats.Unverifiable[ReasonOpenExchangeLimit]++
 		return nil
 	}
-	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, conn: o.Conn, start: o.Time}
+	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, conn: o.Conn, start: o.Time, lastAt: o.Time}
 	d.exchanges[ex.key] = ex
 	return ex
 }
@@ -487,12 +522,7 @@ func (d *Detector) Close(now time.Time) {
 	for k := range d.exchanges {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].conn != keys[j].conn {
-			return keys[i].conn < keys[j].conn
-		}
-		return keys[i].ex < keys[j].ex
-	})
+	sortKeys(keys)
 	for _, k := range keys {
 		ex := d.exchanges[k]
 		if ex.resume != nil && !ex.resume.emitted {

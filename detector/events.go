@@ -87,7 +87,9 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, ref eventRef, data uint64) {
 	ev := o.Event
 	first := s.streams[ref.stream]
-	where := fmt.Sprintf("event id %s (first sent at position %d of stream %s)", ev.ID, ref.pos, streamName(first))
+	where := func() string {
+		return fmt.Sprintf("event id %s (first sent at position %d of stream %s)", ev.ID, ref.pos, streamName(first))
+	}
 	if ref.data != data && ex.once(onceReset) {
 		d.violation(&Violation{
 			Kind: KindEventIDReset, Time: o.Time, LastEventID: ex.cursor, FirstEventID: ev.ID, StreamID: streamName(first),
@@ -95,7 +97,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 				"The server lost its event store or a second backend minted ids in the same namespace, so a client resuming "+
 				"from any id in this session may be handed unrelated events or skip real ones. Check that the event store "+
 				"survives backend restarts and is shared by every backend that serves the session.", s.id, ev.ID),
-			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where+", data differs from the first delivery")},
+			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where()+", data differs from the first delivery")},
 		}, ex, s, ev.ID, "content")
 		return
 	}
@@ -108,7 +110,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 			Explanation: fmt.Sprintf("Session %s delivered event %s a second time on a stream that was not a resume. "+
 				"A client that does not de-duplicate by event id acts on it twice (a repeated notification or tool result). "+
 				"Check whether the server replays its store when a stream is opened without Last-Event-ID.", s.id, ev.ID),
-			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where)},
+			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where())},
 		}, ex, s, ev.ID)
 	}
 }
@@ -122,7 +124,11 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	var st *stream
 	switch {
 	case s.shape.hasStreamPrefix() && p.shape == s.shape:
-		st = d.newStream(s, p.prefix, true, o.Time)
+		if ex.stream != nil && ex.stream.prefix == p.prefix && ex.stream.hasPrefix {
+			st = ex.stream // the common case: no map lookup per event
+		} else {
+			st = d.newStream(s, p.prefix, true, o.Time)
+		}
 	case ex.stream != nil:
 		st = ex.stream
 	case ex.resume != nil && ex.resume.active && ex.resume.stream >= 0:
@@ -141,9 +147,7 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	}
 	d.checkOrder(ex, s, st, p, o)
 	if len(s.events) >= d.cfg.MaxEventsIndexedPerSession {
-		if !s.indexFull {
-			s.indexFull = true
-		}
+		s.indexLimit = "MaxEventsIndexedPerSession"
 		d.limitHit("MaxEventsIndexedPerSession", o.Time, s, "event index")
 		return
 	}

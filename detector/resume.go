@@ -25,6 +25,7 @@ type resumeState struct {
 	moved           bool // a new event arrived: the server is past the replay
 	// go-sdk ids are dense: after cursor P_n the next event must be P_(n+1).
 	goPrefix     string
+	goCursor     int64
 	goNext       int64
 	goOK         bool
 	unverifiable string // why absence-based checks cannot be made
@@ -118,7 +119,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	}
 	rs.active = true
 	if p := parseEventID(ex.cursor); p.shape == shapeGoSDK && (s.shape == shapeGoSDK || s.shape == shapeNone) {
-		rs.goPrefix, rs.goNext, rs.goOK = p.prefix, int64(p.num)+1, true
+		rs.goPrefix, rs.goCursor, rs.goNext, rs.goOK = p.prefix, int64(p.num), int64(p.num)+1, true
 	}
 	if known {
 		st := s.streams[ref.stream]
@@ -127,14 +128,16 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		ex.stream = st
 		if st.gap || ex.gap {
 			rs.unverifiable = ReasonCaptureGap
+		} else if s.indexLimit != "" {
+			rs.unverifiable = ReasonLimitPrefix + s.indexLimit
 		}
 		return
 	}
 	switch {
 	case !s.startSeen:
 		rs.unverifiable = ReasonStartNotCaptured
-	case s.indexFull:
-		rs.unverifiable = ReasonIndexLimit
+	case s.indexLimit != "":
+		rs.unverifiable = ReasonLimitPrefix + s.indexLimit
 	case s.gap || ex.gap:
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
@@ -208,8 +211,8 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known bool, 
 		if p := parseEventID(ev.ID); p.shape == shapeGoSDK && p.prefix == rs.goPrefix {
 			n := int64(p.num)
 			switch {
-			case n < rs.goNext-1 && !known && ex.once(onceReplayed):
-				d.replayed(ex, s, o, fmt.Sprintf("go-sdk index %d is not after the cursor's index %d", n, rs.goNext-1))
+			case n <= rs.goCursor && !known && ex.once(onceReplayed):
+				d.replayed(ex, s, o, fmt.Sprintf("go-sdk index %d is not after the cursor's index %d", n, rs.goCursor))
 			case n > rs.goNext && !ex.gap && rs.unverifiable != ReasonCaptureGap && ex.once(onceIncomplete):
 				d.incomplete(ex, s, o, fmt.Sprintf("go-sdk ids are dense per stream: after %s_%d came %s, so %d event(s) were never delivered", rs.goPrefix, rs.goNext-1, ev.ID, n-rs.goNext))
 			}

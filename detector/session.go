@@ -28,12 +28,13 @@ const maxPartialIDsPerSession = 64
 // stream is one logical SSE stream of a session: a POST response stream or
 // the standalone GET stream, continued across resumes.
 type stream struct {
-	idx     int32
-	prefix  string // id prefix when the id shape names streams
-	next    int32  // next position to hand out
-	maxNum  int64  // highest go-sdk index / decimal value of a new id; -1 none
-	gap     bool   // some exchange carrying it lost bytes
-	priming []int32
+	idx       int32
+	prefix    string // id prefix when the id shape names streams
+	hasPrefix bool
+	next      int32 // next position to hand out
+	maxNum    int64 // highest go-sdk index / decimal value of a new id; -1 none
+	gap       bool  // some exchange carrying it lost bytes
+	priming   []int32
 }
 
 func (st *stream) isPriming(pos int32) bool {
@@ -77,11 +78,13 @@ type session struct {
 	streams        []*stream
 	streamByPrefix map[string]int32
 	events         map[string]eventRef
-	indexFull      bool
-	partial        map[string]struct{}
-	shape          idShape
-	decMax         int64
-	decMaxAt       time.Time
+	// indexLimit names the Config bound that left the event index
+	// incomplete ("" while complete).
+	indexLimit string
+	partial    map[string]struct{}
+	shape      idShape
+	decMax     int64
+	decMaxAt   time.Time
 
 	calls        map[string]*call // JSON-RPC id -> call
 	inflight     int
@@ -255,10 +258,11 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.T
 		}
 	}
 	if len(s.streams) >= d.cfg.MaxStreamsPerSession {
-		d.limitHit("MaxStreamsPerSession", t, s, "event order")
+		s.indexLimit = "MaxStreamsPerSession"
+		d.limitHit("MaxStreamsPerSession", t, s, "event index")
 		return nil
 	}
-	st := &stream{idx: int32(len(s.streams)), prefix: prefix, maxNum: -1}
+	st := &stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, maxNum: -1}
 	s.streams = append(s.streams, st)
 	if hasPrefix {
 		if s.streamByPrefix == nil {

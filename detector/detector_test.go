@@ -1,0 +1,343 @@
+package detector
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// The must-not-flag cases, one test each, named after what must stay quiet.
+// Their traffic and expectations live in testdata; TestSpecs runs them too.
+func TestNoFindingOnCorrectResume(t *testing.T) {
+	runSpec(t, "testdata/no_finding_correct_resume.test")
+}
+func TestNoFindingOn404ThenFreshSession(t *testing.T) {
+	runSpec(t, "testdata/no_finding_404_fresh_session.test")
+}
+func TestNoFindingOnPrimingAndPolling(t *testing.T) {
+	runSpec(t, "testdata/no_finding_priming_polling.test")
+}
+func TestNoFindingOnPythonPrimingAfterReplay(t *testing.T) {
+	runSpec(t, "testdata/no_finding_python_priming_after_replay.test")
+}
+func TestNoFindingOnResponseWithoutSessionHeader(t *testing.T) {
+	runSpec(t, "testdata/no_finding_response_without_session_header.test")
+}
+func TestNoFindingOn202ForNotifications(t *testing.T) {
+	runSpec(t, "testdata/no_finding_202_notifications.test")
+}
+func TestNoFindingOnDelete(t *testing.T)    { runSpec(t, "testdata/no_finding_delete.test") }
+func TestNoFindingOnStateless(t *testing.T) { runSpec(t, "testdata/no_finding_stateless.test") }
+func TestNoFindingOnNonMCPHTTP(t *testing.T) {
+	runSpec(t, "testdata/no_finding_non_mcp_http.test")
+}
+func TestNoFindingOnGoSDK400ForUnknownCursor(t *testing.T) {
+	runSpec(t, "testdata/no_finding_gosdk_400_unknown_cursor.test")
+}
+func TestNoFindingOnTypeScriptGETStreamRejected(t *testing.T) {
+	runSpec(t, "testdata/no_finding_ts_get_stream_rejected.test")
+}
+func TestNoFindingOnMcpGoSharedCounter(t *testing.T) {
+	runSpec(t, "testdata/no_finding_mcpgo_shared_counter.test")
+}
+func TestNoFindingOnUnresumableCloseBefore20251125(t *testing.T) {
+	runSpec(t, "testdata/no_finding_unresumable_close_older_revision.test")
+}
+
+func TestParseEventID(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		shape  idShape
+		prefix string
+		num    uint64
+	}{
+		{"_0", shapeGoSDK, "", 0},
+		{"_17", shapeGoSDK, "", 17},
+		{"ABCDEFGHIJKLMNOPQRSTUVWXYZ_5", shapeGoSDK, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", 5},
+		{"a_b_5", shapeOpaque, "", 0}, // go-sdk's parser rejects two '_'
+		{"x_-1", shapeOpaque, "", 0},
+		{"2c9a1b5e-7d3f-4f7e-9a55-2f6d9e0b1c11_1764460800000_a1b2c3d4", shapeTS, "2c9a1b5e-7d3f-4f7e-9a55-2f6d9e0b1c11", 1764460800000},
+		{"_GET_stream_1764460800000_k3j4h5g6", shapeTS, "_GET_stream", 1764460800000},
+		{"s_1764460800000_ABCDEFGH", shapeOpaque, "", 0}, // upper case is not base36 from toString(36)
+		{"4107", shapeDecimal, "", 4107},
+		{"0", shapeDecimal, "", 0},
+		{"99999999999999999999", shapeOpaque, "", 0}, // beyond uint64: not a counter we can order
+		{"9d6c1a3e-0b4f-4e8a-9c2d-1f0e3a5b7c90", shapeOpaque, "", 0},
+		{"", shapeOpaque, "", 0},
+	} {
+		got := parseEventID(tc.id)
+		if got.shape != tc.shape || got.prefix != tc.prefix || got.num != tc.num {
+			t.Errorf("parseEventID(%q) = %+v, want shape %v prefix %q num %d", tc.id, got, tc.shape, tc.prefix, tc.num)
+		}
+	}
+}
+
+func TestShapeMerge(t *testing.T) {
+	for _, tc := range []struct{ a, b, want idShape }{
+		{shapeNone, shapeGoSDK, shapeGoSDK},
+		{shapeGoSDK, shapeGoSDK, shapeGoSDK},
+		{shapeGoSDK, shapeDecimal, shapeMixed},
+		{shapeMixed, shapeGoSDK, shapeMixed},
+	} {
+		if got := tc.a.merge(tc.b); got != tc.want {
+			t.Errorf("%v.merge(%v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// shiftRun rewrites a spec's observations as another agent would see them:
+// other connection ids and a clock offset. Finding ids must not change.
+func shiftRun(obs []*decode.Observation, idOffset uint64, dt time.Duration) []*decode.Observation {
+	out := make([]*decode.Observation, len(obs))
+	for i, o := range obs {
+		c := *o
+		c.Conn.ID += idOffset
+		c.Time = c.Time.Add(dt)
+		out[i] = &c
+	}
+	return out
+}
+
+func TestFindingIDsAreDeterministic(t *testing.T) {
+	for _, file := range []string{"session_swap", "silent_reinit_after_404_toolcall", "incomplete_replay", "duplicate_delivery"} {
+		t.Run(file, func(t *testing.T) {
+			r := parseSpec(t, "testdata/"+file+".test")
+			ids := func(obs []*decode.Observation) []string {
+				rec := &recorder{}
+				d := New(r.cfg, rec)
+				for _, o := range obs {
+					d.Observe(o)
+				}
+				d.Close(obs[len(obs)-1].Time.Add(time.Second))
+				var out []string
+				for _, v := range rec.violations {
+					out = append(out, v.ID)
+				}
+				for _, a := range rec.resumes {
+					out = append(out, a.ID)
+				}
+				for _, u := range rec.unknowns {
+					out = append(out, u.ID)
+				}
+				return out
+			}
+			a := ids(r.obs)
+			b := ids(shiftRun(r.obs, 1000, 3*time.Hour))
+			if len(a) == 0 {
+				t.Fatal("no findings to compare")
+			}
+			if strings.Join(a, ",") != strings.Join(b, ",") {
+				t.Errorf("ids differ between agents:\n %v\n %v", a, b)
+			}
+		})
+	}
+}
+
+func TestFindingIDSeparatesParts(t *testing.T) {
+	if findingID("k", "ab", "c") == findingID("k", "a", "bc") {
+		t.Error("parts are not separated")
+	}
+	if len(findingID("k")) != 32 {
+		t.Error("want 16 bytes in hex")
+	}
+}
+
+var (
+	cli = netip.MustParseAddrPort("10.0.0.1:5000")
+	srv = netip.MustParseAddrPort("10.0.0.2:8080")
+	t0  = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func TestMalformedObservationsDoNotPanic(t *testing.T) {
+	conn := decode.Conn{ID: 1, Client: cli, Server: srv}
+	req := &decode.Request{Method: "GET", MCP: true, SessionID: "S", HasSessionID: true, LastEventID: "x", HasLastEventID: true}
+	resp := &decode.Response{Status: 200, SSE: true}
+	for _, tc := range []struct {
+		name string
+		obs  []*decode.Observation
+	}{
+		{"nil", []*decode.Observation{nil}},
+		{"request without Request", []*decode.Observation{{Kind: decode.KindRequest, Time: t0, Conn: conn}}},
+		{"event without Event", []*decode.Observation{{Kind: decode.KindEvent, Time: t0, Conn: conn, Response: resp}}},
+		{"unknown kind", []*decode.Observation{{Kind: 99, Time: t0, Conn: conn}}},
+		{"end without exchange", []*decode.Observation{{Kind: decode.KindEnd, Time: t0, Conn: conn, Exchange: 7, End: &decode.End{How: decode.EndClean}}}},
+		{"event before its request", []*decode.Observation{{Kind: decode.KindEvent, Time: t0, Conn: conn, Exchange: 1, Request: req, Response: resp, Event: &decode.Event{ID: "y", HasID: true}}}},
+		{"event with no request or response seen", []*decode.Observation{{Kind: decode.KindEvent, Time: t0, Conn: conn, Exchange: 1, Response: &decode.Response{Status: 200, SessionID: "S", HasSessionID: true}, Event: &decode.Event{ID: "y", HasID: true}}}},
+		{"time going backwards", []*decode.Observation{
+			{Kind: decode.KindRequest, Time: t0.Add(time.Hour), Conn: conn, Exchange: 1, Request: req},
+			{Kind: decode.KindResponse, Time: t0, Conn: conn, Exchange: 1, Request: req, Response: resp},
+			{Kind: decode.KindEvent, Time: t0, Conn: conn, Exchange: 1, Request: req, Response: resp, Event: &decode.Event{ID: "y", HasID: true}},
+		}},
+		{"gap with no exchange", []*decode.Observation{{Kind: decode.KindGap, Time: t0, Conn: conn, Gap: &decode.Gap{Lost: -1}}}},
+		{"response twice", []*decode.Observation{
+			{Kind: decode.KindRequest, Time: t0, Conn: conn, Exchange: 1, Request: req},
+			{Kind: decode.KindResponse, Time: t0, Conn: conn, Exchange: 1, Request: req, Response: resp},
+			{Kind: decode.KindResponse, Time: t0, Conn: conn, Exchange: 1, Request: req, Response: &decode.Response{Status: 404}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			d := New(Config{}, rec)
+			for _, o := range tc.obs {
+				d.Observe(o)
+			}
+			d.Close(t0.Add(2 * time.Hour))
+			d.Observe(tc.obs[0]) // after Close: ignored
+			if len(rec.violations) != 0 {
+				t.Errorf("violations from malformed input: %v", describe([]any{rec.violations[0]}))
+			}
+		})
+	}
+	rec := &recorder{}
+	d := New(Config{}, rec)
+	d.Observe(nil)
+	d.Observe(&decode.Observation{Kind: decode.KindBody, Time: t0})
+	if s := d.Stats(); s.Malformed != 2 || s.Observations != 2 {
+		t.Errorf("malformed not counted: %+v", s)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"zero sessions", func(c *Config) { c.MaxSessions = 0 }, "MaxSessions"},
+		{"negative window", func(c *Config) { c.LinkWindow = -time.Second }, "LinkWindow"},
+		{"zero index", func(c *Config) { c.MaxEventsIndexedPerSession = 0 }, "MaxEventsIndexedPerSession"},
+		{"negative reorder", func(c *Config) { c.ReorderTolerance = -1 }, "ReorderTolerance"},
+	} {
+		c := DefaultConfig()
+		tc.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	if got := (Config{MaxSessions: 5}).withDefaults(); got.MaxSessions != 5 || got.SessionIdleTimeout != DefaultSessionIdleTimeout {
+		t.Errorf("withDefaults: %+v", got)
+	}
+}
+
+// feeder builds observations for Go-level tests.
+type feeder struct {
+	d   *Detector
+	now time.Time
+	ex  map[uint64]int
+}
+
+func newFeeder(cfg Config, sink Sink) *feeder {
+	return &feeder{d: New(cfg, sink), now: t0, ex: map[uint64]int{}}
+}
+
+// exchange feeds one whole exchange: request, response, events, end.
+func (f *feeder) exchange(conn uint64, req *decode.Request, resp *decode.Response, events []*decode.Event, how decode.EndHow) {
+	c := decode.Conn{ID: conn, Client: netip.AddrPortFrom(cli.Addr(), uint16(5000+conn)), Server: srv}
+	f.ex[conn]++
+	n := f.ex[conn]
+	step := func(o *decode.Observation) {
+		f.now = f.now.Add(time.Millisecond)
+		o.Time, o.Conn, o.Exchange, o.Request = f.now, c, n, req
+		f.d.Observe(o)
+	}
+	step(&decode.Observation{Kind: decode.KindRequest})
+	step(&decode.Observation{Kind: decode.KindResponse, Response: resp})
+	for _, ev := range events {
+		step(&decode.Observation{Kind: decode.KindEvent, Response: resp, Event: ev})
+	}
+	step(&decode.Observation{Kind: decode.KindEnd, Response: resp, End: &decode.End{How: how, Events: len(events)}})
+}
+
+func initialize(f *feeder, conn uint64, session string) {
+	f.exchange(conn,
+		&decode.Request{Method: "POST", MCP: true, Messages: []decode.Message{{Type: decode.MsgRequest, ID: "1", Method: "initialize", ProtocolVersion: "2025-11-25"}}},
+		&decode.Response{Status: 200, SessionID: session, HasSessionID: true},
+		nil, decode.EndClean)
+}
+
+func sseGET(session, cursor string) *decode.Request {
+	r := &decode.Request{Method: "GET", MCP: true, SessionID: session, HasSessionID: true, ProtocolVersion: "2025-11-25"}
+	if cursor != "" {
+		r.LastEventID, r.HasLastEventID = cursor, true
+	}
+	return r
+}
+
+func msgEvent(id string) *decode.Event {
+	return &decode.Event{ID: id, HasID: true, DataHash: fakeHash(id), Messages: []decode.Message{{Type: decode.MsgNotification, Method: "notifications/message"}}}
+}
+
+func TestLimitsDegradeToUnverifiable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		limit string
+	}{
+		{"streams", Config{MaxStreamsPerSession: 1}, "MaxStreamsPerSession"},
+		{"events", Config{MaxEventsIndexedPerSession: 2}, "MaxEventsIndexedPerSession"},
+		{"inflight", Config{MaxInflightPerSession: 1}, "MaxInflightPerSession"},
+		{"sessions", Config{MaxSessions: 1}, "MaxSessions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			f := newFeeder(tc.cfg, rec)
+			initialize(f, 1, "S1")
+			for i := 0; i < 3; i++ {
+				f.exchange(1, &decode.Request{Method: "POST", MCP: true, SessionID: "S1", HasSessionID: true, ProtocolVersion: "2025-11-25",
+					Messages: []decode.Message{{Type: decode.MsgRequest, ID: fmt.Sprint(10 + i), Method: "tools/call", Tool: "t"}}},
+					&decode.Response{Status: 200, SSE: true},
+					[]*decode.Event{msgEvent(fmt.Sprintf("o%d-a", i)), msgEvent(fmt.Sprintf("o%d-b", i)), {ID: fmt.Sprintf("o%d-c", i), HasID: true, Messages: []decode.Message{{Type: decode.MsgResponse, ID: fmt.Sprint(10 + i)}}}},
+					decode.EndClean)
+			}
+			initialize(f, 2, "S2")
+			// A resume from the last id, which may not have been indexed.
+			f.exchange(1, sseGET("S1", "o2-c"), &decode.Response{Status: 200, SSE: true}, []*decode.Event{msgEvent("o9")}, decode.EndClean)
+			f.d.Close(f.now)
+			st := f.d.Stats()
+			if st.LimitsHit[tc.limit] == 0 {
+				t.Errorf("limit %s not counted: %v", tc.limit, st.LimitsHit)
+			}
+			if len(rec.violations) != 0 {
+				t.Errorf("a limit produced a violation: %s", describe([]any{rec.violations[0]}))
+			}
+			found := false
+			for _, u := range rec.unverifiable {
+				found = found || strings.Contains(u.Reason, tc.limit)
+			}
+			if !found {
+				t.Errorf("no unverifiable names %s: %d records", tc.limit, len(rec.unverifiable))
+			}
+		})
+	}
+}
+
+func TestStatsCount(t *testing.T) {
+	rec := &recorder{}
+	f := newFeeder(Config{}, rec)
+	initialize(f, 1, "S1")
+	f.exchange(1, sseGET("S1", ""), &decode.Response{Status: 200, SSE: true}, []*decode.Event{msgEvent("a"), msgEvent("b")}, decode.EndReset)
+	f.exchange(1, sseGET("S1", "a"), &decode.Response{Status: 200, SSE: true}, []*decode.Event{msgEvent("a")}, decode.EndClean)
+	f.exchange(1, sseGET("S1", "zz"), &decode.Response{Status: 400}, nil, decode.EndClean)
+	f.exchange(1, &decode.Request{Method: "GET", Path: "/healthz"}, &decode.Response{Status: 200}, nil, decode.EndClean)
+	f.d.Close(f.now)
+	st := f.d.Stats()
+	want := Stats{Observations: 18, MCPExchanges: 4, NonMCPExchanges: 1, SessionsSeen: 1}
+	if st.Observations != want.Observations || st.MCPExchanges != want.MCPExchanges || st.NonMCPExchanges != want.NonMCPExchanges || st.SessionsSeen != want.SessionsSeen {
+		t.Errorf("stats %+v", st)
+	}
+	if st.Resumes[ResumeViolated] != 1 || st.Resumes[ResumeRejected4xx] != 1 || st.Violations[KindReplayedEvent] != 1 || st.SessionsEnded["capture_end"] != 1 {
+		t.Errorf("stats maps: resumes %v violations %v ended %v", st.Resumes, st.Violations, st.SessionsEnded)
+	}
+	// Stats is a copy.
+	st.Violations[KindReplayedEvent] = 99
+	if f.d.Stats().Violations[KindReplayedEvent] != 1 {
+		t.Error("Stats shares its maps")
+	}
+}
