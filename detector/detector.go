@@ -110,6 +110,7 @@ func (d *Detector) Observe(o *decode.Observation) {
 	if o.Time.After(d.now) {
 		d.now = o.Time
 		d.expire(d.now)
+		d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
 		if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
 			d.sweepExchanges()
 		}
@@ -535,7 +536,6 @@ func (d *Detector) Close(now time.Time) {
 	}
 	// Oldest first, so summaries come out in order of last activity.
 	for s := d.lruTail; s != nil; s = d.lruTail {
-		d.cutCallsUnknown(s)
 		d.removeSession(s, "capture_end")
 	}
 	d.lost.flushAll(d)

@@ -153,7 +153,7 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 		parts = append(parts, ex.requestIdentity())
 	}
 	v.ID = findingID(string(v.Kind), parts...)
-	if ex != nil && ex.resume != nil && ex.resume.emitted == false {
+	if ex != nil && ex.resume != nil && !ex.resume.emitted {
 		ex.resume.violations = append(ex.resume.violations, v.ID)
 	}
 	d.stats.Violations[v.Kind]++

@@ -21,14 +21,17 @@ type addrKey struct {
 	server netip.AddrPort
 }
 
-// lostIndex remembers sessions that got 404, newest per connection and per
-// client address, in a FIFO of MaxLostSessions.
+// lostIndex remembers sessions the client lost (404 or swap) in a FIFO of
+// MaxLostSessions. Only 404s are indexed for linking, newest per connection
+// and per client address. Their pending unknown outcomes wait LinkWindow for
+// a re-issue before they are emitted.
 type lostIndex struct {
-	ring   []*session
-	head   int
-	n      int
-	byConn map[uint64]*session
-	byAddr map[addrKey]*session
+	ring    []*session
+	head    int
+	n       int
+	flushed int // ring entries from head whose unknown outcomes were emitted
+	byConn  map[uint64]*session
+	byAddr  map[addrKey]*session
 }
 
 func newLostIndex(capacity int) lostIndex {
@@ -41,13 +44,32 @@ func (l *lostIndex) add(d *Detector, s *session) {
 		l.forget(old)
 		d.stats.LimitsHit["MaxLostSessions"]++
 		d.flushUnknown(old)
+		l.ring[l.head] = nil
 		l.head = (l.head + 1) % len(l.ring)
 		l.n--
+		if l.flushed > 0 {
+			l.flushed--
+		}
 	}
 	l.ring[(l.head+l.n)%len(l.ring)] = s
 	l.n++
-	l.byConn[s.lostConn.ID] = s
-	l.byAddr[addrKey{s.lostConn.Client.Addr(), s.lostConn.Server}] = s
+	if s.lostHow == "404" {
+		l.byConn[s.lostConn.ID] = s
+		l.byAddr[addrKey{s.lostConn.Client.Addr(), s.lostConn.Server}] = s
+	}
+}
+
+// flushDue emits the unknown outcomes of sessions lost more than window
+// ago: a re-issue after that is no longer linked by address.
+func (l *lostIndex) flushDue(d *Detector, now time.Time, window time.Duration) {
+	for l.flushed < l.n {
+		s := l.ring[(l.head+l.flushed)%len(l.ring)]
+		if now.Sub(s.lostAt) <= window {
+			return
+		}
+		d.flushUnknown(s)
+		l.flushed++
+	}
 }
 
 func (l *lostIndex) forget(s *session) {
@@ -105,8 +127,8 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 	if how == "404" {
 		s.gone = true
 		d.endSession(s, "404")
-		d.lost.add(d, s)
 	}
+	d.lost.add(d, s)
 }
 
 func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason string) *UnknownOutcome {

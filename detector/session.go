@@ -86,12 +86,11 @@ type session struct {
 	decMax     int64
 	decMaxAt   time.Time
 
-	calls        map[string]*call // JSON-RPC id -> call
-	inflight     int
-	answered     int
-	responsesCut bool             // answered ids were dropped: duplicate checks incomplete
-	toolCalls    map[string]*call // tool + params hash -> last such call
-	progress     map[string]float64
+	calls     map[string]*call // JSON-RPC id -> call
+	inflight  int
+	answered  int
+	toolCalls map[string]*call // tool + params hash -> last such call
+	progress  map[string]float64
 
 	requests, eventsN, resumes, violations int
 
@@ -210,6 +209,7 @@ func (d *Detector) removeSession(s *session, how string) {
 	if s.ended == "" {
 		d.endSession(s, how)
 	}
+	d.cutCallsUnknown(s)
 	d.flushUnknown(s)
 	// Free the big maps now: exchanges may still point at s.
 	s.events, s.calls, s.toolCalls, s.progress, s.partial = nil, nil, nil, nil, nil
