@@ -7,32 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 )
-
-// rpcEnvelope is the top level of one JSON-RPC message. The raw fields are
-// only looked at, never kept: argument and result values must not leave
-// this file except as hashes.
-type rpcEnvelope struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  *string         `json:"method"`
-	Params  json.RawMessage `json:"params"`
-	Result  json.RawMessage `json:"result"`
-	Error   *struct {
-		Code int `json:"code"`
-	} `json:"error"`
-}
-
-// rpcParams holds the few params fields the detector needs.
-type rpcParams struct {
-	Name            string          `json:"name"`
-	ProtocolVersion string          `json:"protocolVersion"`
-	ProgressToken   json.RawMessage `json:"progressToken"`
-	Progress        *float64        `json:"progress"`
-	Meta            struct {
-		ProgressToken json.RawMessage `json:"progressToken"`
-	} `json:"_meta"`
-}
 
 // Peeker classifies JSON-RPC messages. It keeps scratch buffers between
 // calls, so it is not safe for concurrent use; each worker has its own.
@@ -42,36 +18,35 @@ type Peeker struct {
 }
 
 // PeekJSONRPC classifies the JSON-RPC message or batch in b. isJSON is false
-// when b is not a JSON object or array at all. A JSON value that is not JSON-RPC
-// 2.0 gives a single MsgInvalid message.
+// when b is not a JSON object or array at all. A JSON value that is not
+// JSON-RPC 2.0 gives a MsgInvalid message. Argument and result values are
+// only hashed, never kept.
 func (pk *Peeker) PeekJSONRPC(b []byte) (msgs []Message, batch bool, isJSON bool) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
+	i := skipSpace(b, 0)
+	if i >= len(b) {
 		return nil, false, false
 	}
-	switch b[0] {
+	switch b[i] {
 	case '{':
-		m, ok := pk.peekOne(b)
+		m, ok := pk.peekOne(b[i:])
 		if !ok {
 			return nil, false, false
 		}
 		return []Message{m}, false, true
 	case '[':
-		var elems []json.RawMessage
-		if err := json.Unmarshal(b, &elems); err != nil {
-			return nil, false, false
-		}
-		if len(elems) == 0 {
-			// An empty batch is an invalid request in JSON-RPC 2.0.
-			return []Message{{Type: MsgInvalid}}, true, true
-		}
-		msgs = make([]Message, len(elems))
-		for i, e := range elems {
-			m, ok := pk.peekOne(e)
+		err := eachElement(b[i:], func(elem []byte) {
+			m, ok := pk.peekOne(elem)
 			if !ok {
 				m = Message{Type: MsgInvalid}
 			}
-			msgs[i] = m
+			msgs = append(msgs, m)
+		})
+		if err != nil {
+			return nil, false, false
+		}
+		if len(msgs) == 0 {
+			// An empty batch is an invalid request in JSON-RPC 2.0.
+			msgs = []Message{{Type: MsgInvalid}}
 		}
 		return msgs, true, true
 	}
@@ -88,47 +63,77 @@ func HasJSONRPC(msgs []Message) bool {
 	return false
 }
 
+// rpcFields are the raw top-level members of one message.
+type rpcFields struct {
+	version, id, method, params, result, errObj []byte
+}
+
 // peekOne classifies one message; ok is false when raw is not valid JSON.
 func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
-	var env rpcEnvelope
-	if err := json.Unmarshal(raw, &env); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return Message{Type: MsgInvalid}, true
+	var f rpcFields
+	if raw[0] != '{' {
+		if _, err := skipValue(raw, 0, 0); err != nil {
+			return Message{}, false
 		}
-		return Message{}, false
-	}
-	if env.JSONRPC != "2.0" {
 		return Message{Type: MsgInvalid}, true
 	}
+	err := eachMember(raw, func(key, value []byte) {
+		switch {
+		case keyIs(key, "jsonrpc"):
+			f.version = value
+		case keyIs(key, "id"):
+			f.id = value
+		case keyIs(key, "method"):
+			f.method = value
+		case keyIs(key, "params"):
+			f.params = value
+		case keyIs(key, "result"):
+			f.result = value
+		case keyIs(key, "error"):
+			f.errObj = value
+		}
+	})
+	if err != nil {
+		return Message{}, false
+	}
 	var m Message
-	if env.ID != nil {
-		m.ID = compactJSON(env.ID)
+	if f.id != nil {
+		m.ID = compactJSON(f.id)
+	}
+	if v, ok := jsonString(f.version); !ok || v != "2.0" {
+		return Message{Type: MsgInvalid, ID: m.ID}, true
 	}
 	switch {
-	case env.Method != nil:
-		m.Method = *env.Method
+	case f.method != nil:
+		method, ok := jsonString(f.method)
+		if !ok {
+			return Message{Type: MsgInvalid, ID: m.ID}, true
+		}
+		m.Method = method
 		m.Type = MsgNotification
-		if env.ID != nil {
+		if f.id != nil {
 			m.Type = MsgRequest
 		}
-		if env.Params != nil {
-			m.ParamsHash = pk.hash(env.Params)
-			pk.peekParams(&m, env.Params)
+		if f.params != nil {
+			m.ParamsHash = pk.hash(f.params)
+			peekParams(&m, f.params)
 		}
-	case env.Error != nil:
+	case f.errObj != nil:
 		m.Type = MsgError
-		m.ErrorCode = env.Error.Code
-	case env.Result != nil:
+		_ = eachMember(f.errObj, func(key, value []byte) {
+			if keyIs(key, "code") {
+				m.ErrorCode, _ = jsonInt(value)
+			}
+		})
+	case f.result != nil:
 		m.Type = MsgResponse
-		m.ResultHash = pk.hash(env.Result)
-		if bytes.Contains(env.Result, []byte(`"protocolVersion"`)) {
-			var r struct {
-				ProtocolVersion string `json:"protocolVersion"`
-			}
-			if json.Unmarshal(env.Result, &r) == nil {
-				m.ProtocolVersion = r.ProtocolVersion
-			}
+		m.ResultHash = pk.hash(f.result)
+		if bytes.Contains(f.result, []byte(`"protocolVersion"`)) {
+			_ = eachMember(f.result, func(key, value []byte) {
+				if keyIs(key, "protocolVersion") {
+					m.ProtocolVersion, _ = jsonString(value)
+				}
+			})
 		}
 	default:
 		m.Type = MsgInvalid
@@ -137,33 +142,35 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 }
 
 // peekParams reads the tool name, protocol version and progress fields, and
-// only decodes params when one of them can be there.
-func (pk *Peeker) peekParams(m *Message, params []byte) {
+// only walks params when one of them can be there.
+func peekParams(m *Message, params []byte) {
 	wantName := m.Method == "tools/call"
 	wantVersion := m.Method == "initialize"
-	wantProgress := bytes.Contains(params, []byte(`"progressToken"`))
-	if !wantName && !wantVersion && !wantProgress {
+	progress := m.Method == "notifications/progress"
+	wantMeta := m.Type == MsgRequest && bytes.Contains(params, []byte(`"progressToken"`))
+	if !wantName && !wantVersion && !progress && !wantMeta {
 		return
 	}
-	var p rpcParams
-	// A type mismatch in one field still fills the others.
-	_ = json.Unmarshal(params, &p)
-	if wantName {
-		m.Tool = p.Name
-	}
-	if wantVersion {
-		m.ProtocolVersion = p.ProtocolVersion
-	}
-	if m.Method == "notifications/progress" {
-		if p.ProgressToken != nil {
-			m.ProgressToken = compactJSON(p.ProgressToken)
+	_ = eachMember(params, func(key, value []byte) {
+		switch {
+		case wantName && keyIs(key, "name"):
+			m.Tool, _ = jsonString(value)
+		case wantVersion && keyIs(key, "protocolVersion"):
+			m.ProtocolVersion, _ = jsonString(value)
+		case progress && keyIs(key, "progressToken"):
+			m.ProgressToken = compactJSON(value)
+		case progress && keyIs(key, "progress"):
+			if f, err := strconv.ParseFloat(string(value), 64); err == nil {
+				m.Progress, m.HasProgress = f, true
+			}
+		case wantMeta && keyIs(key, "_meta"):
+			_ = eachMember(value, func(key, value []byte) {
+				if keyIs(key, "progressToken") {
+					m.ProgressToken = compactJSON(value)
+				}
+			})
 		}
-		if p.Progress != nil {
-			m.Progress, m.HasProgress = *p.Progress, true
-		}
-	} else if m.Type == MsgRequest && p.Meta.ProgressToken != nil {
-		m.ProgressToken = compactJSON(p.Meta.ProgressToken)
-	}
+	})
 }
 
 func compactJSON(raw []byte) string {
@@ -293,11 +300,12 @@ func (c *canonicalizer) str(dst []byte) ([]byte, []byte, error) {
 	c.i++
 	escaped := false
 	for {
-		j := bytes.IndexAny(c.src[c.i:], `"\`)
-		if j < 0 {
+		for c.i < len(c.src) && c.src[c.i] != '"' && c.src[c.i] != '\\' {
+			c.i++
+		}
+		if c.i >= len(c.src) {
 			return dst, nil, errCanonSyntax
 		}
-		c.i += j
 		if c.src[c.i] == '"' {
 			c.i++
 			break

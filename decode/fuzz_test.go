@@ -1,0 +1,118 @@
+package decode
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// piecesOf cuts b into random pieces drawn from seed.
+func piecesOf(b []byte, seed int64) [][]byte {
+	return randomPieces(seed)(b)
+}
+
+// fuzzScript is a connection with all client bytes, then all server bytes.
+func fuzzScript(client, server []byte, syn bool) script {
+	sc := script{syn: syn, cfg: DefaultConfig()}
+	sc.cfg.MaxHeaderBytes = 512
+	sc.cfg.MaxBodyBytes = 512
+	sc.cfg.MaxSSELineBytes = 64
+	sc.cfg.MaxEventBytes = 256
+	if len(client) > 0 {
+		sc.steps = append(sc.steps, step{op: "data", fromA: true, data: client})
+	}
+	if len(server) > 0 {
+		sc.steps = append(sc.steps, step{op: "data", fromA: false, data: server})
+	}
+	sc.steps = append(sc.steps, step{op: "fin", fromA: false})
+	return sc
+}
+
+// checkInvariants asserts what must hold for any input.
+func checkInvariants(t *testing.T, obs []*Observation) {
+	t.Helper()
+	ends := map[int]int{}
+	for _, o := range obs {
+		switch o.Kind {
+		case KindRequest:
+			if o.Request == nil {
+				t.Fatal("request observation without Request")
+			}
+		case KindResponse, KindBody, KindEvent:
+			if o.Response == nil {
+				t.Fatalf("%s observation without Response", o.Kind)
+			}
+		case KindEnd:
+			ends[o.Exchange]++
+			if ends[o.Exchange] > 1 {
+				t.Fatalf("exchange %d ended twice", o.Exchange)
+			}
+		}
+	}
+}
+
+func FuzzHTTP(f *testing.F) {
+	f.Add([]byte("POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}GET / HTTP/1.1\r\n\r\n"),
+		[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata:\r\n0\r\n\r\nHTTP/1.1 204 OK\r\n\r\n"), int64(1), true)
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: x\r\n  folded\r\n\r\n"), []byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"), int64(2), false)
+	f.Add([]byte("\x16\x03\x01"), []byte("garbage\nHTTP/1.1 200 OK\n\n"), int64(3), false)
+	f.Fuzz(func(t *testing.T, client, server []byte, seed int64, syn bool) {
+		sc := fuzzScript(client, server, syn)
+		obs, stats := run(t, sc.cfg, whole, sc)
+		checkInvariants(t, obs)
+		want := render(obs) + renderStats(stats)
+		split, splitStats := run(t, sc.cfg, func(b []byte) [][]byte { return piecesOf(b, seed) }, sc)
+		if got := render(split) + renderStats(splitStats); got != want {
+			t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
+		}
+	})
+}
+
+func FuzzChunked(f *testing.F) {
+	f.Add([]byte("5;ext=1\r\nhello\r\n0\r\nTrailer: x\r\n\r\n"), int64(1))
+	f.Add([]byte("A\nid: 1\ndata:\n\n0\n\n"), int64(2))
+	f.Add([]byte("ffffffffffffffffff\r\n"), int64(3))
+	f.Fuzz(func(t *testing.T, body []byte, seed int64) {
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+		sc := fuzzScript([]byte("GET / HTTP/1.1\r\n\r\n"), append([]byte(head), body...), true)
+		obs, stats := run(t, sc.cfg, whole, sc)
+		checkInvariants(t, obs)
+		want := render(obs) + renderStats(stats)
+		split, splitStats := run(t, sc.cfg, func(b []byte) [][]byte { return piecesOf(b, seed) }, sc)
+		if got := render(split) + renderStats(splitStats); got != want {
+			t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
+		}
+	})
+}
+
+// sseTrace renders everything SSEDecoder reports.
+func sseTrace(stream []byte, split func([]byte) [][]byte) string {
+	var b strings.Builder
+	d := NewSSEDecoder(64, 256, func(e *SSEEvent) {
+		fmt.Fprintf(&b, "%q %v %q %q %d %q %v %d %x\n", e.ID, e.HasID, e.LastEventID, e.Type, e.Retry, e.Data, e.DataTruncated, e.DataBytes, e.DataHash)
+	})
+	for _, p := range split(stream) {
+		d.Write(append([]byte(nil), p...))
+	}
+	id, has := d.PartialID()
+	last, hasLast := d.LastEventID()
+	fmt.Fprintf(&b, "mid=%v partial=%q/%v last=%q/%v hits=%d/%d", d.MidEvent(), id, has, last, hasLast, d.LineLimitHits, d.EventLimitHits)
+	return b.String()
+}
+
+func FuzzSSE(f *testing.F) {
+	f.Add([]byte("\xEF\xBB\xBFid: 1\r\ndata: a\r\rdata: b\n\n"), int64(1))
+	f.Add([]byte(": c\nretry: 10\nevent: e\nid\ndata\n\nid: x\x00\ndata: " + strings.Repeat("z", 300) + "\n\n"), int64(2))
+	f.Add([]byte("data: a\r\ndata: b\r"), int64(3))
+	f.Fuzz(func(t *testing.T, stream []byte, seed int64) {
+		want := sseTrace(stream, whole)
+		if got := sseTrace(stream, byteByByte); got != want {
+			t.Fatalf("byte-by-byte differs:\n%s\nwant\n%s", got, want)
+		}
+		rng := rand.New(rand.NewSource(seed))
+		if got := sseTrace(stream, randomPieces(rng.Int63())); got != want {
+			t.Fatalf("random pieces differ:\n%s\nwant\n%s", got, want)
+		}
+	})
+}
