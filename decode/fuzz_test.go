@@ -52,20 +52,24 @@ func checkInvariants(t *testing.T, obs []*Observation) {
 	}
 }
 
+// checkSplitDelivery decodes sc whole and in random pieces: same output.
+func checkSplitDelivery(t *testing.T, sc script, seed int64) {
+	obs, stats := run(t, sc.cfg, whole, sc)
+	checkInvariants(t, obs)
+	want := render(obs) + renderStats(stats)
+	split, splitStats := run(t, sc.cfg, func(b []byte) [][]byte { return piecesOf(b, seed) }, sc)
+	if got := render(split) + renderStats(splitStats); got != want {
+		t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
+	}
+}
+
 func FuzzHTTP(f *testing.F) {
 	f.Add([]byte("POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}GET / HTTP/1.1\r\n\r\n"),
 		[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata:\r\n0\r\n\r\nHTTP/1.1 204 OK\r\n\r\n"), int64(1), true)
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: x\r\n  folded\r\n\r\n"), []byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"), int64(2), false)
 	f.Add([]byte("\x16\x03\x01"), []byte("garbage\nHTTP/1.1 200 OK\n\n"), int64(3), false)
 	f.Fuzz(func(t *testing.T, client, server []byte, seed int64, syn bool) {
-		sc := fuzzScript(client, server, syn)
-		obs, stats := run(t, sc.cfg, whole, sc)
-		checkInvariants(t, obs)
-		want := render(obs) + renderStats(stats)
-		split, splitStats := run(t, sc.cfg, func(b []byte) [][]byte { return piecesOf(b, seed) }, sc)
-		if got := render(split) + renderStats(splitStats); got != want {
-			t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
-		}
+		checkSplitDelivery(t, fuzzScript(client, server, syn), seed)
 	})
 }
 
@@ -75,14 +79,7 @@ func FuzzChunked(f *testing.F) {
 	f.Add([]byte("ffffffffffffffffff\r\n"), int64(3))
 	f.Fuzz(func(t *testing.T, body []byte, seed int64) {
 		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-		sc := fuzzScript([]byte("GET / HTTP/1.1\r\n\r\n"), append([]byte(head), body...), true)
-		obs, stats := run(t, sc.cfg, whole, sc)
-		checkInvariants(t, obs)
-		want := render(obs) + renderStats(stats)
-		split, splitStats := run(t, sc.cfg, func(b []byte) [][]byte { return piecesOf(b, seed) }, sc)
-		if got := render(split) + renderStats(splitStats); got != want {
-			t.Fatalf("split delivery differs:\n%s\nwant\n%s", got, want)
-		}
+		checkSplitDelivery(t, fuzzScript([]byte("GET / HTTP/1.1\r\n\r\n"), append([]byte(head), body...), true), seed)
 	})
 }
 
@@ -103,7 +100,7 @@ func sseTrace(stream []byte, split func([]byte) [][]byte) string {
 
 func FuzzSSE(f *testing.F) {
 	f.Add([]byte("\xEF\xBB\xBFid: 1\r\ndata: a\r\rdata: b\n\n"), int64(1))
-	f.Add([]byte(": c\nretry: 10\nevent: e\nid\ndata\n\nid: x\x00\ndata: " + strings.Repeat("z", 300) + "\n\n"), int64(2))
+	f.Add([]byte(": c\nretry: 10\nevent: e\nid\ndata\n\nid: x\x00\ndata: "+strings.Repeat("z", 300)+"\n\n"), int64(2))
 	f.Add([]byte("data: a\r\ndata: b\r"), int64(3))
 	f.Fuzz(func(t *testing.T, stream []byte, seed int64) {
 		want := sseTrace(stream, whole)

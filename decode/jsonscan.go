@@ -198,17 +198,10 @@ func eachMember(b []byte, fn func(key, value []byte)) error {
 			return err
 		}
 		fn(key, b[start:i])
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return errJSONSyntax
+		var done bool
+		if i, done, err = nextItem(b, i, '}'); done || err != nil {
+			return err
 		}
-		if b[i] == '}' {
-			return trailingSpaceOnly(b, i+1)
-		}
-		if b[i] != ',' {
-			return errJSONSyntax
-		}
-		i = skipSpace(b, i+1)
 	}
 }
 
@@ -229,18 +222,26 @@ func eachElement(b []byte, fn func(value []byte)) error {
 			return err
 		}
 		fn(b[start:i])
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return errJSONSyntax
+		var done bool
+		if i, done, err = nextItem(b, i, ']'); done || err != nil {
+			return err
 		}
-		if b[i] == ']' {
-			return trailingSpaceOnly(b, i+1)
-		}
-		if b[i] != ',' {
-			return errJSONSyntax
-		}
-		i = skipSpace(b, i+1)
 	}
+}
+
+// nextItem steps over the comma after a member or element; done says the
+// closer ended the top-level object or array (and only space follows it).
+func nextItem(b []byte, i int, closer byte) (next int, done bool, err error) {
+	i = skipSpace(b, i)
+	switch {
+	case i >= len(b):
+		return i, true, errJSONSyntax
+	case b[i] == closer:
+		return i, true, trailingSpaceOnly(b, i+1)
+	case b[i] != ',':
+		return i, true, errJSONSyntax
+	}
+	return skipSpace(b, i+1), false, nil
 }
 
 func trailingSpaceOnly(b []byte, i int) error {
