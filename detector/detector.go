@@ -93,6 +93,7 @@ type exchange struct {
 	gap            bool
 	flags          uint16 // onceFlag bits already raised
 	lastAt         time.Time
+	swapped        bool // the response carried another session id
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -285,7 +286,14 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	if ex.protoHeader != "" {
 		ex.rev = ex.protoHeader
 	}
-	if ex.hasReqSession {
+	if ex.rev == "" && ex.hasReqSession {
+		if s, ok := d.sessions[ex.reqSession]; ok {
+			ex.rev = s.rev
+		}
+	}
+	// 2026-07-28 and later have no sessions: a session id there is a
+	// finding (checkSessionless), never state to track.
+	if ex.hasReqSession && !revAtLeast(ex.rev, revSessionless) {
 		s := d.session(ex.reqSession, o)
 		if ex.protoHeader != "" && !s.revFromInit {
 			s.rev = ex.protoHeader
@@ -407,6 +415,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		// (not initialize): the server minted or echoed it; its start is
 		// unknown to us.
 		s = d.session(ex.respSession, o)
+		if s.rev == "" {
+			s.rev = ex.rev
+		}
 		ex.sess = s
 		s.requests++
 		d.recordCalls(s, ex, o)

@@ -62,14 +62,17 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 	s.eventsN++
 	d.touch(s, o.Time)
 	priming := isPriming(ev)
-	known := false
+	known, reused := false, false
 	var ref eventRef
 	if ev.HasID && ev.ID != "" {
 		ex.sawID = true
 		ref, known = s.events[ev.ID]
 		data := hash64(ev.DataHash)
 		if known {
-			d.knownEvent(ex, s, o, ref, data)
+			// An id re-issued for other content is a new event that
+			// collides with an old id (a reset), not a replay of it.
+			reused = d.knownEvent(ex, s, o, ref, data)
+			known = !reused
 		} else {
 			d.newEvent(ex, s, o, data, priming)
 		}
@@ -78,19 +81,23 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 	// anything nor end a replay.
 	control := len(ev.Messages) == 0 && (ev.DataEmpty || priming)
 	if rs := ex.resume; rs != nil && rs.active && !control {
-		d.resumeEvent(ex, o, known, ref)
+		d.resumeEvent(ex, o, known, reused, ref)
 	}
 	d.onMessages(ex, o, ev.Messages, known)
 }
 
-// knownEvent handles an id the session already issued.
-func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, ref eventRef, data uint64) {
+// knownEvent handles an id the session already issued. It reports whether
+// the id now carries different content (an event_id_reset).
+func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, ref eventRef, data uint64) bool {
 	ev := o.Event
 	first := s.streams[ref.stream]
 	where := func() string {
 		return fmt.Sprintf("event id %s (first sent at position %d of stream %s)", ev.ID, ref.pos, streamName(first))
 	}
-	if ref.data != data && ex.once(onceReset) {
+	if ref.data != data {
+		if !ex.once(onceReset) {
+			return true
+		}
 		d.violation(&Violation{
 			Kind: KindEventIDReset, Time: o.Time, LastEventID: ex.cursor, FirstEventID: ev.ID, StreamID: streamName(first),
 			Explanation: fmt.Sprintf("Session %s re-issued event id %s for different content than the first time. "+
@@ -99,10 +106,10 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 				"survives backend restarts and is shared by every backend that serves the session.", s.id, ev.ID),
 			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where()+", data differs from the first delivery")},
 		}, ex, s, ev.ID, "content")
-		return
+		return true
 	}
 	if rs := ex.resume; rs != nil && rs.active {
-		return // on a resumed stream: judged by resumeEvent against the cursor
+		return false // on a resumed stream: judged by resumeEvent against the cursor
 	}
 	if ref.data == data && ex.once(onceDupEvent) {
 		d.violation(&Violation{
@@ -113,6 +120,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where())},
 		}, ex, s, ev.ID)
 	}
+	return false
 }
 
 // newEvent indexes an id the session has not issued before and checks it
@@ -216,7 +224,9 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 					s.rev, s.revFromInit = m.ProtocolVersion, true
 				}
 			}
-			if s != nil && !ex.sessionless && !s.removed && m.ID != "" {
+			// id null answers a request the server could not read
+			// (e.g. a 404 body): it names no request.
+			if s != nil && !ex.sessionless && !s.removed && m.ID != "" && m.ID != "null" {
 				d.deliverResponse(ex, s, o, m, replay)
 			}
 		case decode.MsgNotification:

@@ -168,6 +168,7 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 	s2 := d.session(ex.respSession, o)
 	if !existed {
 		s2.prev, s2.linkConf, s2.swappedFrom = s1.id, ConfidenceSameExchange, s1
+		s2.rev = s1.rev
 	}
 	d.violation(&Violation{
 		Kind: KindSessionSwap, Time: o.Time, SessionID: s1.id, NewSessionID: s2.id, LastEventID: ex.cursor,
@@ -180,7 +181,7 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 	}, ex, s1)
 	d.dropCalls(ex)
 	d.sessionLost(s1, ex, o.Time, "swap", fmt.Sprintf("the server answered with a different session id (%s)", s2.id))
-	ex.sess = s2
+	ex.sess, ex.swapped = s2, true
 	s2.requests++
 	d.recordCalls(s2, ex, o)
 }

@@ -107,7 +107,9 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	if rs.emitted {
 		return
 	}
-	if len(rs.violations) > 0 {
+	if ex.swapped {
+		// The stream belongs to another session: nothing to judge
+		// against the cursor.
 		d.resolveResume(ex, o.Time, ResumeViolated, "")
 		return
 	}
@@ -169,7 +171,9 @@ func (d *Detector) truncatedResume(ex *exchange, s *session, o *decode.Observati
 }
 
 // resumeEvent judges one non-priming event on an accepted resume.
-func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known bool, ref eventRef) {
+// reused: the id was already issued for other content (a reset was raised),
+// so its number says nothing about replay order.
+func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reused bool, ref eventRef) {
 	rs, s, ev := ex.resume, ex.sess, o.Event
 	if !rs.emitted {
 		rs.delivered++
@@ -207,7 +211,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known bool, 
 			d.checkOwed(ex, s, o, rs.owedMax+1)
 		}
 	}
-	if ev.HasID && rs.goOK {
+	if ev.HasID && rs.goOK && !reused {
 		if p := parseEventID(ev.ID); p.shape == shapeGoSDK && p.prefix == rs.goPrefix {
 			n := int64(p.num)
 			switch {
