@@ -331,7 +331,7 @@ const dataKept = len("data: ") + 12
 func (c *sseCut) hooks(int) pcaprec.Hooks {
 	var mu sync.Mutex
 	armed := false
-	var pending []byte // server bytes after the last event boundary seen
+	var st cutState
 	return pcaprec.Hooks{
 		FromClient: func(p []byte) ([]byte, pcaprec.Action) {
 			mu.Lock()
@@ -347,49 +347,96 @@ func (c *sseCut) hooks(int) pcaprec.Hooks {
 			if !armed {
 				return p, pcaprec.Forward
 			}
-			base := len(pending)
-			pending = append(pending, p...)
-			start := 0
-			for {
-				end := bytes.Index(pending[start:], []byte("\n\n"))
-				if end < 0 {
-					break
-				}
-				end += start + 2
-				if c.match(string(pending[start:end])) {
-					cut := c.cutAt(pending, start, end)
-					armed = false
-					if c.used.CompareAndSwap(false, true) {
-						c.id = eventID(pending[start:end])
-						if c.onFire != nil {
-							c.onFire()
-						}
-						close(c.fired)
-					}
-					return p[:max(0, cut-base)], pcaprec.Close
-				}
-				start = end
+			out, cutNow := st.feed(c, p)
+			if !cutNow {
+				return out, pcaprec.Forward
 			}
-			pending = append(pending[:0], pending[start:]...)
-			return p, pcaprec.Forward
+			armed = false
+			if c.used.CompareAndSwap(false, true) {
+				c.id = st.cutEventID
+				if c.onFire != nil {
+					c.onFire()
+				}
+				close(c.fired)
+			}
+			return out, pcaprec.Close
 		},
 	}
 }
 
-// cutAt is the offset in buf to cut at, for the matched event buf[start:end].
-func (c *sseCut) cutAt(buf []byte, start, end int) int {
-	if c.midEvent {
-		if d := bytes.Index(buf[start:end], []byte("\ndata: ")); d >= 0 {
-			return min(start+d+1+dataKept, end-2)
+// cutState follows one armed response. Bytes are forwarded as they come,
+// except that once the target event may be in them nothing past the cut
+// point is released, whatever the read sizes.
+type cutState struct {
+	seg        []byte // bytes since the last event boundary passed
+	unsent     []byte // bytes received and not yet forwarded (a suffix of the stream)
+	cutEventID string
+}
+
+// feed takes one read and returns the bytes to forward now and whether
+// the connection is to be closed after them.
+func (st *cutState) feed(c *sseCut, p []byte) ([]byte, bool) {
+	st.seg = append(st.seg, p...)
+	st.unsent = append(st.unsent, p...)
+	for {
+		i := bytes.Index(st.seg, []byte("\n\n"))
+		if i < 0 {
+			break
 		}
-		return end - 2
+		end := i + 2
+		if !c.match(string(st.seg[:end])) {
+			st.seg = st.seg[end:]
+			continue
+		}
+		if c.midEvent {
+			return st.release(c.midCut(st.seg[:end]), true)
+		}
+		// Include the chunk's trailing CRLF, so the client sees a complete
+		// chunk then FIN; wait for it if it has not arrived yet.
+		if len(st.seg) < end+2 {
+			return st.release(end, false)
+		}
+		if bytes.HasPrefix(st.seg[end:], []byte("\r\n")) {
+			end += 2
+		}
+		return st.release(end, true)
 	}
-	// Include the chunk's trailing CRLF: the client then sees a complete
-	// chunk followed by FIN.
-	if bytes.HasPrefix(buf[end:], []byte("\r\n")) {
-		return end + 2
+	if c.midEvent && c.match(string(st.seg)) {
+		// The target event's id line is here, its end is not.
+		if d := bytes.Index(st.seg, []byte("\ndata: ")); d >= 0 && len(st.seg) >= d+1+dataKept {
+			return st.release(d+1+dataKept, true)
+		}
+		// Hold everything after the id line until enough data arrives.
+		idLine := bytes.Index(st.seg, []byte("\nid: ")) + 1
+		if strings.HasPrefix(string(st.seg), "id: ") {
+			idLine = 0
+		}
+		idEnd := idLine + bytes.IndexByte(st.seg[idLine:], '\n') + 1
+		return st.release(idEnd, false)
 	}
-	return end
+	return st.release(len(st.seg), false)
+}
+
+// release forwards the unsent bytes up to offset upTo in seg (and all
+// before seg); with cut it records the cut event.
+func (st *cutState) release(upTo int, cut bool) ([]byte, bool) {
+	n := len(st.unsent) - (len(st.seg) - upTo)
+	out := append([]byte(nil), st.unsent[:n]...)
+	st.unsent = st.unsent[n:]
+	if cut {
+		st.cutEventID = eventID(st.seg[:upTo])
+	}
+	return out, cut
+}
+
+// midCut is where a mid-event cut falls in the complete target event ev:
+// dataKept bytes into its data line, never past the event's end.
+func (c *sseCut) midCut(ev []byte) int {
+	d := bytes.Index(ev, []byte("\ndata: "))
+	if d < 0 {
+		return len(ev) - 2
+	}
+	return min(d+1+dataKept, len(ev)-2)
 }
 
 // cutID is the id of the event the cut was placed at; valid once fired.
