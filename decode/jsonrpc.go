@@ -273,15 +273,12 @@ func (c *canonicalizer) value(dst []byte) ([]byte, error) {
 		return c.literal(dst, "null")
 	case ch == '-' || (ch >= '0' && ch <= '9'):
 		start := c.i
-		for c.i < len(c.src) {
-			ch := c.src[c.i]
-			if (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' || ch == 'e' || ch == 'E' {
-				c.i++
-				continue
-			}
-			break
+		end, err := skipNumber(c.src, c.i)
+		if err != nil {
+			return dst, err
 		}
-		return append(dst, c.src[start:c.i]...), nil
+		c.i = end
+		return append(dst, c.src[start:end]...), nil
 	}
 	return dst, errCanonSyntax
 }
@@ -296,28 +293,13 @@ func (c *canonicalizer) literal(dst []byte, lit string) ([]byte, error) {
 
 // str copies a string token; it returns the decoded value for sorting keys.
 func (c *canonicalizer) str(dst []byte) ([]byte, []byte, error) {
-	start := c.i
-	c.i++
-	escaped := false
-	for {
-		for c.i < len(c.src) && c.src[c.i] != '"' && c.src[c.i] != '\\' {
-			c.i++
-		}
-		if c.i >= len(c.src) {
-			return dst, nil, errCanonSyntax
-		}
-		if c.src[c.i] == '"' {
-			c.i++
-			break
-		}
-		escaped = true
-		c.i += 2
-		if c.i > len(c.src) {
-			return dst, nil, errCanonSyntax
-		}
+	end, err := skipString(c.src, c.i)
+	if err != nil {
+		return dst, nil, err
 	}
-	tok := c.src[start:c.i]
-	if !escaped {
+	tok := c.src[c.i:end]
+	c.i = end
+	if bytes.IndexByte(tok, '\\') < 0 {
 		return append(dst, tok...), tok[1 : len(tok)-1], nil
 	}
 	var s string

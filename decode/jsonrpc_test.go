@@ -1,10 +1,12 @@
 package decode
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -152,4 +154,46 @@ func TestPeekKeepsNoValues(t *testing.T) {
 	if msgs[0].ParamsHash != hex.EncodeToString(sum[:]) {
 		t.Errorf("ParamsHash %s is not the SHA-256 of %s", msgs[0].ParamsHash, canon)
 	}
+}
+
+// FuzzJSONRPC checks the hand-written scanner against encoding/json: the
+// same inputs are JSON, and the canonical form means the same value and is a
+// fixed point.
+func FuzzJSONRPC(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","b":[1,2.5e3,{"d":null,"c":true}]}}`))
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":"\u00e9","result":{"z":"\"","a":-0}}, 3]`))
+	f.Add([]byte(`{"a":1,"a":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var pk Peeker
+		_, _, isJSON := pk.PeekJSONRPC(b)
+		trimmed := bytes.TrimLeft(b, " \t\r\n")
+		structured := len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
+		if valid := json.Valid(b); isJSON != (valid && structured) {
+			t.Fatalf("PeekJSONRPC isJSON=%v, json.Valid=%v", isJSON, valid)
+		}
+		canon, err := pk.Canonical(nil, b)
+		if (err == nil) != json.Valid(b) {
+			t.Fatalf("Canonical error %v, json.Valid=%v", err, json.Valid(b))
+		}
+		if err != nil {
+			return
+		}
+		again, err := pk.Canonical(nil, canon)
+		if err != nil || !bytes.Equal(again, canon) {
+			t.Fatalf("canonical form is not a fixed point:\n%s\n%s (%v)", canon, again, err)
+		}
+		if !reflect.DeepEqual(decodeAny(t, b), decodeAny(t, canon)) {
+			t.Fatalf("canonical form changed the value:\n%s\n%s", b, canon)
+		}
+	})
+}
+
+func decodeAny(t *testing.T, b []byte) any {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return v
 }

@@ -101,10 +101,10 @@ func skipString(b []byte, i int) (int, error) {
 	for {
 		// A plain loop: JSON strings are short, and bytes.IndexAny builds
 		// its byte set on every call.
-		for i < len(b) && b[i] != '"' && b[i] != '\\' {
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
 			i++
 		}
-		if i >= len(b) {
+		if i >= len(b) || b[i] < 0x20 {
 			return len(b), errJSONSyntax
 		}
 		if b[i] == '"' {
