@@ -45,6 +45,7 @@ func splitEventID(id string) (stream string, idx int, ok bool) {
 // a replayed event is not also a repeated progress value (a second, separate
 // finding).
 func withLogs(ctx context.Context, cs *mcp.ClientSession) error {
+	//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
 	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"})
 }
 

@@ -67,6 +67,7 @@ func notifyStep(ctx context.Context, req *mcp.CallToolRequest, step, total int, 
 			ProgressToken: tok, Progress: float64(step), Total: float64(total),
 			Message: fmt.Sprintf("%s step %d", label, step)})
 	}
+	//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
 	return req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "fixture",
 		Data: fmt.Sprintf("%s step %d of %d", label, step, total)})
 }
@@ -131,6 +132,7 @@ func newGoServerOpts(ts toolSet, opts *mcp.ServerOptions) *mcp.Server {
 			for i := 1; i <= a.Steps; i++ {
 				// A context not tied to the request routes the message to
 				// the standalone GET stream, not to this call's stream.
+				//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
 				err := req.Session.Log(context.Background(), &mcp.LoggingMessageParams{Level: "info", Logger: "fixture",
 					Data: fmt.Sprintf("%s broadcast %d of %d", a.Label, i, a.Steps)})
 				if err != nil {
@@ -459,6 +461,7 @@ func (c *sseCut) waitFired(ctx context.Context) error {
 // discarded (the capture is what matters).
 func newGoClient() *mcp.Client {
 	return mcp.NewClient(&mcp.Implementation{Name: "fixture-go-client", Version: "1.0.0"}, &mcp.ClientOptions{
+		//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; the fixtures pin 2025-11-25
 		LoggingMessageHandler:       func(context.Context, *mcp.LoggingMessageRequest) {},
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {},
 	})
@@ -553,7 +556,7 @@ func streamCallThroughCut(ctx context.Context, r *rig, cut *sseCut, logs bool, a
 	r.hooks = append(r.hooks, cut.hooks)
 	return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
 		if logs {
-			if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+			if err := withLogs(ctx, cs); err != nil {
 				return err
 			}
 		}
