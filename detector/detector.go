@@ -35,9 +35,11 @@ type Detector struct {
 	sessions         map[string]*session
 	lruHead, lruTail *session
 	exchanges        map[exKey]*exchange
+	openByConn       map[uint64][]*exchange // the same exchanges, per connection, for gaps
 	lost             lostIndex
 	sessionlessSeen  map[string]struct{} // 2026-07-28+ session ids already reported
 	now              time.Time
+	cur              *decode.Observation // the observation being handled, for findings' context
 	lastSweep        time.Time
 	closed           bool
 	stats            Stats
@@ -52,6 +54,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sink:            sink,
 		sessions:        map[string]*session{},
 		exchanges:       map[exKey]*exchange{},
+		openByConn:      map[uint64][]*exchange{},
 		lost:            newLostIndex(cfg.MaxLostSessions),
 		sessionlessSeen: map[string]struct{}{},
 		stats:           newStats(),
@@ -108,6 +111,8 @@ func (d *Detector) Observe(o *decode.Observation) {
 		d.stats.Malformed++
 		return
 	}
+	d.cur = o
+	defer func() { d.cur = nil }()
 	if o.Time.After(d.now) {
 		d.now = o.Time
 		d.expire(d.now)
@@ -204,7 +209,7 @@ func (d *Detector) sweepExchanges() {
 	sortKeys(stale)
 	for _, k := range stale {
 		ex := d.exchanges[k]
-		delete(d.exchanges, k)
+		d.dropExchange(ex)
 		if ex.resume != nil && !ex.resume.emitted {
 			d.resolveResume(ex, d.now, ResumeUnverifiable, ReasonCaptureEnded)
 		}
@@ -228,7 +233,25 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 	}
 	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, conn: o.Conn, start: o.Time, lastAt: o.Time}
 	d.exchanges[ex.key] = ex
+	d.openByConn[ex.key.conn] = append(d.openByConn[ex.key.conn], ex)
 	return ex
+}
+
+// dropExchange forgets an ended (or stale) exchange.
+func (d *Detector) dropExchange(ex *exchange) {
+	delete(d.exchanges, ex.key)
+	open := d.openByConn[ex.key.conn]
+	for i, e := range open {
+		if e == ex {
+			open = append(open[:i], open[i+1:]...)
+			break
+		}
+	}
+	if len(open) == 0 {
+		delete(d.openByConn, ex.key.conn)
+	} else {
+		d.openByConn[ex.key.conn] = open
+	}
 }
 
 func (d *Detector) countExchange(ex *exchange) {
@@ -467,10 +490,7 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 
 func (d *Detector) onGap(o *decode.Observation) {
 	// Every exchange open on the connection may have lost bytes.
-	for k, ex := range d.exchanges {
-		if k.conn != o.Conn.ID {
-			continue
-		}
+	for _, ex := range d.openByConn[o.Conn.ID] {
 		ex.gap = true
 		if ex.sess != nil {
 			ex.sess.gap = true
@@ -482,7 +502,7 @@ func (d *Detector) onGap(o *decode.Observation) {
 }
 
 func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
-	delete(d.exchanges, ex.key)
+	d.dropExchange(ex)
 	e := o.End
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {
 		ex.gap = ex.gap || e.How == decode.EndGap
@@ -539,7 +559,10 @@ func (d *Detector) Close(now time.Time) {
 		ex := d.exchanges[k]
 		if ex.resume != nil && !ex.resume.emitted {
 			reason := ReasonCaptureEnded
-			if ex.resume.delivered == 0 {
+			switch {
+			case !ex.hasResponse:
+				reason = "no response captured"
+			case ex.resume.delivered == 0:
 				reason = "stream still open at capture end with nothing delivered"
 			}
 			d.resolveResume(ex, d.now, ResumeUnverifiable, reason)

@@ -2,8 +2,10 @@ package detector
 
 import (
 	"crypto/sha256"
+
 	"encoding/hex"
 	"fmt"
+	"github.com/replaywatch/replaywatch/decode"
 	"strconv"
 	"strings"
 	"time"
@@ -129,6 +131,10 @@ func short(h string) string {
 // hands it to the sink. idParts identify this finding beyond kind, session
 // and request identity.
 func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...string) *Violation {
+	var ev *decode.Event
+	if d.cur != nil {
+		ev = d.cur.Event
+	}
 	v.Severity = severities[v.Kind]
 	if s != nil {
 		if v.SessionID == "" {
@@ -147,6 +153,9 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 		if v.ProtocolVersion == "" {
 			v.ProtocolVersion = ex.rev
 		}
+	}
+	if len(v.JSONRPCIDs) == 0 && v.FirstEventID != "" && ev != nil {
+		v.JSONRPCIDs = messageIDs(ev.Messages)
 	}
 	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, v.Server, strings.Join(v.JSONRPCIDs, ",")}, idParts...)
 	if ex != nil {
@@ -222,4 +231,16 @@ func limitBit(field string) uint8 {
 		return 16
 	}
 	return 128
+}
+
+// messageIDs lists the JSON-RPC ids an event carried, so a finding on an
+// event names the requests it touched.
+func messageIDs(msgs []decode.Message) []string {
+	var ids []string
+	for i := range msgs {
+		if id := msgs[i].ID; id != "" && id != "null" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

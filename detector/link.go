@@ -330,6 +330,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	}
 	s := ex.sess
 	var pending []string
+	tool := ""
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
 		if m.Type != decode.MsgRequest || m.ID == "" {
@@ -341,6 +342,9 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		}
 		if !c.answered {
 			pending = append(pending, m.ID)
+			if tool == "" {
+				tool = c.tool
+			}
 		}
 	}
 	if len(pending) == 0 {
@@ -359,7 +363,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		return
 	}
 	d.violation(&Violation{
-		Kind: KindUnresumableClose, Time: o.Time, JSONRPCIDs: pending,
+		Kind: KindUnresumableClose, Time: o.Time, JSONRPCIDs: pending, Tool: tool,
 		Explanation: fmt.Sprintf("Under %s the server ended the SSE stream of a POST in session %s (%s) before sending the "+
 			"JSON-RPC response to %v, and it had sent no event id on that stream. Without an id the client has no cursor "+
 			"to resume from, so the response is lost and the call's outcome is unknown. Check the server: it may close a "+
