@@ -94,7 +94,6 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg.capture.Progress = bar.Update
-	cfg.capture.Stdin = stdin
 
 	var out detector.Sink
 	var finish func(*sink.Summary) error
@@ -187,10 +186,12 @@ func (c *analyzeConfig) validate(files []string) error {
 // else.
 func analyze(ctx context.Context, files []string, cfg *analyzeConfig, out detector.Sink) (*sink.Summary, error) {
 	start := time.Now()
-	counter := &countingSink{next: out}
-	det := detector.New(cfg.detect, counter)
-	var last time.Time
+	det := detector.New(cfg.detect, out)
+	var first, last time.Time
 	pipe := decode.NewPipeline(cfg.decode, cfg.capture.Workers, func(o *decode.Observation) {
+		if first.IsZero() || o.Time.Before(first) {
+			first = o.Time
+		}
 		if o.Time.After(last) {
 			last = o.Time
 		}
@@ -210,41 +211,53 @@ func analyze(ctx context.Context, files []string, cfg *analyzeConfig, out detect
 		problems = append(problems, err.Error())
 	}
 	det.Close(last)
-	return buildSummary(cstats, pipe.Stats(), det.Stats(), counter, problems, time.Since(start)), nil
+	s := buildSummary(cstats, pipe.Stats(), det.Stats(), problems)
+	s.CaptureStart, s.CaptureEnd = first, last
+	s.Elapsed = time.Since(start)
+	s.ElapsedSeconds = s.Elapsed.Seconds()
+	return s, nil
 }
 
-// countingSink counts what passes through on its way to next.
-type countingSink struct {
-	next                              detector.Sink
-	violations, unknown, unverifiable int
-	resumes, findings                 map[string]int
-}
-
-func (c *countingSink) Violation(v *detector.Violation) {
-	c.violations++
-	if c.findings == nil {
-		c.findings = map[string]int{}
+// buildSummary gathers the three stages' counters into the report's
+// summary. Limits are prefixed by the stage that owns them.
+func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems []string) *sink.Summary {
+	s := &sink.Summary{
+		Files: c.Files, Packets: c.Packets, Bytes: c.Bytes, TCPConnections: c.Connections,
+		HTTPExchanges: uint64(d.HTTPExchanges), MCPExchanges: uint64(det.MCPExchanges),
+		NonMCPExchanges: uint64(det.NonMCPExchanges), SSEEvents: uint64(d.SSEEvents),
+		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
+		UnknownOutcomes: int(det.UnknownOutcomes),
+		Resumes:         map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{},
+		Errors: problems,
 	}
-	c.findings[string(v.Kind)]++
-	c.next.Violation(v)
-}
-
-func (c *countingSink) Resume(r *detector.ResumeAttempt) {
-	if c.resumes == nil {
-		c.resumes = map[string]int{}
+	for k, n := range det.Resumes {
+		s.Resumes[string(k)] = int(n)
 	}
-	c.resumes[string(r.Outcome)]++
-	c.next.Resume(r)
-}
-
-func (c *countingSink) Session(s *detector.SessionSummary) { c.next.Session(s) }
-
-func (c *countingSink) UnknownOutcome(u *detector.UnknownOutcome) {
-	c.unknown++
-	c.next.UnknownOutcome(u)
-}
-
-func (c *countingSink) Unverifiable(u *detector.Unverifiable) {
-	c.unverifiable++
-	c.next.Unverifiable(u)
+	for k, n := range det.Violations {
+		s.Findings[string(k)] = int(n)
+		s.Violations += int(n)
+	}
+	for _, n := range det.Unverifiable {
+		s.Unverifiable += int(n)
+	}
+	limit := func(name string, n uint64) {
+		if n > 0 {
+			s.LimitsHit[name] += int(n)
+		}
+	}
+	limit("capture.MaxBufferedPages", c.PageLimitHits)
+	limit("capture.MaxConnections", c.Evictions)
+	limit("decode.MaxHeaderBytes", uint64(d.HeaderLimitHits))
+	limit("decode.MaxSSELineBytes", uint64(d.LineLimitHits))
+	limit("decode.MaxEventBytes", uint64(d.EventLimitHits))
+	limit("decode.MaxBodyBytes", uint64(d.BodyLimitHits))
+	limit("decode.MaxPipelinedRequests", uint64(d.PipelineOverflows))
+	limit("decode.MaxBufferedObservations", uint64(d.EarlyReleases))
+	for k, n := range det.LimitsHit {
+		limit("detector."+k, uint64(n))
+	}
+	if c.Undecodable > 0 {
+		s.Errors = append(s.Errors, fmt.Sprintf("%d packets could not be decoded", c.Undecodable))
+	}
+	return s
 }
