@@ -154,13 +154,12 @@ func (c *conn) Fin(fromA bool, ts time.Time) {
 	d.state = stDone
 }
 
-// Close implements TCPStream.
+// Close implements TCPStream. A direction that sent FIN was finished by
+// Fin; one still open here never did (capture ended or flushed it), so its
+// open response ends "open" even when the reason is CloseFIN.
 func (c *conn) Close(reason CloseReason, ts time.Time) {
 	how := EndUnknown
-	switch reason {
-	case CloseFIN:
-		how = EndClean
-	case CloseReset:
+	if reason == CloseReset {
 		how = EndReset
 	}
 	for i := range c.dirs {
