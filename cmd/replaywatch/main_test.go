@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const samplePcap = "testdata/sample/rolling-deploy.pcap"
+
+// buildBinary compiles the real replaywatch binary once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "replaywatch")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestBinary runs the compiled binary the way a CI job or an SRE would and
+// checks the exit-code contract and both output formats.
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t)
+	garbage := filepath.Join(t.TempDir(), "garbage.pcap")
+	os.WriteFile(garbage, []byte("this is not a capture file at all\n"), 0o644)
+	clean := filepath.Join("testdata", "fixtures", "go-correct-resume.pcap")
+
+	tests := []struct {
+		name     string
+		args     []string
+		stdin    string // file fed on standard input
+		wantCode int
+		wantOut  []string
+		wantErr  []string
+	}{
+		{name: "sample text", args: []string{"analyze", samplePcap}, wantCode: 1,
+			wantOut: []string{"Findings           1: session_swap 1", "CRITICAL  session_swap", "evidence:", "Mcp-Session-Id"}},
+		{name: "sample json", args: []string{"analyze", "--format", "json", samplePcap}, wantCode: 1,
+			wantOut: []string{`"type":"violation"`, `"kind":"session_swap"`, `"type":"summary"`}},
+		{name: "clean capture", args: []string{"analyze", clean}, wantCode: 0,
+			wantOut: []string{"No violations"}},
+		{name: "stdin", args: []string{"analyze", "--format", "json", "-"}, stdin: samplePcap, wantCode: 1,
+			wantOut: []string{`"kind":"session_swap"`}},
+		{name: "missing file", args: []string{"analyze", "/nonexistent.pcap"}, wantCode: 2,
+			wantErr: []string{"/nonexistent.pcap"}},
+		{name: "not a capture", args: []string{"analyze", garbage}, wantCode: 2,
+			wantErr: []string{"garbage.pcap", "not a pcap or pcapng file"}},
+		{name: "no file", args: []string{"analyze"}, wantCode: 2, wantErr: []string{"no capture file"}},
+		{name: "bad format", args: []string{"analyze", "--format", "xml", samplePcap}, wantCode: 2, wantErr: []string{"--format"}},
+		{name: "bad flag", args: []string{"analyze", "--frobnicate", samplePcap}, wantCode: 2},
+		{name: "negative limit", args: []string{"analyze", "--max-sessions", "0", samplePcap}, wantCode: 2, wantErr: []string{"--max-sessions"}},
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantOut: []string{"replaywatch analyze"}},
+		{name: "analyze help", args: []string{"analyze", "--help"}, wantCode: 0, wantErr: []string{"-format", "-max-events-per-session"}},
+		{name: "unknown command", args: []string{"frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if tt.stdin != "" {
+				f, err := os.Open(tt.stdin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.Stdin = f
+			}
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.wantCode, stdout.String(), stderr.String())
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestJSONContract checks the output contract other tools rely on: every line
+// is an object with a known type, a violation has every contract field
+// present (null when empty, never omitted), and times carry nanoseconds.
+func TestJSONContract(t *testing.T) {
+	recs, code, stderr := analyzeJSON(t, nil, samplePcap)
+	if code != exitViolations {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	required := map[string][]string{
+		"violation": {"id", "kind", "severity", "time", "session_id", "new_session_id", "last_event_id",
+			"first_event_id", "stream_id", "protocol_version", "client", "server", "jsonrpc_ids", "tool",
+			"explanation", "evidence"},
+		"resume":          {"id", "time", "session_id", "last_event_id", "first_event_id", "status", "outcome"},
+		"session":         {"session_id", "first_seen", "last_seen", "ended"},
+		"unknown_outcome": {"id", "time", "session_id", "jsonrpc_id", "method", "tool"},
+		"summary":         {"packets", "bytes", "tcp_connections", "http_exchanges", "mcp_sessions", "resumes", "findings", "capture_gaps"},
+	}
+	seen := map[string]int{}
+	for _, r := range recs {
+		typ, _ := r["type"].(string)
+		seen[typ]++
+		fields, ok := required[typ]
+		if !ok && typ != "unverifiable" {
+			t.Errorf("record of unknown type %q", typ)
+		}
+		for _, f := range fields {
+			if _, ok := r[f]; !ok {
+				t.Errorf("%s record lacks field %q: %v", typ, f, r)
+			}
+		}
+		if typ == "violation" {
+			ts, _ := r["time"].(string)
+			if len(ts) < len("2006-01-02T15:04:05.000000000Z") || !strings.HasSuffix(ts, "Z") {
+				t.Errorf("violation time %q is not RFC 3339 with nanoseconds", ts)
+			}
+			if r["session_id"] == nil || r["new_session_id"] == nil || r["session_id"] == r["new_session_id"] {
+				t.Errorf("session_swap without two distinct session ids: %v", r)
+			}
+			ev, _ := r["evidence"].([]any)
+			if len(ev) == 0 {
+				t.Errorf("violation without evidence")
+			}
+		}
+	}
+	for _, typ := range []string{"violation", "resume", "session", "summary"} {
+		if seen[typ] == 0 {
+			t.Errorf("no %s record in the sample's output", typ)
+		}
+	}
+	if last := recs[len(recs)-1]; last["type"] != "summary" {
+		t.Errorf("last line is %v, want the summary", last["type"])
+	}
+	// Deterministic ids: a second run gives the same violation ids.
+	again, _, _ := analyzeJSON(t, []string{"--workers", "1"}, samplePcap)
+	ids := func(rs []map[string]any) string {
+		var b []string
+		for _, r := range rs {
+			if r["type"] == "violation" {
+				b = append(b, r["id"].(string))
+			}
+		}
+		return strings.Join(b, ",")
+	}
+	if ids(recs) != ids(again) {
+		t.Errorf("violation ids differ between runs: %s vs %s", ids(recs), ids(again))
+	}
+	if raw, _ := json.Marshal(recs[0]); len(raw) == 0 {
+		t.Fatal("unreachable")
+	}
+}
