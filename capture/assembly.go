@@ -25,6 +25,10 @@ const (
 	evictFraction = 64
 )
 
+// connKey names a connection by its IP and port flows, in the direction of
+// the packet that opened it.
+type connKey [2]gopacket.Flow
+
 // pktCtx is the reassembly.AssemblerContext of one packet. The assembler
 // sees the worker's strictly increasing clock (asm), so "older than" cut-offs
 // for idle flushes and evictions never tie; streams get the real capture
@@ -45,6 +49,11 @@ type workerLimits struct {
 	// flushEvery is how often (capture time) the timeouts are checked: a
 	// check scans every connection, so not on every packet.
 	flushEvery time.Duration
+	// closedTTL is how long the ports of a connection that ended with FIN
+	// or RST ignore packets without SYN: stragglers after the close
+	// (retransmissions, data in flight when an RST came) would otherwise
+	// open a ghost connection decoded from the middle of a stream.
+	closedTTL time.Duration
 }
 
 func limitsFor(cfg Config) workerLimits {
@@ -53,6 +62,7 @@ func limitsFor(cfg Config) workerLimits {
 		idleTimeout:    cfg.IdleTimeout,
 		reorderTimeout: cfg.ReorderTimeout,
 		flushEvery:     min(cfg.IdleTimeout, cfg.ReorderTimeout) / 4,
+		closedTTL:      cfg.ReorderTimeout,
 	}
 }
 
@@ -82,6 +92,9 @@ type worker struct {
 	rstTCP      layers.TCP
 	rstBuf      [20]byte
 	seen        []int64 // scratch for eviction
+	// closed holds recently ended connections (see closedTTL), at most
+	// limits.maxConns of them.
+	closed map[connKey]time.Time
 }
 
 func newWorker(cfg Config, factory decode.StreamFactory) *worker {
@@ -89,6 +102,7 @@ func newWorker(cfg Config, factory decode.StreamFactory) *worker {
 		limits:      limitsFor(cfg),
 		factory:     factory,
 		closeReason: decode.CloseFIN,
+		closed:      make(map[connKey]time.Time),
 	}
 	w.asm = reassembly.NewAssembler(reassembly.NewStreamPool(w))
 	w.asm.MaxBufferedPagesPerConnection = cfg.MaxBufferedPagesPerConnection
@@ -123,6 +137,7 @@ func (w *worker) handle(net gopacket.Flow, tcp *layers.TCP, ts time.Time, ord ui
 	} else {
 		w.clock = w.clock.Add(1)
 	}
+	w.checkTimeouts()
 	ctx := w.newCtx(ts)
 	w.ord = ord
 	w.asm.AssembleWithContext(net, tcp, ctx)
@@ -144,15 +159,28 @@ func (w *worker) tick(now time.Time) {
 	if now.After(w.clock) {
 		w.clock = now
 	}
-	if w.clock.Sub(w.lastFlush) >= w.limits.flushEvery {
-		w.lastFlush = w.clock
-		w.flush(decode.CloseIdle, reassembly.FlushOptions{
-			T:  w.clock.Add(-w.limits.reorderTimeout),
-			TC: w.clock.Add(-w.limits.idleTimeout),
-		})
-	}
+	w.checkTimeouts()
 	if !w.now.IsZero() {
 		w.factory.Tick(w.now)
+	}
+}
+
+// checkTimeouts delivers data held longer than the reorder timeout (after a
+// gap) and closes connections idle longer than the idle timeout, when a
+// check is due.
+func (w *worker) checkTimeouts() {
+	if w.clock.Sub(w.lastFlush) < w.limits.flushEvery {
+		return
+	}
+	w.lastFlush = w.clock
+	w.flush(decode.CloseIdle, reassembly.FlushOptions{
+		T:  w.clock.Add(-w.limits.reorderTimeout),
+		TC: w.clock.Add(-w.limits.idleTimeout),
+	})
+	for k, at := range w.closed {
+		if w.clock.Sub(at) > w.limits.closedTTL {
+			delete(w.closed, k)
+		}
 	}
 }
 
@@ -237,12 +265,18 @@ func (w *worker) untrack(c *conn) {
 }
 
 // New implements reassembly.StreamFactory.
-func (w *worker) New(net, _ gopacket.Flow, tcp *layers.TCP, ac reassembly.AssemblerContext) reassembly.Stream {
-	if !tcp.SYN && len(tcp.Payload) == 0 && !w.injecting {
-		// A bare ACK, FIN or RST cannot start anything worth decoding; it
-		// is usually the tail of a connection already closed, and following
-		// it would only make a ghost connection.
-		return nil
+func (w *worker) New(net, transport gopacket.Flow, tcp *layers.TCP, ac reassembly.AssemblerContext) reassembly.Stream {
+	key := connKey{net, transport}
+	if !tcp.SYN {
+		if len(tcp.Payload) == 0 {
+			// A bare ACK, FIN or RST cannot start anything worth
+			// decoding; it is usually the tail of a connection already
+			// closed.
+			return nil
+		}
+		if w.recentlyClosed(key) {
+			return nil
+		}
 	}
 	src := netip.AddrPortFrom(addrOf(net.Src()), uint16(tcp.SrcPort))
 	dst := netip.AddrPortFrom(addrOf(net.Dst()), uint16(tcp.DstPort))
@@ -253,13 +287,24 @@ func (w *worker) New(net, _ gopacket.Flow, tcp *layers.TCP, ac reassembly.Assemb
 	if swapped {
 		meta.A, meta.B = dst, src
 	}
-	c := &conn{w: w, swapped: swapped, stream: w.factory.NewStream(meta)}
+	c := &conn{w: w, key: key, swapped: swapped, stream: w.factory.NewStream(meta)}
 	w.track(c)
 	w.stats.Connections++
 	if !meta.SawSYN {
 		w.stats.ConnectionsWithoutSYN++
 	}
 	return c
+}
+
+func (w *worker) recentlyClosed(k connKey) bool {
+	if len(w.closed) == 0 {
+		return false
+	}
+	at, ok := w.closed[k]
+	if !ok {
+		at, ok = w.closed[connKey{k[0].Reverse(), k[1].Reverse()}]
+	}
+	return ok && w.clock.Sub(at) <= w.limits.closedTTL
 }
 
 func addrOf(e gopacket.Endpoint) netip.Addr {
@@ -271,6 +316,7 @@ func addrOf(e gopacket.Endpoint) netip.Addr {
 type conn struct {
 	w        *worker
 	stream   decode.TCPStream
+	key      connKey
 	swapped  bool      // the assembler's client-to-server half is B's
 	lastSeen time.Time // assembler clock of the last packet
 	index    int       // in w.conns
@@ -368,8 +414,13 @@ func (c *conn) ReassemblyComplete(_ reassembly.AssemblerContext) bool {
 func (c *conn) close(reason decode.CloseReason) {
 	c.closed = true
 	switch reason {
-	case decode.CloseReset:
-		c.w.stats.Resets++
+	case decode.CloseReset, decode.CloseFIN:
+		if reason == decode.CloseReset {
+			c.w.stats.Resets++
+		}
+		if len(c.w.closed) < c.w.limits.maxConns {
+			c.w.closed[c.key] = c.w.clock
+		}
 	case decode.CloseIdle:
 		c.w.stats.IdleFlushes++
 	case decode.CloseEvicted:

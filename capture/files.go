@@ -224,7 +224,11 @@ func readOne(ctx context.Context, path string, cr *countingReader, handle packet
 		lt := r.LinkType()
 		rd, linkType = r, func(gopacket.CaptureInfo) layers.LinkType { return lt }
 	case formatPcapng:
-		r, err := pcapgo.NewNgReader(newNgGuard(br), pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
+		var r *pcapgo.NgReader
+		err := guardPanic(func() (err error) {
+			r, err = pcapgo.NewNgReader(newNgGuard(br), pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
+			return err
+		})
 		if err != nil {
 			return headerError(name, err)
 		}
@@ -246,13 +250,33 @@ func readOne(ctx context.Context, path string, cr *countingReader, handle packet
 				return err
 			}
 		}
-		data, ci, err := rd.ZeroCopyReadPacketData()
+		var (
+			data []byte
+			ci   gopacket.CaptureInfo
+		)
+		err := guardPanic(func() (err error) {
+			data, ci, err = rd.ZeroCopyReadPacketData()
+			return err
+		})
 		if err != nil {
 			return recordError(name, n, ci, err)
 		}
 		n++
 		handle(data, ci, linkType(ci))
 	}
+}
+
+// guardPanic runs a pcapgo call and turns a panic into an error. pcapgo
+// indexes some pcapng option fields without checking their length (found by
+// FuzzReadFile), and damaged input must never crash a run; the reader is not
+// used again after an error, so its state does not matter.
+func guardPanic(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pcapgo: %v", r)
+		}
+	}()
+	return f()
 }
 
 func headerError(name string, err error) error {

@@ -310,3 +310,30 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("workers capped to %d", got)
 	}
 }
+
+// TestNoPanicOnShortEpbFlagsOption: pcapgo reads an epb_flags option as four
+// bytes whatever its length says (found by FuzzReadFile). The file is
+// reported damaged after the packets before it.
+func TestNoPanicOnShortEpbFlagsOption(t *testing.T) {
+	pkts := frames(t, ethernetLink, conversation(client, server, 0, "ok"))
+	file := pcapngBytes(t, layers.LinkTypeEthernet, pkts)
+	frame := pkts[0].data
+	padded := (len(frame) + 3) &^ 3
+	total := 28 + padded + 8 + 4 + 4
+	epb := binary.LittleEndian.AppendUint32(nil, 6)
+	epb = binary.LittleEndian.AppendUint32(epb, uint32(total))
+	epb = binary.LittleEndian.AppendUint32(epb, 0) // interface
+	epb = binary.LittleEndian.AppendUint64(epb, 0) // timestamp
+	epb = binary.LittleEndian.AppendUint32(epb, uint32(len(frame)))
+	epb = binary.LittleEndian.AppendUint32(epb, uint32(len(frame)))
+	epb = append(epb, frame...)
+	epb = append(epb, make([]byte, padded-len(frame))...)
+	epb = append(epb, 2, 0, 1, 0, 0xff, 0, 0, 0) // epb_flags, length 1
+	epb = append(epb, 0, 0, 0, 0)                // end of options
+	epb = binary.LittleEndian.AppendUint32(epb, uint32(total))
+	path := writeTemp(t, "short-option.pcapng", append(file, epb...))
+	rec, st, err := run(t, Config{Workers: 1}, path)
+	if !errors.Is(err, ErrCorrupt) || st.CorruptFiles != 1 || len(rec.streams()) != 1 || rec.streams()[0].fromA() != "ok" {
+		t.Errorf("err %v, stats %+v", err, st)
+	}
+}

@@ -14,8 +14,8 @@ const (
 	// batchSegments and batchArenaBytes size the batches the reader hands
 	// to workers: large enough that channel hand-offs are rare, small enough
 	// that a batch stays in cache.
-	batchSegments   = 256
-	batchArenaBytes = 256 << 10
+	batchSegments   = 128
+	batchArenaBytes = 64 << 10
 	// batchesPerWorker is how many batches may be in flight per worker; the
 	// reader waits for a free one, so memory stays bounded when workers are
 	// slower than the reader.

@@ -1,0 +1,318 @@
+package capture
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sequence numbers in these tests: the client's ISN is 1000 (data from
+// 1001), the server's 5000 (data from 5001).
+var (
+	syn    = seg{src: client, dst: server, seq: 1000, flags: "S"}
+	synAck = seg{src: server, dst: client, seq: 5000, ack: 1001, flags: "SA"}
+)
+
+func c2s(seq uint32, payload string, at time.Duration) seg {
+	return seg{src: client, dst: server, seq: seq, ack: 5001, flags: "PA", payload: payload, at: at}
+}
+
+func s2c(seq uint32, payload string, at time.Duration) seg {
+	return seg{src: server, dst: client, seq: seq, ack: 1001, flags: "PA", payload: payload, at: at}
+}
+
+func withFlags(s seg, flags string) seg {
+	s.flags = flags
+	return s
+}
+
+// TestReassembly checks the exact calls one connection receives.
+func TestReassembly(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		segs  []seg
+		calls []string
+		check func(*testing.T, *recStream, Stats)
+	}{
+		{
+			name:  "in order with FIN from both sides",
+			segs:  conversation(client, server, 0, "GET", "200"),
+			calls: []string{`data A "GET"`, `data B "200"`, "fin A", "fin B", "close fin"},
+		},
+		{
+			name:  "out of order",
+			segs:  []seg{syn, synAck, c2s(1006, "world", 2*ms), c2s(1001, "hello", 3*ms)},
+			calls: []string{`data A "helloworld"`, "close eof"},
+		},
+		{
+			name:  "retransmission delivered once",
+			segs:  []seg{syn, synAck, c2s(1001, "abc", ms), c2s(1001, "abc", 2*ms), c2s(1004, "def", 3*ms), c2s(1004, "def", 4*ms)},
+			calls: []string{`data A "abc"`, `data A "def"`, "close eof"},
+		},
+		{
+			name:  "overlap: new bytes only",
+			segs:  []seg{syn, synAck, c2s(1001, "abcdef", ms), c2s(1004, "defghi", 2*ms)},
+			calls: []string{`data A "abcdef"`, `data A "ghi"`, "close eof"},
+		},
+		{
+			name:  "overlapping out-of-order segments",
+			segs:  []seg{syn, synAck, c2s(1007, "ghijkl", ms), c2s(1004, "defghi", 2*ms), c2s(1001, "abcdef", 3*ms)},
+			calls: []string{`data A "abcdefghijkl"`, "close eof"},
+		},
+		{
+			name: "missing segment: gap with the count, then data",
+			segs: []seg{syn, synAck, c2s(1001, "hello", ms), c2s(1013, "after", 2*ms), s2c(5001, "reply", 3*ms)},
+			// The client's 7 bytes at 1006 never come: at the end of the
+			// capture the held data is delivered after a gap.
+			calls: []string{`data A "hello"`, `data B "reply"`, "gap A 7", `data A "after"`, "close eof"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.Gaps != 1 || st.GapBytes != 7 || st.PageLimitHits != 0 {
+					t.Errorf("stats %+v", st)
+				}
+			},
+		},
+		{
+			name: "missing segment flushed by the reorder timeout",
+			segs: []seg{syn, synAck, c2s(1001, "a", ms), c2s(1003, "c", 2*ms),
+				s2c(5001, "x", 20*time.Second), s2c(5002, "y", 21*time.Second)},
+			// The timeout expired before "x" arrived.
+			calls: []string{`data A "a"`, "gap A 1", `data A "c"`, `data B "x"`, `data B "y"`, "close eof"},
+		},
+		{
+			name:  "RST",
+			segs:  []seg{syn, synAck, c2s(1001, "req", ms), withFlags(s2c(5001, "", 2*ms), "RA"), c2s(1004, "late", 3*ms)},
+			calls: []string{`data A "req"`, "close reset"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.Resets != 1 || st.Fins != 0 {
+					t.Errorf("stats %+v", st)
+				}
+			},
+		},
+		{
+			name:  "FIN from one side, then the capture ends",
+			segs:  []seg{syn, synAck, c2s(1001, "bye", ms), withFlags(c2s(1004, "", 2*ms), "FA")},
+			calls: []string{`data A "bye"`, "fin A", "close fin"},
+		},
+		{
+			name:  "FIN carrying data, out of order",
+			segs:  []seg{syn, synAck, withFlags(c2s(1004, "def", 2*ms), "FPA"), c2s(1001, "abc", 3*ms)},
+			calls: []string{`data A "abcdef"`, "fin A", "close fin"},
+		},
+		{
+			name:  "no SYN: followed from the first segment, A is its sender",
+			segs:  []seg{s2c(7000, "event: x\n\n", ms), c2s(3000, "GET", 2*ms), s2c(7010, "more", 3*ms)},
+			calls: []string{`data A "event: x\n\n"`, `data B "GET"`, `data A "more"`, "close eof"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if s.meta.SawSYN || s.meta.A != server || s.meta.B != client || st.ConnectionsWithoutSYN != 1 {
+					t.Errorf("meta %+v, stats %+v", s.meta, st)
+				}
+				if !s.meta.Start.Equal(t0.Add(ms)) {
+					t.Errorf("start %v", s.meta.Start)
+				}
+			},
+		},
+		{
+			name:  "SYN-ACK first: A is still the client",
+			segs:  []seg{synAck, c2s(1001, "GET", ms), s2c(5001, "200", 2*ms)},
+			calls: []string{`data A "GET"`, `data B "200"`, "close eof"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if !s.meta.SawSYN || s.meta.A != client {
+					t.Errorf("meta %+v", s.meta)
+				}
+			},
+		},
+		{
+			name:  "bare ACKs do not open a connection",
+			segs:  []seg{withFlags(c2s(1001, "", ms), "A"), withFlags(s2c(5001, "", 2*ms), "FA")},
+			calls: nil,
+		},
+	}
+	for _, tt := range tests {
+		for _, workers := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/workers=%d", tt.name, workers), func(t *testing.T) {
+				rec, st, err := run(t, Config{Workers: workers}, capFile(t, tt.segs))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := rec.streams()
+				if tt.calls == nil {
+					if len(got) != 0 {
+						t.Fatalf("got %d streams", len(got))
+					}
+					return
+				}
+				if len(got) != 1 {
+					t.Fatalf("got %d streams, want 1", len(got))
+				}
+				if !reflect.DeepEqual(got[0].calls, tt.calls) {
+					t.Errorf("calls\n got %q\nwant %q", got[0].calls, tt.calls)
+				}
+				if tt.check != nil {
+					tt.check(t, got[0], st)
+				}
+			})
+		}
+	}
+}
+
+// TestDataTimestamps: in-order data carries its packet's capture time;
+// reordered data the time of the packet that completed it.
+func TestDataTimestamps(t *testing.T) {
+	segs := []seg{syn, synAck, c2s(1001, "a", time.Second), c2s(1003, "c", 2*time.Second), c2s(1002, "b", 3*time.Second)}
+	rec, _, err := run(t, Config{Workers: 1}, capFile(t, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.streams()[0]
+	want := []time.Time{t0.Add(time.Second), t0.Add(3 * time.Second)}
+	if !reflect.DeepEqual(s.times, want) || s.fromA() != "abc" {
+		t.Errorf("times %v, data %q", s.times, s.fromA())
+	}
+}
+
+// TestResetThenReuse: after an RST the same ports open a new connection
+// with a new ID, instead of feeding the dead one.
+func TestResetThenReuse(t *testing.T) {
+	ms := time.Millisecond
+	segs := []seg{syn, synAck, c2s(1001, "one", ms), withFlags(c2s(1004, "", 2*ms), "R"),
+		{src: client, dst: server, seq: 9000, flags: "S", at: 3 * ms},
+		{src: server, dst: client, seq: 9500, ack: 9001, flags: "SA", at: 4 * ms},
+		{src: client, dst: server, seq: 9001, ack: 9501, flags: "PA", payload: "two", at: 5 * ms},
+	}
+	for _, workers := range []int{1, 2} {
+		rec, _, err := run(t, Config{Workers: workers}, capFile(t, segs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec.streams()
+		if len(got) != 2 || got[0].fromA() != "one" || got[0].reason.String() != "reset" ||
+			got[1].fromA() != "two" || got[1].meta.ID <= got[0].meta.ID || !got[1].meta.SawSYN {
+			for _, s := range got {
+				t.Logf("%+v %v", s.meta, s.calls)
+			}
+			t.Errorf("workers %d: want a reset connection then a new one", workers)
+		}
+	}
+}
+
+// TestIdleFlush: a connection quiet for longer than IdleTimeout is closed
+// while the capture goes on.
+func TestIdleFlush(t *testing.T) {
+	quiet := []seg{syn, synAck, c2s(1001, "sleepy", time.Millisecond)}
+	c2 := netip.MustParseAddrPort("10.0.0.3:40001")
+	later := conversation(c2, server, 10*time.Minute, "GET", "200")
+	for _, workers := range []int{1, 2} {
+		rec, st, err := run(t, Config{Workers: workers, IdleTimeout: time.Minute}, capFile(t, append(quiet, later...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec.streams()
+		if len(got) != 2 || got[0].reason.String() != "idle" || got[1].reason.String() != "fin" || st.IdleFlushes != 1 {
+			t.Fatalf("workers %d: streams %d, stats %+v", workers, len(got), st)
+		}
+		// The idle connection was closed before the later one ended.
+		if got[0].fromA() != "sleepy" {
+			t.Errorf("data %q", got[0].fromA())
+		}
+	}
+}
+
+// TestEviction: past MaxConnections the least recently active connections
+// are closed as evicted; the others are untouched.
+func TestEviction(t *testing.T) {
+	var segs []seg
+	for i := range 5 {
+		c := netip.AddrPortFrom(client.Addr(), uint16(41000+i))
+		segs = append(segs, seg{src: c, dst: server, seq: 100, flags: "PA", payload: fmt.Sprintf("conn%d", i), at: time.Duration(i) * time.Second})
+	}
+	// Connection 0 stays active, so connection 1 is the least recent when
+	// the limit is passed.
+	segs = append(segs, seg{src: netip.AddrPortFrom(client.Addr(), 41000), dst: server, seq: 105, flags: "PA", payload: "+", at: 2500 * time.Millisecond})
+	sortByTime(segs)
+	rec, st, err := run(t, Config{Workers: 1, MaxConnections: 3}, capFile(t, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evicted []string
+	for _, s := range rec.streams() {
+		if s.reason.String() == "evicted" {
+			evicted = append(evicted, s.fromA())
+		}
+	}
+	if st.Evictions != 2 || !reflect.DeepEqual(evicted, []string{"conn1", "conn2"}) {
+		t.Errorf("evicted %v, stats %+v", evicted, st)
+	}
+}
+
+func sortByTime(segs []seg) {
+	for i := 1; i < len(segs); i++ {
+		for j := i; j > 0 && segs[j].at < segs[j-1].at; j-- {
+			segs[j], segs[j-1] = segs[j-1], segs[j]
+		}
+	}
+}
+
+// TestPageLimit: out-of-order data beyond MaxBufferedPagesPerConnection is
+// delivered early after a gap, and counted.
+func TestPageLimit(t *testing.T) {
+	segs := []seg{syn, synAck, c2s(1001, "a", 0)}
+	// A hole at 1002, then five segments buffered behind it.
+	for i := range 5 {
+		segs = append(segs, c2s(uint32(1003+i), string(rune('c'+i)), time.Duration(i+1)*time.Millisecond))
+	}
+	rec, st, err := run(t, Config{Workers: 1, MaxBufferedPagesPerConnection: 2}, capFile(t, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.streams()[0]
+	if st.PageLimitHits == 0 || s.fromA() != "acdefg" || !strings.Contains(strings.Join(s.calls, ","), "gap A 1") {
+		t.Errorf("stats %+v, calls %v", st, s.calls)
+	}
+}
+
+// TestWorkersAgree: one worker and two workers give every connection the
+// same ID, meta and calls.
+func TestWorkersAgree(t *testing.T) {
+	var segs []seg
+	for i := range 40 {
+		c := netip.AddrPortFrom(client.Addr(), uint16(42000+i))
+		msgs := []string{fmt.Sprintf("req %d", i), fmt.Sprintf("resp %d", i), "more"}
+		conv := conversation(c, server, time.Duration(i)*300*time.Microsecond, msgs...)
+		if i%3 == 0 { // some reordering
+			conv[3], conv[4] = conv[4], conv[3]
+		}
+		if i%5 == 0 { // some without handshake
+			conv = conv[3:]
+		}
+		segs = append(segs, conv...)
+	}
+	sortByTime(segs)
+	path := capFile(t, segs)
+	one, st1, err := run(t, Config{Workers: 1}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, st2, err := run(t, Config{Workers: 2}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(two.factories) != 2 || len(two.factories[0].streams) == 0 || len(two.factories[1].streams) == 0 {
+		t.Fatalf("connections were not spread over both workers")
+	}
+	a, b := one.streams(), two.streams()
+	if len(a) != 40 || len(a) != len(b) {
+		t.Fatalf("%d vs %d streams", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].meta != b[i].meta || !reflect.DeepEqual(a[i].calls, b[i].calls) {
+			t.Errorf("conn %d differs:\n%+v %q\n%+v %q", i, a[i].meta, a[i].calls, b[i].meta, b[i].calls)
+		}
+	}
+	if st1 != st2 {
+		t.Errorf("stats differ:\n%+v\n%+v", st1, st2)
+	}
+}

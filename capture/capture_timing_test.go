@@ -1,0 +1,128 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// benchCapture is a generated capture: benchConns interleaved connections,
+// each a handshake then benchSegments segments of benchPayload bytes each way,
+// with one pair of segments in eight swapped (reordering), then FINs.
+const (
+	benchConns    = 200
+	benchSegments = 50
+	benchPayload  = 1200
+)
+
+var benchFile struct {
+	once sync.Once
+	path string
+	size int64
+	err  error
+}
+
+func benchCapturePath(b *testing.B) (string, int64) {
+	benchFile.once.Do(func() {
+		dir, err := os.MkdirTemp("", "capture-bench")
+		if err != nil {
+			benchFile.err = err
+			return
+		}
+		payload := strings.Repeat("x", benchPayload)
+		convs := make([][]seg, benchConns)
+		for i := range convs {
+			c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), uint16(30000+i))
+			msgs := make([]string, 2*benchSegments)
+			for j := range msgs {
+				msgs[j] = payload
+			}
+			conv := conversation(c, server, 0, msgs...)
+			for j := 3; j+1 < len(conv)-3; j += 8 {
+				conv[j], conv[j+1] = conv[j+1], conv[j]
+			}
+			convs[i] = conv
+		}
+		// Round-robin the connections, one packet each, 10µs apart.
+		var pkts []packet
+		at := time.Duration(0)
+		for k := 0; ; k++ {
+			added := false
+			for _, conv := range convs {
+				if k < len(conv) {
+					at += 10 * time.Microsecond
+					s := conv[k]
+					pkts = append(pkts, packet{t0.Add(at), ethernet()(ipPacket(b, s))})
+					added = true
+				}
+			}
+			if !added {
+				break
+			}
+		}
+		data := pcapBytes(b, layers.LinkTypeEthernet, pkts)
+		benchFile.path = dir + "/bench.pcap"
+		benchFile.size = int64(len(data))
+		benchFile.err = os.WriteFile(benchFile.path, data, 0o600)
+	})
+	if benchFile.err != nil {
+		b.Fatal(benchFile.err)
+	}
+	return benchFile.path, benchFile.size
+}
+
+// countFactory is a StreamFactory that only counts, so the benchmark
+// measures capture and not a decoder.
+type countFactory struct{ bytes int }
+
+func (f *countFactory) NewStream(decode.ConnMeta) decode.TCPStream { return (*countStream)(f) }
+func (f *countFactory) Tick(time.Time)                             {}
+func (f *countFactory) Done()                                      {}
+
+type countStream countFactory
+
+func (s *countStream) Data(_ bool, p []byte, _ time.Time)  { s.bytes += len(p) }
+func (s *countStream) Gap(bool, int, time.Time)            {}
+func (s *countStream) Fin(bool, time.Time)                 {}
+func (s *countStream) Close(decode.CloseReason, time.Time) {}
+
+func BenchmarkRawRead(b *testing.B) {
+	path, size := benchCapturePath(b)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := RawRead(context.Background(), []string{path}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadFiles(b *testing.B) {
+	path, size := benchCapturePath(b)
+	want := uint64(benchConns * benchSegments * 2 * benchPayload)
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := ReadFiles(context.Background(), []string{path}, Config{Workers: workers},
+					func(int) decode.StreamFactory { return &countFactory{} })
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.PayloadBytes != want || st.Gaps != 0 {
+					b.Fatalf("delivered %d bytes with %d gaps, want %d", st.PayloadBytes, st.Gaps, want)
+				}
+			}
+		})
+	}
+}
