@@ -3,7 +3,6 @@ package decode
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"time"
 )
@@ -551,7 +550,7 @@ func (d *dir) requestHead() {
 		case bytes.EqualFold(name, []byte("authorization")):
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)
-			req.AuthHash = hex.EncodeToString(sum[:])
+			req.AuthHash = hexDigest(sum)
 		}
 		// Cookie and everything else: dropped.
 	})
@@ -860,10 +859,18 @@ func (d *dir) countSSEHits() {
 	}
 }
 
+// eventObservation holds an event observation and its parts in one
+// allocation: there is one per SSE event, the decoder's most common output.
+type eventObservation struct {
+	obs Observation
+	ev  Event
+}
+
 // onEvent turns a dispatched SSE event into an observation.
 func (d *dir) onEvent(e *SSEEvent) {
 	st := d.c.w.stats
-	ev := &Event{
+	eo := &eventObservation{}
+	eo.ev = Event{
 		Index:     d.events,
 		ID:        e.ID,
 		HasID:     e.HasID,
@@ -871,7 +878,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 		DataEmpty: e.DataBytes == 0,
 		Retry:     e.Retry,
 		DataBytes: e.DataBytes,
-		DataHash:  hex.EncodeToString(e.DataHash[:]),
+		DataHash:  hexDigest(e.DataHash),
 
 		LastEventID:   e.LastEventID,
 		DataTruncated: e.DataTruncated,
@@ -881,11 +888,12 @@ func (d *dir) onEvent(e *SSEEvent) {
 	if !e.DataTruncated {
 		msgs, _, _ := d.c.w.peeker.PeekJSONRPC(e.Data)
 		if HasJSONRPC(msgs) {
-			ev.Messages = msgs
+			eo.ev.Messages = msgs
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 		}
 	}
-	d.c.emit(&Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: d.resp, Event: ev})
+	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: d.resp, Event: &eo.ev}
+	d.c.emit(&eo.obs)
 }
 
 // messageDone completes the message whose framing just ended.

@@ -173,6 +173,13 @@ func peekParams(m *Message, params []byte) {
 	})
 }
 
+// hexDigest spells a SHA-256 in hex with a single allocation.
+func hexDigest(sum [32]byte) string {
+	var buf [64]byte
+	hex.Encode(buf[:], sum[:])
+	return string(buf[:])
+}
+
 func compactJSON(raw []byte) string {
 	if bytes.IndexAny(raw, " \t\r\n") < 0 {
 		return string(raw)
@@ -193,8 +200,7 @@ func (pk *Peeker) hash(v []byte) string {
 		out = append(pk.canon[:0], v...)
 	}
 	pk.canon = out[:0]
-	sum := sha256.Sum256(out)
-	return hex.EncodeToString(sum[:])
+	return hexDigest(sha256.Sum256(out))
 }
 
 // CanonicalJSON appends v in canonical form to dst: no insignificant

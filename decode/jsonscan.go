@@ -260,13 +260,36 @@ func keyIs(key []byte, name string) bool {
 	return ok && s == name
 }
 
+// knownStrings are values the peek sees over and over (MCP method names,
+// protocol revisions); returning the interned copy saves an allocation each.
+var knownStrings = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		"2.0", "initialize", "notifications/initialized", "ping", "tools/list", "tools/call",
+		"resources/list", "resources/read", "resources/templates/list", "resources/subscribe",
+		"resources/unsubscribe", "prompts/list", "prompts/get", "logging/setLevel",
+		"completion/complete", "sampling/createMessage", "elicitation/create", "roots/list",
+		"notifications/progress", "notifications/message", "notifications/cancelled",
+		"notifications/resources/updated", "notifications/resources/list_changed",
+		"notifications/tools/list_changed", "notifications/prompts/list_changed",
+		"notifications/roots/list_changed", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
 // jsonString decodes a raw JSON string token; ok is false for other values.
 func jsonString(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true
+		body := raw[1 : len(raw)-1]
+		if s, ok := knownStrings[string(body)]; ok {
+			return s, true
+		}
+		return string(body), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
