@@ -1,0 +1,93 @@
+package jsonl
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/sink"
+)
+
+func decodeLines(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestEmptyValuesAreNullNotOmitted(t *testing.T) {
+	var buf bytes.Buffer
+	w := New(&buf)
+	w.Violation(&detector.Violation{ID: "abc", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical})
+	w.Resume(&detector.ResumeAttempt{Outcome: detector.ResumeResumed})
+	w.Session(&detector.SessionSummary{SessionID: "S1"})
+	w.UnknownOutcome(&detector.UnknownOutcome{Method: "tools/call"})
+	w.Unverifiable(&detector.Unverifiable{Check: "resume"})
+	w.Summary(&sink.Summary{Packets: 3})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	recs := decodeLines(t, buf.Bytes())
+	wantTypes := []string{TypeViolation, TypeResume, TypeSession, TypeUnknownOutcome, TypeUnverifiable, TypeSummary}
+	if len(recs) != len(wantTypes) {
+		t.Fatalf("%d lines, want %d", len(recs), len(wantTypes))
+	}
+	for i, typ := range wantTypes {
+		if recs[i]["type"] != typ {
+			t.Errorf("line %d type %v, want %s", i, recs[i]["type"], typ)
+		}
+	}
+	v := recs[0]
+	for _, f := range []string{"session_id", "new_session_id", "last_event_id", "first_event_id", "stream_id",
+		"protocol_version", "client", "server", "jsonrpc_ids", "tool", "explanation", "time"} {
+		val, ok := v[f]
+		if !ok {
+			t.Errorf("violation field %q omitted", f)
+		} else if val != nil {
+			t.Errorf("empty violation field %q = %v, want null", f, val)
+		}
+	}
+	if v["kind"] != "session_swap" || v["severity"] != "critical" || v["id"] != "abc" {
+		t.Errorf("violation = %v", v)
+	}
+	if recs[5]["packets"] != float64(3) {
+		t.Errorf("summary = %v", recs[5])
+	}
+}
+
+func TestTimesAndHostileStrings(t *testing.T) {
+	var buf bytes.Buffer
+	w := New(&buf)
+	when := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.FixedZone("x", 3600))
+	hostile := "S1\"\n\x00<script>\xff"
+	w.Violation(&detector.Violation{Time: when, SessionID: hostile, JSONRPCIDs: []string{"1", `"a"`},
+		Evidence: []detector.Evidence{{Time: when, Conn: "a->b", Exchange: 2, What: "request", Detail: "Last-Event-ID: x"}}})
+	w.Flush()
+	if n := bytes.Count(buf.Bytes(), []byte("\n")); n != 1 {
+		t.Fatalf("hostile string broke the one-record-per-line rule: %d newlines", n)
+	}
+	v := decodeLines(t, buf.Bytes())[0]
+	if v["time"] != "2026-11-30T11:00:00.123456789Z" {
+		t.Errorf("time = %v", v["time"])
+	}
+	if !strings.HasPrefix(v["session_id"].(string), "S1\"\n\x00<script>") {
+		t.Errorf("session_id = %q", v["session_id"])
+	}
+	ids := v["jsonrpc_ids"].([]any)
+	if len(ids) != 2 || ids[1] != `"a"` {
+		t.Errorf("jsonrpc_ids = %v", ids)
+	}
+	ev := v["evidence"].([]any)[0].(map[string]any)
+	if ev["connection"] != "a->b" || ev["exchange"] != float64(2) || ev["detail"] != "Last-Event-ID: x" {
+		t.Errorf("evidence = %v", ev)
+	}
+}
