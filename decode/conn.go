@@ -135,7 +135,13 @@ func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 	if d.ex != nil {
 		exIndex = d.ex.index
 	}
-	if !c.dead && d.state != stDone {
+	if c.dead {
+		return // not HTTP: nothing to report about
+	}
+	// Bytes after a gap are not the connection's first bytes, whatever
+	// the handshake said.
+	d.started = true
+	if d.state != stDone {
 		d.abort(EndGap)
 		d.enterSync()
 	}
@@ -478,7 +484,7 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 			continue
 		}
 		name, value, folded = line[:colon], trimOWS(line[colon+1:]), false
-		if bytes.IndexAny(name, " \t") >= 0 {
+		if bytes.ContainsAny(name, " \t") {
 			name, ok = nil, false
 		}
 	}

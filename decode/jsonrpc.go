@@ -181,7 +181,7 @@ func hexDigest(sum [32]byte) string {
 }
 
 func compactJSON(raw []byte) string {
-	if bytes.IndexAny(raw, " \t\r\n") < 0 {
+	if !bytes.ContainsAny(raw, " \t\r\n") {
 		return string(raw)
 	}
 	var b bytes.Buffer
