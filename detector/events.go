@@ -117,7 +117,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 			Explanation: fmt.Sprintf("Session %s delivered event %s a second time on a stream that was not a resume. "+
 				"A client that does not de-duplicate by event id acts on it twice (a repeated notification or tool result). "+
 				"Check whether the server replays its store when a stream is opened without Last-Event-ID.", s.id, ev.ID),
-			Evidence: []Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where())},
+			Evidence: append([]Evidence{ex.requestEvidence(), ex.evidence(o.Time, "sse event", where())}, firstSent(s, ev.ID)...),
 		}, ex, s, ev.ID)
 	}
 	return false

@@ -318,8 +318,23 @@ func (d *Detector) replayed(ex *exchange, s *session, o *decode.Observation, why
 		Explanation: fmt.Sprintf("The client resumed session %s from event %s and the server sent it an event it already had "+
 			"(%s). The client appends it again: a progress notification or tool result it already acted on is acted on twice. "+
 			"Check the event store's replay: it must return only events strictly after Last-Event-ID.", s.id, ex.cursor, why),
-		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+		Evidence: append([]Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)}, firstSent(s, o.Event.ID, ex.cursor)...),
 	}, ex, s, o.Event.ID)
+}
+
+// firstSent is evidence of when the session's index first saw ids.
+func firstSent(s *session, ids ...string) []Evidence {
+	var out []Evidence
+	for i, id := range ids {
+		if i > 0 && id == ids[0] {
+			continue
+		}
+		if ref, ok := s.events[id]; ok {
+			out = append(out, Evidence{Time: time.Unix(0, ref.at).UTC(), What: "first delivery",
+				Detail: fmt.Sprintf("event id %s first sent at position %d of stream %s", id, ref.pos, streamName(s.streams[ref.stream]))})
+		}
+	}
+	return out
 }
 
 func (d *Detector) crossStream(ex *exchange, s *session, o *decode.Observation, ref eventRef) {
@@ -331,7 +346,7 @@ func (d *Detector) crossStream(ex *exchange, s *session, o *decode.Observation, 
 		Explanation: fmt.Sprintf("The client resumed stream %s of session %s from event %s and the server replayed an event "+
 			"from another stream (%s). The spec forbids it: the client mixes another request's messages into this one "+
 			"and may resolve the wrong request. Check how the event store maps Last-Event-ID to its stream.", streamName(cur), s.id, ex.cursor, why),
-		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+		Evidence: append([]Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)}, firstSent(s, o.Event.ID, ex.cursor)...),
 	}, ex, s, o.Event.ID)
 }
 
