@@ -139,10 +139,13 @@ func runGoCrossStreamReplay(ctx context.Context, dir string) error {
 		"# the more specific cross_stream_replay is the one finding expected for that resume.)",
 		"# The client, its cursor now A_5, resumes again: GET Last-Event-Id: A_5 is passed through unchanged",
 		"# and answered 200 with nothing (stream A is complete), so the call fails with go-sdk's",
-		"# `request terminated without response`. Then DELETE.",
+		"# `request terminated without response` (the second call's outcome is unknown to the client; that",
+		"# second resume is itself correct: resumed). Then DELETE.",
 		"expect violation kind=cross_stream_replay last_event_id={cut} count=1",
 		"expect violation count=1",
 		"expect resume outcome=violated last_event_id={cut} count=1",
+		"expect resume outcome=resumed count=1",
+		"expect unknown_outcome tool=stream count=1",
 		"expect session ended=deleted count=1",
 	)
 }
@@ -286,11 +289,11 @@ func runGoUnresumableClose(ctx context.Context, dir string) error {
 		"# at that event boundary, before the JSON-RPC response. With no event id the client cannot resume:",
 		"# go-sdk reports `request terminated without response` and sends no GET. One unresumable_close",
 		"# (tool stream). The session itself lives on: tools/call echo(still-here) succeeds, then DELETE.",
-		"# (The stream call's outcome is unknown to the client; whether that is also an unknown_outcome",
-		"# record is the detector's call, the session was not lost, so it is not asserted here.)",
+		"# The stream call's response never reached the client: its outcome is unknown.",
 		"expect violation kind=unresumable_close count=1",
 		"expect violation count=1",
 		"expect resume count=0",
+		"expect unknown_outcome tool=stream count=1",
 		"expect session ended=deleted count=1",
 	)
 }

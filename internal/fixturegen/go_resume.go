@@ -131,11 +131,12 @@ func runGoUnknownIDRejected(ctx context.Context, dir string) error {
 		"# recorded) to NEVERISSUEDSTREAMXXXXXXXXX_7, an id this session never issued. go-sdk answers",
 		"# 400 text/plain `failed to replay events` (its store does not know that stream). go-sdk's client",
 		"# treats a 4xx on a resume as fatal for the connection: the call fails, no further resume, and",
-		"# Close sends DELETE (204).",
+		"# Close sends DELETE (204). The stream call never got its response: its outcome is unknown.",
 		"# A 400 for an unknown Last-Event-ID is the correct answer: no violation.",
 		"expect violation count=0",
 		"expect resume outcome=rejected_4xx status=400 last_event_id=NEVERISSUEDSTREAMXXXXXXXXX_7 count=1",
 		"expect resume outcome=violated count=0",
+		"expect unknown_outcome tool=stream count=1",
 	)
 }
 
