@@ -66,6 +66,13 @@ func (ex *exchange) requestIdentity() string {
 		b.WriteString(m.ID)
 		b.WriteString(m.Method)
 	}
+	// Two identical requests on one connection (a client polling with the
+	// same cursor) are told apart by their place on it, which every agent
+	// that saw the connection open numbers alike.
+	if ex.conn.StartSeen {
+		b.WriteString(" exchange=")
+		b.WriteString(strconv.Itoa(ex.key.ex))
+	}
 	return b.String()
 }
 
