@@ -64,8 +64,10 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.detect.MaxEventsIndexedPerSession, "max-events-per-session", c.detect.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
 }
 
+func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("analyze", flag.ContinueOnError) }
+
 func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	fs := newFlagSet()
 	fs.SetOutput(stderr)
 	var cfg analyzeConfig
 	cfg.register(fs)
