@@ -226,6 +226,24 @@ func (r *specRun) configLine(args []string) error {
 	return nil
 }
 
+// target checks a step's arguments and finds its connection.
+func (r *specRun) target(args []string, min int, usage string) (*specConn, error) {
+	if len(args) < min {
+		return nil, fmt.Errorf("want: %s", usage)
+	}
+	return r.conn(args[0])
+}
+
+// streamTarget is target plus the exchange whose response is being read.
+func (r *specRun) streamTarget(args []string, min int, usage string) (*specConn, *specExchange, error) {
+	c, err := r.target(args, min, usage)
+	if err != nil {
+		return nil, nil, err
+	}
+	x, err := r.current(c, false)
+	return c, x, err
+}
+
 func (r *specRun) conn(name string) (*specConn, error) {
 	c := r.conns[name]
 	if c == nil {
@@ -252,10 +270,7 @@ func kv(args []string) map[string]string {
 
 // request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [body=MSGS] [batch] [nonmcp]
 func (r *specRun) request(args []string) error {
-	if len(args) < 3 {
-		return fmt.Errorf("want: request CONN METHOD PATH ...")
-	}
-	c, err := r.conn(args[0])
+	c, err := r.target(args, 3, "request CONN METHOD PATH ...")
 	if err != nil {
 		return err
 	}
@@ -315,10 +330,7 @@ func (r *specRun) current(c *specConn, needResp bool) (*specExchange, error) {
 
 // response CONN STATUS [session=S] [sse] [proto=V] [norequest]
 func (r *specRun) response(args []string) error {
-	if len(args) < 2 {
-		return fmt.Errorf("want: response CONN STATUS ...")
-	}
-	c, err := r.conn(args[0])
+	c, err := r.target(args, 2, "response CONN STATUS ...")
 	if err != nil {
 		return err
 	}
@@ -350,11 +362,7 @@ func (r *specRun) response(args []string) error {
 
 // event CONN [id=X] [type=T] [data=empty] [retry=N] [msg=MSGS] [hash=H]
 func (r *specRun) event(args []string) error {
-	c, err := r.conn(args[0])
-	if err != nil {
-		return err
-	}
-	x, err := r.current(c, false)
+	c, x, err := r.streamTarget(args, 1, "event CONN ...")
 	if err != nil {
 		return err
 	}
@@ -394,14 +402,7 @@ func fakeHash(s string) string {
 
 // body CONN MSGS
 func (r *specRun) body(args []string) error {
-	if len(args) < 2 {
-		return fmt.Errorf("want: body CONN MSGS")
-	}
-	c, err := r.conn(args[0])
-	if err != nil {
-		return err
-	}
-	x, err := r.current(c, false)
+	c, x, err := r.streamTarget(args, 2, "body CONN MSGS")
 	if err != nil {
 		return err
 	}
@@ -416,14 +417,7 @@ func (r *specRun) body(args []string) error {
 
 // end CONN clean|truncated|reset|gap|open [partial=X] [last=X]
 func (r *specRun) end(args []string) error {
-	if len(args) < 2 {
-		return fmt.Errorf("want: end CONN HOW")
-	}
-	c, err := r.conn(args[0])
-	if err != nil {
-		return err
-	}
-	x, err := r.current(c, false)
+	c, x, err := r.streamTarget(args, 2, "end CONN HOW")
 	if err != nil {
 		return err
 	}
@@ -448,7 +442,7 @@ func (r *specRun) end(args []string) error {
 
 // gap CONN [client]
 func (r *specRun) gap(args []string) error {
-	c, err := r.conn(args[0])
+	c, err := r.target(args, 1, "gap CONN [client]")
 	if err != nil {
 		return err
 	}
