@@ -954,12 +954,15 @@ func (d *dir) abort(how EndHow) {
 }
 
 // finish handles the end of a direction's bytes (FIN or close). A body
-// delimited by close ends cleanly; any other open body was cut.
+// delimited by close ends cleanly; any other body was cut, except that an
+// event stream is judged by its events: FIN at an event boundary lost
+// nothing (endResponse turns a FIN inside an event into truncated).
 func (d *dir) finish(how EndHow) {
 	if d.state != stBody {
 		return
 	}
-	if how == EndClean && !(d.bodyMode == bodyClose) {
+	sse := d.resp != nil && d.resp.SSE
+	if how == EndClean && d.bodyMode != bodyClose && !sse {
 		how = EndTruncated
 	}
 	d.abort(how)
