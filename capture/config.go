@@ -99,8 +99,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults fills zero fields and caps Workers.
-func (c Config) withDefaults() Config {
+// WithDefaults returns the config a run really uses: zero fields replaced by
+// their defaults and Workers capped at MaxWorkers. ReadFiles calls
+// newFactory(i) for i in [0, WithDefaults().Workers), so a caller that sizes
+// something per worker (a decode pipeline) must size it from this.
+func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.Workers == 0 {
 		c.Workers = d.Workers

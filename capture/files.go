@@ -50,7 +50,7 @@ func ReadFiles(ctx context.Context, paths []string, cfg Config, newFactory func(
 	if err := cfg.Validate(); err != nil {
 		return Stats{}, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	total, err := checkFiles(paths)
 	if err != nil {
 		return Stats{}, err

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/replaywatch/replaywatch/decode"
 )
 
 // TestLinkTypes reads the same conversation framed every supported way, in
@@ -306,7 +308,7 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := ReadFiles(context.Background(), nil, Config{}, nil); err == nil {
 		t.Error("no files accepted")
 	}
-	if got := (Config{Workers: 1000}).withDefaults().Workers; got != MaxWorkers {
+	if got := (Config{Workers: 1000}).WithDefaults().Workers; got != MaxWorkers {
 		t.Errorf("workers capped to %d", got)
 	}
 }
@@ -335,5 +337,26 @@ func TestNoPanicOnShortEpbFlagsOption(t *testing.T) {
 	rec, st, err := run(t, Config{Workers: 1}, path)
 	if !errors.Is(err, ErrCorrupt) || st.CorruptFiles != 1 || len(rec.streams()) != 1 || rec.streams()[0].fromA() != "ok" {
 		t.Errorf("err %v, stats %+v", err, st)
+	}
+}
+
+// TestFactoryPerWorker: newFactory is called once for each worker index of
+// WithDefaults().Workers, so callers can size per-worker state from it.
+func TestFactoryPerWorker(t *testing.T) {
+	path := capFile(t, conversation(client, server, 0, "a"))
+	for _, workers := range []int{0, 1, 2, MaxWorkers + 5} {
+		cfg := Config{Workers: workers}
+		var got []int
+		_, err := ReadFiles(context.Background(), []string{path}, cfg, func(i int) decode.StreamFactory {
+			got = append(got, i)
+			return &recFactory{}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := cfg.WithDefaults().Workers
+		if len(got) != want || got[0] != 0 || got[len(got)-1] != want-1 {
+			t.Errorf("Workers %d: factories %v, want 0..%d", workers, got, want-1)
+		}
 	}
 }
