@@ -67,9 +67,13 @@ func runTSSessionSwap(ctx context.Context, dir string) error {
 		"# which B maps to S2 and answers 202 without mcp-session-id (not a swap: no header).",
 		"# The cursor was issued by S1, the session the request carried, so this is not",
 		"# unknown_last_event_id_accepted; the swap is the finding.",
+		"# The call in flight on S1 never got its result (the swap lost S1's stream): its outcome is unknown.",
+		"# S2 was never initialised on the wire, so its start is not seen.",
 		"expect violation kind=session_swap count=1",
 		"expect resume outcome=violated count=1",
 		"expect resume outcome=resumed count=0",
+		"expect unknown_outcome tool=slow_write count=1",
+		"expect session start_seen=false count=1",
 	)
 }
 

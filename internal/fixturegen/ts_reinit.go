@@ -103,7 +103,7 @@ func runTSReinitRetool(ctx context.Context, dir string) error {
 		"# That is silent_reinit_after_404 (re-issued tool call), and the S1 call in flight when S1 was",
 		"# lost is an unknown_outcome, re-issued in S2. S1's failed resumes are rejected_404, not violations.",
 		"expect violation kind=silent_reinit_after_404 tool=slow_write count=1",
-		"expect unknown_outcome tool=slow_write count=1",
+		"expect unknown_outcome tool=slow_write reissued_in_session=* count=1",
 		"expect resume outcome=rejected_404 count>=1",
 		"expect resume outcome=violated count=0",
 		"expect session ended=404 count=1",
@@ -128,7 +128,8 @@ func runTSReinitLastEventID(ctx context.Context, dir string) error {
 		"# (the TS example store's behaviour): unknown_last_event_id_accepted, a separate server-side fault.",
 		"expect violation kind=silent_reinit_after_404 count=1",
 		"expect violation kind=unknown_last_event_id_accepted count=1",
-		"expect unknown_outcome tool=slow_write count=1",
+		"# The lost call was not re-issued.",
+		"expect unknown_outcome tool=slow_write reissued_in_session=null count=1",
 		"expect resume outcome=rejected_404 count>=1",
 		"expect session ended=404 count=1",
 	)...)
