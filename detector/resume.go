@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
@@ -19,9 +20,13 @@ type resumeState struct {
 	// is not in the index.
 	stream int32
 	pos    int32
-	// owedMax is the last position on the stream the server had sent
-	// before the break; expect is the next owed position not yet replayed.
-	owedMax, expect int32
+	// Owed: positions pos+1..owedMax the server had sent on the stream
+	// before the break. got marks those replayed (any order: the
+	// TypeScript example store sorts by id), owedLeft counts the
+	// non-priming ones still missing, maxGot is the highest replayed.
+	owedMax, maxGot int32
+	got             []uint64
+	owedLeft        int
 	moved           bool // a new event arrived: the server is past the replay
 	// go-sdk ids are dense: after cursor P_n the next event must be P_(n+1).
 	goPrefix     string
@@ -126,7 +131,15 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	if known {
 		st := s.streams[ref.stream]
 		rs.stream, rs.pos = ref.stream, ref.pos
-		rs.owedMax, rs.expect = st.next-1, ref.pos+1
+		rs.owedMax, rs.maxGot = st.next-1, ref.pos
+		for p := ref.pos + 1; p <= rs.owedMax; p++ {
+			if !st.isPriming(p) {
+				rs.owedLeft++
+			}
+		}
+		if rs.owedLeft > 0 {
+			rs.got = make([]uint64, (rs.owedMax-ref.pos+63)/64)
+		}
 		ex.stream = st
 		if st.gap || ex.gap {
 			rs.unverifiable = ReasonCaptureGap
@@ -197,18 +210,13 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 			if ex.once(onceReplayed) {
 				d.replayed(ex, s, o, fmt.Sprintf("event %s was at position %d of the stream, at or before the cursor's position %d", ev.ID, ref.pos, rs.pos))
 			}
-		default:
-			if ref.pos > rs.expect {
-				d.checkOwed(ex, s, o, ref.pos)
-			}
-			if ref.pos+1 > rs.expect {
-				rs.expect = ref.pos + 1
-			}
+		case ref.pos <= rs.owedMax:
+			rs.markOwed(ref.pos, s.streams[rs.stream])
 		}
 	} else if !known {
 		rs.moved = true
 		if rs.stream >= 0 {
-			d.checkOwed(ex, s, o, rs.owedMax+1)
+			d.checkOwed(ex, s, o, rs.owedMax)
 		}
 	}
 	if ev.HasID && rs.goOK && !reused {
@@ -228,31 +236,72 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	// The outcome is known once the replay is over: the cursor was not
 	// indexed (nothing owed we could know of), every owed event came, or
 	// the server moved on to new events.
-	if !rs.emitted && (rs.stream < 0 || rs.moved || rs.expect > rs.owedMax) {
+	if !rs.emitted && (rs.stream < 0 || rs.moved || rs.owedLeft == 0) {
 		d.finishResume(ex, o.Time)
 	}
 }
 
-// checkOwed raises incomplete_replay when a non-priming position in
-// [rs.expect, upto) was skipped.
-func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32) {
-	rs := ex.resume
-	st := s.streams[rs.stream]
-	missing := 0
-	for p := rs.expect; p < upto && p <= rs.owedMax; p++ {
-		if !st.isPriming(p) {
-			missing++
-		}
-	}
-	if missing == 0 {
+func (rs *resumeState) markOwed(pos int32, st *stream) {
+	i := pos - rs.pos - 1
+	if rs.got == nil || rs.got[i/64]&(1<<(i%64)) != 0 {
 		return
 	}
-	if rs.unverifiable != "" || ex.gap {
-		return // lost bytes could hold the missing events
+	rs.got[i/64] |= 1 << (i % 64)
+	if !st.isPriming(pos) {
+		rs.owedLeft--
 	}
-	if ex.once(onceIncomplete) {
-		d.incomplete(ex, s, o, fmt.Sprintf("%d event(s) the server sent on stream %s after the cursor (positions %d..%d) before the break were skipped; %s arrived instead", missing, streamName(st), rs.expect, upto-1, describeEvent(o)))
+	if pos > rs.maxGot {
+		rs.maxGot = pos
 	}
+}
+
+// missingOwed lists the non-priming owed positions up to upto that were
+// not replayed.
+func (rs *resumeState) missingOwed(st *stream, upto int32) []int32 {
+	var out []int32
+	for p := rs.pos + 1; p <= upto && p <= rs.owedMax; p++ {
+		i := p - rs.pos - 1
+		if rs.got[i/64]&(1<<(i%64)) == 0 && !st.isPriming(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// checkOwed raises incomplete_replay when owed positions up to upto were
+// not replayed although the server went past them.
+func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32) {
+	rs := ex.resume
+	if rs.owedLeft == 0 || rs.unverifiable != "" || ex.gap {
+		return // nothing owed, or lost bytes could hold the missing events
+	}
+	st := s.streams[rs.stream]
+	missing := rs.missingOwed(st, upto)
+	if len(missing) == 0 || !ex.once(onceIncomplete) {
+		return
+	}
+	what := "the stream ended cleanly"
+	if o.Event != nil {
+		what = describeEvent(o) + " arrived instead"
+	}
+	d.incomplete(ex, s, o, fmt.Sprintf("%d event(s) the server sent on stream %s after the cursor before the break (positions %s) were never replayed; %s", len(missing), streamName(st), positions(missing), what))
+}
+
+// positions prints at most a few positions.
+func positions(ps []int32) string {
+	const most = 5
+	var b strings.Builder
+	for i, p := range ps {
+		if i == most {
+			fmt.Fprintf(&b, ", ... (%d more)", len(ps)-most)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(int(p)))
+	}
+	return b.String()
 }
 
 func describeEvent(o *decode.Observation) string {
@@ -285,16 +334,10 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 	}
 	switch o.End.How {
 	case decode.EndClean:
-		owed := 0
-		if rs.stream >= 0 {
-			st := ex.sess.streams[rs.stream]
-			for p := rs.expect; p <= rs.owedMax; p++ {
-				if !st.isPriming(p) {
-					owed++
-				}
-			}
-		}
-		if owed > 0 {
+		if rs.owedLeft > 0 {
+			// Events replayed past a missing one leave the client a
+			// cursor beyond it: lost. Otherwise it may resume again.
+			d.checkOwed(ex, ex.sess, o, rs.maxGot)
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonOwedNotReplayed)
 			return
 		}
@@ -352,11 +395,11 @@ func (d *Detector) crossStream(ex *exchange, s *session, o *decode.Observation, 
 
 func (d *Detector) incomplete(ex *exchange, s *session, o *decode.Observation, why string) {
 	d.violation(&Violation{
-		Kind: KindIncompleteReplay, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(ex.stream),
+		Kind: KindIncompleteReplay, Time: o.Time, LastEventID: ex.cursor, FirstEventID: ex.resume.attempt.FirstEventID, StreamID: streamName(ex.stream),
 		Explanation: fmt.Sprintf("The client resumed session %s from event %s and the server accepted, but the replay left "+
 			"out events it had sent after that cursor (%s). The client never receives them: a response or notification is "+
 			"silently lost. Check the event store: it must replay every event after the cursor or refuse the resume, never "+
 			"return partial results.", s.id, ex.cursor, why),
-		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, o.Kind.String(), why)},
 	}, ex, s)
 }
