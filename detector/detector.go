@@ -297,6 +297,8 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
+	// A body cut by the capture may have held requests we cannot see.
+	ex.gap = r.BodyIncomplete
 	for i := range r.Messages {
 		m := &r.Messages[i]
 		if m.Type == decode.MsgRequest && m.Method == "initialize" {
