@@ -112,7 +112,7 @@ func (l *lostIndex) flushAll(d *Detector) {
 // unanswered tools/calls become unknown outcomes, emitted when the client
 // re-issues them, when s is forgotten, or at Close.
 func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reason string) {
-	s.lostAt, s.lostHow, s.lostConn = t, how, ex.conn
+	s.lostAt, s.lostHow, s.lostConn, s.lostEx = t, how, ex.conn, ex.key.ex
 	ids := make([]string, 0, s.inflight)
 	for id, c := range s.calls {
 		if !c.answered && !c.unknown && c.method == "tools/call" {
@@ -209,7 +209,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 					"minted them, so the client is merging two epochs: what the new session sends is not the continuation of "+
 					"what it holds. Check the client: after 404 it must drop its stream cursors and reconcile in-flight calls.", l.id, conf, s.id, ex.cursor),
 				Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
-					ex.evidence(l.lostAt, "session lost", fmt.Sprintf("session %s answered 404 on %s", l.id, l.lostConn))},
+					lostEvidence(l)},
 			}, ex, s, "form1")
 		}
 	}
@@ -243,7 +243,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				"unknown outcome and must be reconciled (idempotency key or status query) before being re-run.", l.id, m.Tool, c.id, state, conf, s.id, m.ID),
 			Evidence: []Evidence{
 				{Time: c.at, Conn: c.ex.connString(), Exchange: c.ex.key.ex, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, params sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
-				ex.evidence(l.lostAt, "session lost", fmt.Sprintf("session %s answered 404", l.id)),
+				lostEvidence(l),
 				ex.requestEvidence(),
 			},
 		}, ex, s, "form2", c.id, m.ID)
@@ -269,7 +269,7 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 			"the server executed requests outside any session, so results and notifications can no longer be tied to the "+
 			"client's history. Check the client (it must re-initialize after 404) and the server (it must reject "+
 			"session-less requests when it uses sessions).", l.id, conf, ex.method, ex.path, ex.status),
-		Evidence: []Evidence{ex.evidence(l.lostAt, "session lost", fmt.Sprintf("session %s answered 404", l.id)), ex.requestEvidence(), ex.responseEvidence()},
+		Evidence: []Evidence{lostEvidence(l), ex.requestEvidence(), ex.responseEvidence()},
 	}, ex, nil, "form3")
 }
 
@@ -371,4 +371,10 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
 			ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d event(s), none with an id", e.How, e.Events))},
 	}, ex, s)
+}
+
+// lostEvidence is the 404 that lost session l, where it was seen.
+func lostEvidence(l *session) Evidence {
+	return Evidence{Time: l.lostAt, Conn: l.lostConn.Client.String() + "->" + l.lostConn.Server.String(), Exchange: l.lostEx,
+		What: "response header", Detail: fmt.Sprintf("status 404 for Mcp-Session-Id: %s", l.id)}
 }

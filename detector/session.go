@@ -98,6 +98,7 @@ type session struct {
 	lostAt         time.Time
 	lostHow        string
 	lostConn       decode.Conn
+	lostEx         int
 	pendingUnknown []*UnknownOutcome
 	reinitFlagged  bool // form 3 of silent_reinit_after_404 already raised
 
