@@ -663,6 +663,11 @@ func checkRecords(t *testing.T, file string, rec *recorder) {
 		if len(v.ID) != 32 || v.Severity == "" || v.Explanation == "" || len(v.Evidence) == 0 || (v.SessionID == "" && v.Kind != KindResumeOnSessionlessRevision) || v.Client == "" || v.Server == "" || v.Time.IsZero() {
 			t.Errorf("%s: incomplete violation %+v", file, v)
 		}
+		for _, e := range v.Evidence {
+			if e.Time.IsZero() || e.What == "" || e.Detail == "" || (e.Conn == "" && e.What != "first delivery") {
+				t.Errorf("%s: incomplete evidence %+v in %s", file, e, v.Kind)
+			}
+		}
 	}
 	for _, a := range rec.resumes {
 		if a.ID == "" || a.Outcome == "" || a.Reason == "" {
