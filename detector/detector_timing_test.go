@@ -103,3 +103,26 @@ func cpuTime() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// BenchmarkBaselineMapInsert is the yardstick for BenchmarkDetector on a
+// busy or slow machine: one lookup and insert of a new id in a map shaped
+// like the event index. The detector does about that much work per event
+// plus its checks, so the ratio of the two says more than either alone.
+func BenchmarkBaselineMapInsert(b *testing.B) {
+	const n = 1 << 17
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "S3_" + strconv.Itoa(i)
+	}
+	m := map[string]eventRef{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[i&(n-1)]
+		if i&(n-1) == 0 {
+			m = map[string]eventRef{}
+		}
+		if _, ok := m[k]; !ok {
+			m[k] = eventRef{pos: int32(i)}
+		}
+	}
+}
