@@ -8,6 +8,7 @@ package detector
 
 import (
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
@@ -427,6 +428,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
 	case !ex.ok2xx():
+		if ex.resume != nil {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, "server answered "+strconv.Itoa(ex.status))
+		}
 		return
 	}
 	if ex.isInit && ex.hasRespSession {
@@ -439,6 +443,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		// A session id first seen on a response to a request without one
 		// (not initialize): the server minted or echoed it; its start is
 		// unknown to us.
+		d.checkSessionlessReinit(ex, o)
 		s = d.session(ex.respSession, o)
 		if s.rev == "" {
 			s.rev = ex.rev
