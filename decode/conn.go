@@ -449,8 +449,10 @@ func firstLine(head []byte) []byte {
 }
 
 // headerLines calls fn for each header field of the head in d.buf (after the
-// start line), with obs-fold continuation lines joined by one space.
+// start line), with the name lower-cased and obs-fold continuation lines
+// joined by one space.
 func headerLines(head []byte, fn func(name, value []byte)) bool {
+	var lower [maxKnownHeaderName]byte
 	i := bytes.IndexByte(head, '\n')
 	head = head[i+1:]
 	var name, value []byte
@@ -476,7 +478,7 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 			continue
 		}
 		if name != nil {
-			fn(name, value)
+			fn(lowerName(&lower, name), value)
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
@@ -489,9 +491,28 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 		}
 	}
 	if name != nil {
-		fn(name, value)
+		fn(lowerName(&lower, name), value)
 	}
 	return ok
+}
+
+// maxKnownHeaderName is the longest header name the decoder looks at
+// ("mcp-protocol-version"); longer names are passed on as "".
+const maxKnownHeaderName = 24
+
+// lowerName lower-cases a header name into buf, so callers can switch on it
+// without allocating.
+func lowerName(buf *[maxKnownHeaderName]byte, name []byte) []byte {
+	if len(name) > len(buf) {
+		return nil
+	}
+	for i, c := range name {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return buf[:len(name)]
 }
 
 // framing is what a head says about its body.
@@ -503,14 +524,14 @@ type framing struct {
 }
 
 func (f *framing) field(name, value []byte) bool {
-	switch {
-	case bytes.EqualFold(name, []byte("content-length")):
+	switch string(name) {
+	case "content-length":
 		n, ok := parseContentLength(value)
 		if !ok || (f.contentLength >= 0 && n != f.contentLength) {
 			f.badLength = true
 		}
 		f.contentLength = n
-	case bytes.EqualFold(name, []byte("transfer-encoding")):
+	case "transfer-encoding":
 		f.chunked = lastCodingIsChunked(value)
 		f.otherCoding = !f.chunked
 	default:
@@ -536,24 +557,24 @@ func (d *dir) requestHead() {
 		if f.field(name, value) {
 			return
 		}
-		switch {
-		case bytes.EqualFold(name, []byte("host")):
+		switch string(name) {
+		case "host":
 			req.Host = string(value)
-		case bytes.EqualFold(name, []byte("mcp-session-id")):
+		case "mcp-session-id":
 			if !req.HasSessionID {
 				req.SessionID, req.HasSessionID = string(value), true
 			}
-		case bytes.EqualFold(name, []byte("last-event-id")):
+		case "last-event-id":
 			if !req.HasLastEventID {
 				req.LastEventID, req.HasLastEventID = string(value), true
 			}
-		case bytes.EqualFold(name, []byte("mcp-protocol-version")):
+		case "mcp-protocol-version":
 			req.ProtocolVersion = string(value)
-		case bytes.EqualFold(name, []byte("content-type")):
+		case "content-type":
 			req.ContentType = string(value)
-		case bytes.EqualFold(name, []byte("accept")):
+		case "accept":
 			req.Accept = string(value)
-		case bytes.EqualFold(name, []byte("authorization")):
+		case "authorization":
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)
 			req.AuthHash = hexDigest(sum)
@@ -657,14 +678,14 @@ func (d *dir) responseHead() {
 		if f.field(name, value) {
 			return
 		}
-		switch {
-		case bytes.EqualFold(name, []byte("mcp-session-id")):
+		switch string(name) {
+		case "mcp-session-id":
 			if !resp.HasSessionID {
 				resp.SessionID, resp.HasSessionID = string(value), true
 			}
-		case bytes.EqualFold(name, []byte("content-type")):
+		case "content-type":
 			resp.ContentType = string(value)
-		case bytes.EqualFold(name, []byte("mcp-protocol-version")):
+		case "mcp-protocol-version":
 			resp.ProtocolVersion = string(value)
 		}
 	})

@@ -27,30 +27,31 @@ const tsBrokenCallTimeoutMs = 3500
 
 func runTSSessionSwap(ctx context.Context, dir string) error {
 	const name = "ts-session-swap"
-	cut := newSSECut(tsToolMarker, countEvents(tsProgress, 2))
-	drainErr := make(chan error, 1)
-	setup := func(r *tsRig) {
-		r.hooks = append(r.hooks, cut.hooks)
-		// The drain: once A's stream is cut, new connections go to B and A
-		// closes its idle keep-alive connections (the client's resume would
-		// otherwise reuse one and reach A again).
-		go func() {
-			err := cut.waitFired(ctx)
-			if err == nil {
+	cut := newSSECut(tsToolMarker, progressEvent(2))
+	var drained func() error
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}, {Permissive: true}},
+		func(r *tsRig) {
+			r.hooks = append(r.hooks, cut.hooks)
+			// The drain, in the proxy as the cut is forwarded: new connections
+			// go to B, and A closes its idle keep-alive connections (the
+			// client's resume would otherwise reuse one and reach A again).
+			cut.onFire = func() {
 				r.backend.Store(1)
-				err = r.servers[0].command(ctx, "drain", `"drained"`)
+				r.servers[0].send("drain")
 			}
-			drainErr <- err
-		}()
-	}
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}, {Permissive: true}}, setup,
+			drained = func() error {
+				_, err := r.servers[0].waitLine(ctx, `"drained"`)
+				return err
+			}
+		},
 		tsClientConfig{Flow: "call", Call: tsCallArgs{Label: "swap-me", Steps: 8, DelayMs: 200},
 			TimeoutMs: tsBrokenCallTimeoutMs, CallMayFail: true},
-		nil, func() error { return <-drainErr },
+		nil, func() error { return drained() },
 		`"progress":2`, `"call":"failed"`)
 	if err != nil {
 		return err
 	}
+	cursor := cut.cutID()
 	return writeSpec(dir, name,
 		tsSpecHeader("two servers A and B (example InMemoryEventStore each)"),
 		"# B is deliberately permissive: for a session id it never issued it initialises a new session",
@@ -69,8 +70,8 @@ func runTSSessionSwap(ctx context.Context, dir string) error {
 		"# unknown_last_event_id_accepted; the swap is the finding.",
 		"# The call in flight on S1 never got its result (the swap lost S1's stream): its outcome is unknown.",
 		"# S2 was never initialised on the wire, so its start is not seen.",
-		"expect violation kind=session_swap count=1",
-		"expect resume outcome=violated count=1",
+		"expect violation kind=session_swap last_event_id="+cursor+" count=1",
+		"expect resume outcome=violated last_event_id="+cursor+" count=1",
 		"expect resume outcome=resumed count=0",
 		"expect unknown_outcome tool=slow_write count=1",
 		"expect session start_seen=false count=1",
@@ -79,9 +80,9 @@ func runTSSessionSwap(ctx context.Context, dir string) error {
 
 func runTSUnknownIDAccepted(ctx context.Context, dir string) error {
 	const name = "ts-unknown-id-accepted"
-	cut := newSSECut(tsToolMarker, countEvents(tsProgress, 2))
+	cut := newSSECut(tsToolMarker, progressEvent(2))
 	forge := newHeaderRewrite("last-event-id", func(string) string { return tsForeignEventID })
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
 		func(r *tsRig) { r.hooks = append(r.hooks, cut.hooks, forge.hooks) },
 		tsClientConfig{Flow: "call", Call: tsCallArgs{Label: "forge-me", Steps: 6, DelayMs: 150},
 			TimeoutMs: tsBrokenCallTimeoutMs, CallMayFail: true},
@@ -122,7 +123,7 @@ func runTSTruncatedResume(ctx context.Context, dir string) error {
 		return id
 	})
 	var partial, original, sent string
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
 		func(r *tsRig) { r.hooks = append(r.hooks, cut.hooks, skip.hooks) },
 		tsClientConfig{Flow: "call", Call: tsCallArgs{Label: "truncate-me", Steps: 6, DelayMs: 150}},
 		nil, func() error {
@@ -153,7 +154,7 @@ func runTSTruncatedResume(ctx context.Context, dir string) error {
 		"# the proxy, playing a buggy client that kept the partial event's id, rewrites it to X. The server",
 		"# answers 200 on the same session and replays from after X: progress 4, 5, 6 and the result.",
 		"# Progress 3 was never delivered: truncated_resume (cursor = the truncated event's id).",
-		"expect violation kind=truncated_resume count=1",
+		"expect violation kind=truncated_resume last_event_id="+partial+" count=1",
 		"expect resume outcome=violated count=1",
 		"expect resume outcome=resumed count=0",
 		"expect unknown_outcome count=0",

@@ -63,7 +63,7 @@ func forgetAfter(ctx context.Context, r *tsRig, watch *eventWatch) <-chan error 
 
 // recordLostMidCall runs flow with a server that forgets the session right
 // after the call's second progress notification reached the client.
-func recordLostMidCall(ctx context.Context, path, flow string, call tsCallArgs, wants ...string) error {
+func recordLostMidCall(ctx context.Context, path, flow string, call tsCallArgs, wants ...string) (string, error) {
 	watch := newEventWatch(tsProgress, 2)
 	var forgot <-chan error
 	return recordTS(ctx, path, []tsServerConfig{{}},
@@ -91,7 +91,7 @@ var tsLostSessionStory = []string{
 func runTSReinitRetool(ctx context.Context, dir string) error {
 	const name = "ts-reinit-after-404-retool"
 	call := tsCallArgs{Label: "pay-invoice-42", Steps: 4, DelayMs: 150}
-	err := recordLostMidCall(ctx, pcapPath(dir, name), "reinitRetool", call,
+	_, err := recordLostMidCall(ctx, pcapPath(dir, name), "reinitRetool", call,
 		`"progress":2`, `"app":"session lost`, `"result":"wrote pay-invoice-42"`)
 	if err != nil {
 		return err
@@ -113,8 +113,12 @@ func runTSReinitRetool(ctx context.Context, dir string) error {
 func runTSReinitLastEventID(ctx context.Context, dir string) error {
 	const name = "ts-reinit-after-404-lasteventid"
 	call := tsCallArgs{Label: "sync-ledger", Steps: 4, DelayMs: 150}
-	err := recordLostMidCall(ctx, pcapPath(dir, name), "reinitLastEventId", call,
+	out, err := recordLostMidCall(ctx, pcapPath(dir, name), "reinitLastEventId", call,
 		`"progress":2`, `"app":"session lost`, `"resumed":`)
+	if err != nil {
+		return err
+	}
+	cursor, err := clientValue(out, "resumed")
 	if err != nil {
 		return err
 	}
@@ -126,8 +130,8 @@ func runTSReinitLastEventID(ctx context.Context, dir string) error {
 		"# stream: the old session's state reused on the new one, silent_reinit_after_404.",
 		"# The same exchange is also a resume whose last-event-id S2 never issued answered 200 with a stream",
 		"# (the TS example store's behaviour): unknown_last_event_id_accepted, a separate server-side fault.",
-		"expect violation kind=silent_reinit_after_404 count=1",
-		"expect violation kind=unknown_last_event_id_accepted count=1",
+		"expect violation kind=silent_reinit_after_404 last_event_id="+cursor+" count=1",
+		"expect violation kind=unknown_last_event_id_accepted last_event_id="+cursor+" count=1",
 		"# The lost call was not re-issued.",
 		"expect unknown_outcome tool=slow_write reissued_in_session=null count=1",
 		"expect resume outcome=rejected_404 count>=1",
@@ -143,7 +147,7 @@ func runTSCleanNewSession(ctx context.Context, dir string) error {
 		}
 		return r.servers[0].command(ctx, "forget", `"forgot"`)
 	}
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}}, nil,
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}}, nil,
 		tsClientConfig{Flow: "cleanNewSession",
 			Call:       tsCallArgs{Label: "first", Steps: 2, DelayMs: 100},
 			SecondCall: &tsCallArgs{Label: "second", Steps: 2, DelayMs: 100}},

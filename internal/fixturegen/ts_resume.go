@@ -23,12 +23,13 @@ const tsProgress = `"method":"notifications/progress"`
 
 // recordTS runs one client flow through a fresh rig and checks the client's
 // output holds wants in order; setup may add faults to the rig, and check
-// (optional) runs after the client exits, before the capture is closed.
+// (optional) runs after the client exits, before the capture is closed. It
+// returns the client's output.
 func recordTS(ctx context.Context, path string, servers []tsServerConfig, setup func(*tsRig),
-	cfg tsClientConfig, onWait func(*tsRig, string) error, check func() error, wants ...string) error {
+	cfg tsClientConfig, onWait func(*tsRig, string) error, check func() error, wants ...string) (string, error) {
 	r, err := newTSRig(ctx, path, servers...)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if setup != nil {
 		setup(r)
@@ -47,13 +48,13 @@ func recordTS(ctx context.Context, path string, servers []tsServerConfig, setup 
 	if ferr := r.finish(); err == nil {
 		err = ferr
 	}
-	return err
+	return out, err
 }
 
 func runTSCorrectResume(ctx context.Context, dir string) error {
 	const name = "ts-correct-resume"
-	cut := newSSECut(tsToolMarker, countEvents(tsProgress, 2))
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
+	cut := newSSECut(tsToolMarker, progressEvent(2))
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
 		func(r *tsRig) { r.hooks = append(r.hooks, cut.hooks) },
 		tsClientConfig{Flow: "call", Call: tsCallArgs{Label: "resume-me", Steps: 8, DelayMs: 200}},
 		nil, func() error { return cut.waitFired(ctx) },
@@ -76,7 +77,7 @@ func runTSCorrectResume(ctx context.Context, dir string) error {
 		"# and ends the stream. Same session, first event strictly after the cursor: a correct resume.",
 		"# The client then closes without DELETE (the TS client does not send one on close).",
 		"expect violation count=0",
-		"expect resume outcome=resumed count=1",
+		"expect resume outcome=resumed last_event_id="+cut.cutID()+" count=1",
 		"expect resume outcome=violated count=0",
 		"expect unknown_outcome count=0",
 		"expect session start_seen=true protocol_version=2025-11-25 count=1",
@@ -85,7 +86,7 @@ func runTSCorrectResume(ctx context.Context, dir string) error {
 
 func runTSPrimingPolling(ctx context.Context, dir string) error {
 	const name = "ts-priming-polling"
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{RetryInterval: 300}}, nil,
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{RetryInterval: 300}}, nil,
 		tsClientConfig{Flow: "call", Call: tsCallArgs{Label: "poll-me", Steps: 6, DelayMs: 150, PollAfter: 2}},
 		nil, nil,
 		`"progress":2`, `"progress":6`, `"result":"wrote poll-me"`)
@@ -113,8 +114,8 @@ func runTSPrimingPolling(ctx context.Context, dir string) error {
 func runTSGetStreamNotResumable(ctx context.Context, dir string) error {
 	const name = "ts-get-stream-not-resumable"
 	// The first GET on the rig is the standalone stream (the cut fires once).
-	cut := newSSECut("GET /mcp ", countEvents(`"logger":"announce"`, 1))
-	err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
+	cut := newSSECut("GET /mcp ", eventWith(`"data":"announcement 1 of`))
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
 		func(r *tsRig) { r.hooks = append(r.hooks, cut.hooks) },
 		tsClientConfig{Flow: "announce", Announce: &tsAnnounceArgs{Count: 3, DelayMs: 250}, SettleMs: 1500},
 		nil, func() error { return cut.waitFired(ctx) },
@@ -137,7 +138,7 @@ func runTSGetStreamNotResumable(ctx context.Context, dir string) error {
 		"# on its own POST stream. No violation is provable here; the resume's outcome is left open (the",
 		"# pipeline currently calls it unverifiable: the empty stream ends when the client closes).",
 		"expect violation count=0",
-		"expect resume count=1",
+		"expect resume last_event_id="+cut.cutID()+" count=1",
 		"expect resume outcome=violated count=0",
 		"expect resume outcome=rejected_4xx count=0",
 		"expect unknown_outcome count=0",

@@ -393,17 +393,38 @@ func expectLines(output string, wants ...string) error {
 	return nil
 }
 
-// countEvents returns a match function for sseCut that is true for the n-th
-// SSE event (1-based) containing marker, e.g. the second progress
-// notification.
-func countEvents(marker string, n int) func(string) bool {
-	seen := 0
-	return func(ev string) bool {
-		if strings.Contains(ev, marker) {
-			seen++
+// clientValue returns the string value of key from the first client output
+// line that has it (the client prints one JSON object per line).
+func clientValue(output, key string) (string, error) {
+	for _, line := range strings.Split(output, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
 		}
-		return seen == n && strings.Contains(ev, marker)
+		if v, ok := m[key].(string); ok && v != "" {
+			return v, nil
+		}
 	}
+	return "", fmt.Errorf("client output has no %q:\n%s", key, output)
+}
+
+// eventWith returns a match function for sseCut that is true for an SSE
+// event containing every part. It is stateless on purpose: sseCut may look
+// at the same event more than once while waiting for its chunk's end.
+func eventWith(parts ...string) func(string) bool {
+	return func(ev string) bool {
+		for _, p := range parts {
+			if !strings.Contains(ev, p) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// progressEvent matches the SSE event carrying progress notification n.
+func progressEvent(n int) func(string) bool {
+	return eventWith(tsProgress, fmt.Sprintf(`"progress":%d,`, n))
 }
 
 // midEventCut is a proxy fault: on the connection whose request contains
