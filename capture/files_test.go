@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -358,5 +359,34 @@ func TestFactoryPerWorker(t *testing.T) {
 		if len(got) != want || got[0] != 0 || got[len(got)-1] != want-1 {
 			t.Errorf("Workers %d: factories %v, want 0..%d", workers, got, want-1)
 		}
+	}
+}
+
+// TestHugeSnapLength: an interface that claims a 4 GiB snap length is read
+// normally, without allocating what it claims.
+func TestHugeSnapLength(t *testing.T) {
+	segs := conversation(client, server, 0, "ping", "pong")
+	pcap := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs))
+	binary.LittleEndian.PutUint32(pcap[16:], 0xffffffff) // pcap header snaplen
+	ng := pcapngBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs))
+	idb := int(binary.LittleEndian.Uint32(ng[4:])) // the interface block follows the section header
+	if binary.LittleEndian.Uint32(ng[idb:]) != 1 {
+		t.Fatal("no interface block after the section header")
+	}
+	binary.LittleEndian.PutUint32(ng[idb+12:], 0xffffffff)
+	for name, data := range map[string][]byte{"pcap": pcap, "pcapng": ng} {
+		t.Run(name, func(t *testing.T) {
+			path := writeTemp(t, "huge-snap", data)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rec, st, err := run(t, Config{Workers: 1}, path)
+			runtime.ReadMemStats(&after)
+			if err != nil || len(rec.streams()) != 1 || rec.streams()[0].fromB() != "pong" {
+				t.Fatalf("err %v, stats %+v", err, st)
+			}
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+				t.Errorf("allocated %d MiB", grew>>20)
+			}
+		})
 	}
 }

@@ -70,9 +70,11 @@ func (s *recStream) fromB() string { return s.data[1].String() }
 
 // recFactory is a decode.StreamFactory that keeps its streams.
 type recFactory struct {
-	streams []*recStream
-	ticks   int
-	done    int
+	streams   []*recStream
+	ticks     int
+	lastTick  time.Time
+	backwards int // ticks earlier than the one before
+	done      int
 }
 
 func (f *recFactory) NewStream(meta decode.ConnMeta) decode.TCPStream {
@@ -80,8 +82,14 @@ func (f *recFactory) NewStream(meta decode.ConnMeta) decode.TCPStream {
 	f.streams = append(f.streams, s)
 	return s
 }
-func (f *recFactory) Tick(time.Time) { f.ticks++ }
-func (f *recFactory) Done()          { f.done++ }
+func (f *recFactory) Tick(now time.Time) {
+	if now.Before(f.lastTick) {
+		f.backwards++
+	}
+	f.ticks++
+	f.lastTick = now
+}
+func (f *recFactory) Done() { f.done++ }
 
 // recorder hands out one recFactory per worker.
 type recorder struct {
@@ -111,6 +119,9 @@ func (r *recorder) checkContract(t *testing.T) {
 	for _, f := range r.factories {
 		if f.done != 1 {
 			t.Errorf("factory Done called %d times", f.done)
+		}
+		if f.backwards > 0 {
+			t.Errorf("Tick went back in time %d times", f.backwards)
 		}
 	}
 	ids := map[uint64]bool{}
