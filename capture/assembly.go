@@ -91,7 +91,7 @@ type worker struct {
 	ctxs        []pktCtx
 	rstTCP      layers.TCP
 	rstBuf      [20]byte
-	seen        []int64 // scratch for eviction
+	seen        []time.Time // scratch for eviction
 	// closed holds recently ended connections (see closedTTL), at most
 	// limits.maxConns of them.
 	closed map[connKey]time.Time
@@ -196,11 +196,13 @@ func (w *worker) flush(reason decode.CloseReason, opt reassembly.FlushOptions) {
 func (w *worker) evict() {
 	w.seen = w.seen[:0]
 	for _, c := range w.conns {
-		w.seen = append(w.seen, c.lastSeen.UnixNano())
+		w.seen = append(w.seen, c.lastSeen)
 	}
-	slices.Sort(w.seen)
+	// Compared as times, not UnixNano: a damaged pcapng can carry dates
+	// that do not fit in int64 nanoseconds.
+	slices.SortFunc(w.seen, time.Time.Compare)
 	k := max(1, w.limits.maxConns/evictFraction)
-	cut := time.Unix(0, w.seen[min(k, len(w.seen))-1]+1)
+	cut := w.seen[min(k, len(w.seen))-1].Add(1)
 	w.flush(decode.CloseEvicted, reassembly.FlushOptions{T: cut, TC: cut})
 }
 

@@ -316,3 +316,27 @@ func TestWorkersAgree(t *testing.T) {
 		t.Errorf("stats differ:\n%+v\n%+v", st1, st2)
 	}
 }
+
+// TestEvictionFarFuture: eviction keeps its bound with timestamps past the
+// year 2262 (where UnixNano is undefined), which a damaged pcapng can carry.
+func TestEvictionFarFuture(t *testing.T) {
+	w := newWorker(Config{Workers: 1, MaxConnections: 3}.WithDefaults(), &recFactory{})
+	far := time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+	dec := newPacketDecoder()
+	for i := range 10 {
+		c := netip.AddrPortFrom(client.Addr(), uint16(43000+i))
+		frame := ethernet()(ipPacket(t, seg{src: c, dst: server, seq: 1, flags: "PA", payload: "x"}))
+		net, ok := dec.classify(&Stats{}, frame, 1)
+		if !ok {
+			t.Fatal("test frame not TCP")
+		}
+		w.handle(net, &dec.tcp, far.Add(time.Duration(i)*time.Second), uint64(i+1))
+		if len(w.conns) > 3 {
+			t.Fatalf("after %d connections %d are followed, limit 3", i+1, len(w.conns))
+		}
+	}
+	w.finish()
+	if w.stats.Evictions != 7 {
+		t.Errorf("evictions %d, want 7", w.stats.Evictions)
+	}
+}
