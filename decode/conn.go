@@ -72,13 +72,12 @@ type dir struct {
 	ts      time.Time
 
 	// Sync and head reading.
-	buf        []byte
-	skipLine   bool  // inside a line too long to be a start line
-	resyncing  bool  // sync was lost (gap, error, mid-message start)
-	unsynced   int64 // bytes scanned before the connection ever synced
-	lineLen    int   // bytes of the current head line so far
-	lineFirst  byte
-	headerOver bool
+	buf       []byte
+	skipLine  bool  // inside a line too long to be a start line
+	resyncing bool  // sync was lost (gap, error, mid-message start)
+	unsynced  int64 // bytes scanned before the connection ever synced
+	lineLen   int   // bytes of the current head line so far
+	lineFirst byte
 
 	// The message being read.
 	ex        *exchange
@@ -93,6 +92,7 @@ type dir struct {
 	bodyOver  bool
 	keepBody  bool
 	sse       *SSEDecoder
+	sseOn     bool   // the current response's body goes through sse
 	sseHits   [2]int // SSE limit hits already counted
 	events    int
 }
@@ -273,7 +273,8 @@ func (d *dir) resetMessage() {
 	d.body = d.body[:0]
 	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
 	d.events = 0
-	d.lineLen, d.headerOver = 0, false
+	d.sseOn = false
+	d.lineLen = 0
 }
 
 // skipped accounts bytes passed over while looking for a start line.
@@ -402,14 +403,26 @@ func (d *dir) trackLine(seg []byte) (blank bool) {
 	return blank
 }
 
+// headTooLarge reports what arrived of a head over MaxHeaderBytes, marked
+// HeadTruncated, and resynchronises: the body's framing is unknown. The
+// exchange keeps its place in the pipeline, so later responses still pair
+// with the right requests.
 func (d *dir) headTooLarge(midLine bool) {
 	d.c.w.stats.headerLimitHits.Add(1)
 	if d.role == roleClient {
-		// Keep a place in the pipeline so the response to this request is
-		// not paired with the next one.
-		d.c.newExchange("")
-	} else {
-		d.c.popExchange()
+		req, _ := d.parseRequestHead()
+		req.HeadTruncated = true
+		d.ex = d.c.newExchange(req.Method)
+		d.req = req
+		d.resetBody()
+		d.finishRequest(true)
+	} else if resp, _ := d.parseResponseHead(); resp.Status >= 200 {
+		resp.HeadTruncated = true
+		ex := d.c.popExchange()
+		d.ex, d.resp = ex, resp
+		d.resetBody()
+		d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+		d.endResponse(EndTruncated)
 	}
 	d.enterSync()
 	d.skipLine = midLine
@@ -548,8 +561,8 @@ func (d *dir) headDone() {
 	}
 }
 
-func (d *dir) requestHead() {
-	st := d.c.w.stats
+// parseRequestHead reads the request head in d.buf (complete lines only).
+func (d *dir) parseRequestHead() (*Request, framing) {
 	method, target, _ := parseRequestLine(firstLine(d.buf))
 	req := &Request{Method: string(method), Path: string(target)}
 	f := framing{contentLength: -1}
@@ -582,8 +595,14 @@ func (d *dir) requestHead() {
 		// Cookie and everything else: dropped.
 	})
 	if !ok {
-		st.parseErrors[errBadHeader].Add(1)
+		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
+	return req, f
+}
+
+func (d *dir) requestHead() {
+	st := d.c.w.stats
+	req, f := d.parseRequestHead()
 	d.ex = d.c.newExchange(req.Method)
 	d.req = req
 	d.resetBody()
@@ -669,8 +688,8 @@ func (d *dir) finishRequest(incomplete bool) {
 	d.req = nil
 }
 
-func (d *dir) responseHead() {
-	st := d.c.w.stats
+// parseResponseHead reads the response head in d.buf (complete lines only).
+func (d *dir) parseResponseHead() (*Response, framing) {
 	status, _ := parseStatusLine(firstLine(d.buf))
 	resp := &Response{Status: status, ContentLength: -1}
 	f := framing{contentLength: -1}
@@ -690,8 +709,20 @@ func (d *dir) responseHead() {
 		}
 	})
 	if !ok {
-		st.parseErrors[errBadHeader].Add(1)
+		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
+	resp.SSE = mediaTypeIs(resp.ContentType, "text/event-stream")
+	resp.Chunked = f.chunked
+	if !f.badLength {
+		resp.ContentLength = f.contentLength
+	}
+	return resp, f
+}
+
+func (d *dir) responseHead() {
+	st := d.c.w.stats
+	resp, f := d.parseResponseHead()
+	status := resp.Status
 	if status < 200 {
 		if status == 101 {
 			// Switching protocols: what follows is not HTTP/1.x.
@@ -705,11 +736,6 @@ func (d *dir) responseHead() {
 	ex := d.c.popExchange()
 	d.ex, d.resp = ex, resp
 	d.resetBody()
-	resp.SSE = mediaTypeIs(resp.ContentType, "text/event-stream")
-	resp.Chunked = f.chunked
-	if !f.badLength {
-		resp.ContentLength = f.contentLength
-	}
 	noBody := ex.method == "HEAD" || status == 204 || status == 304
 	if ex.method == "CONNECT" && status < 300 {
 		d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
@@ -728,6 +754,7 @@ func (d *dir) responseHead() {
 			d.sse.Reset()
 		}
 		d.sseHits = [2]int{}
+		d.sseOn = true
 	} else {
 		ct := resp.ContentType
 		d.keepBody = ct == "" || strings.Contains(strings.ToLower(ct), "json")
@@ -857,7 +884,7 @@ func (d *dir) payload(b []byte) {
 		return
 	}
 	d.bodyBytes += int64(len(b))
-	if d.resp != nil && d.resp.SSE {
+	if d.sseOn {
 		d.sse.Write(b)
 		d.countSSEHits()
 		return
@@ -941,7 +968,7 @@ func (d *dir) endResponse(how EndHow) {
 	}
 	st := d.c.w.stats
 	end := &End{How: how}
-	if resp.SSE && d.sse != nil {
+	if d.sseOn {
 		if d.sse.MidEvent() {
 			if how == EndClean {
 				end.How = EndTruncated
@@ -982,8 +1009,7 @@ func (d *dir) finish(how EndHow) {
 	if d.state != stBody {
 		return
 	}
-	sse := d.resp != nil && d.resp.SSE
-	if how == EndClean && d.bodyMode != bodyClose && !sse {
+	if how == EndClean && d.bodyMode != bodyClose && !d.sseOn {
 		how = EndTruncated
 	}
 	d.abort(how)

@@ -270,6 +270,9 @@ func render(obs []*Observation) string {
 			if r.BodyIncomplete {
 				b.WriteString(" incomplete")
 			}
+			if r.HeadTruncated {
+				b.WriteString(" head-truncated")
+			}
 			if r.Batch {
 				b.WriteString(" batch")
 			}
@@ -279,6 +282,9 @@ func render(obs []*Observation) string {
 			fmt.Fprintf(&b, " %d type=%q sse=%v chunked=%v length=%d", r.Status, r.ContentType, r.SSE, r.Chunked, r.ContentLength)
 			if r.HasSessionID {
 				fmt.Fprintf(&b, " session=%q", r.SessionID)
+			}
+			if r.HeadTruncated {
+				b.WriteString(" head-truncated")
 			}
 			if o.Request != nil {
 				fmt.Fprintf(&b, " for=%s", o.Request.Method)

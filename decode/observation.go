@@ -165,6 +165,9 @@ type Request struct {
 	// MCP is true when this request is recognisably MCP: an Mcp-Session-Id or
 	// MCP-Protocol-Version header, or a JSON-RPC 2.0 "initialize" request.
 	MCP bool
+	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
+	// what arrived before the limit, the body was skipped (BodyIncomplete).
+	HeadTruncated bool
 }
 
 // Response is an HTTP response head.
@@ -177,6 +180,10 @@ type Response struct {
 	ProtocolVersion string
 	Chunked         bool
 	ContentLength   int64 // -1 when absent
+	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
+	// what arrived before the limit, and the response ends "truncated" at once
+	// because its body cannot be delimited.
+	HeadTruncated bool
 }
 
 // Event is one SSE event, dispatched when its terminating blank line arrived.
