@@ -183,3 +183,30 @@ func TestHTTPHeaders(t *testing.T) {
 		})
 	}
 }
+
+func TestNonHTTPConnectionsGivenUpCheaply(t *testing.T) {
+	binary := strings.Repeat("\\x00\\x01\\x02binary\\n", 1000) // 10 KB a step
+	tests := []struct {
+		name       string
+		script     string
+		nonHTTP    int64
+		maxSkipped int64
+	}{
+		{name: "TLS with handshake", script: "c> \\x16\\x03\\x01\\x00\\xa5\\x01\\x00", nonHTTP: 1},
+		{name: "SSH banner with handshake", script: "s> SSH-2.0-OpenSSH_9.6\\r\\n\nc> SSH-2.0-Go\\r\\n", nonHTTP: 1},
+		{name: "binary without handshake", script: "nosyn\n" + strings.Repeat("c> "+binary+"\n", 10), nonHTTP: 1, maxSkipped: NonHTTPScanLimit + 10<<10},
+		{name: "HTTP after junk without handshake", script: "nosyn\nc> " + binary + "\nC> GET / HTTP/1.1\nC>", nonHTTP: 0, maxSkipped: 10 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := parseScript(t, tt.script)
+			_, st := run(t, DefaultConfig(), whole, sc)
+			if st.NonHTTPConnections != tt.nonHTTP {
+				t.Errorf("NonHTTPConnections = %d, want %d", st.NonHTTPConnections, tt.nonHTTP)
+			}
+			if st.ResyncSkippedBytes > tt.maxSkipped {
+				t.Errorf("scanned %d bytes, want at most %d", st.ResyncSkippedBytes, tt.maxSkipped)
+			}
+		})
+	}
+}
