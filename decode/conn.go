@@ -499,7 +499,7 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 			continue
 		}
 		name, value, folded = line[:colon], trimOWS(line[colon+1:]), false
-		if bytes.ContainsAny(name, " \t") {
+		if hasSpace(name) {
 			name, ok = nil, false
 		}
 	}

@@ -180,8 +180,19 @@ func hexDigest(sum [32]byte) string {
 	return string(buf[:])
 }
 
+// hasSpace reports JSON whitespace in b. A plain loop: bytes.ContainsAny
+// builds its byte set on every call, and b is short.
+func hasSpace(b []byte) bool {
+	for _, c := range b {
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			return true
+		}
+	}
+	return false
+}
+
 func compactJSON(raw []byte) string {
-	if !bytes.ContainsAny(raw, " \t\r\n") {
+	if !hasSpace(raw) {
 		return string(raw)
 	}
 	var b bytes.Buffer
