@@ -1,0 +1,39 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestRegeneratedFixtures records every fixture afresh from the real SDKs
+// (go-sdk in-process, the TypeScript SDK under node) and checks each new
+// capture against the spec written with it. The committed captures prove
+// the pipeline; this proves the generator still produces what the specs
+// claim on this machine, with these SDK versions, so nobody depends on
+// captures that can no longer be made.
+func TestRegeneratedFixtures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("records real SDK traffic for about a minute; skipped with -short")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("node is needed to record the TypeScript SDK fixtures")
+		}
+		t.Skip("node not installed")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("fixturegen: %v\n%s", err, out)
+	}
+	committed := specFiles(t, filepath.Join("testdata", "fixtures"))
+	fresh := specFiles(t, dir)
+	if len(fresh) != len(committed) {
+		t.Errorf("generator wrote %d specs, %d are committed", len(fresh), len(committed))
+	}
+	runSpecs(t, dir)
+}
