@@ -177,6 +177,9 @@ func want(ok bool, format string, args ...any) error {
 
 func TestTSFixtureShapes(t *testing.T) {
 	if _, err := exec.LookPath("tshark"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is needed (scripts/test.sh installs it)")
+		}
 		t.Skip("tshark not installed")
 	}
 	cases := []struct {
