@@ -76,6 +76,7 @@ type dir struct {
 	skipLine  bool  // inside a line too long to be a start line
 	resyncing bool  // sync was lost (gap, error, mid-message start)
 	unsynced  int64 // bytes scanned before the connection ever synced
+	sawBinary bool  // some of them could not be HTTP or SSE text
 	lineLen   int   // bytes of the current head line so far
 	lineFirst byte
 
@@ -277,16 +278,42 @@ func (d *dir) resetMessage() {
 	d.lineLen = 0
 }
 
-// skipped accounts bytes passed over while looking for a start line.
-func (d *dir) skipped(n int) {
-	st := d.c.w.stats
-	st.resyncSkippedBytes.Add(int64(n))
-	if !d.c.synced {
-		d.unsynced += int64(n)
-		if d.unsynced > NonHTTPScanLimit {
-			d.c.giveUp()
+// skipped accounts bytes (a then b) passed over while looking for a start
+// line. A connection that never synced is given up after NonHTTPScanLimit
+// bytes, but only once binary bytes were seen: text may be the rest of a
+// long event stream whose start the capture missed, and the next exchange on
+// the connection is worth waiting for (skipping text costs little).
+func (d *dir) skipped(a, b []byte) {
+	n := len(a) + len(b)
+	d.c.w.stats.resyncSkippedBytes.Add(int64(n))
+	if d.c.synced {
+		return
+	}
+	if !d.sawBinary {
+		d.sawBinary = isBinary(a) || isBinary(b)
+	}
+	d.unsynced += int64(n)
+	if d.unsynced > NonHTTPScanLimit && d.sawBinary {
+		d.c.giveUp()
+	}
+}
+
+// binaryBytes are the bytes that do not occur in HTTP/1.x heads or SSE text.
+var binaryBytes = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = c != '\t' && c != '\n' && c != '\r'
+	}
+	t[0x7f] = true
+	return t
+}()
+
+func isBinary(b []byte) bool {
+	for _, c := range b {
+		if binaryBytes[c] {
+			return true
 		}
 	}
+	return false
 }
 
 // sync looks for a start line, one line at a time.
@@ -294,10 +321,10 @@ func (d *dir) sync(p []byte) []byte {
 	i := bytes.IndexByte(p, '\n')
 	if d.skipLine {
 		if i < 0 {
-			d.skipped(len(p))
+			d.skipped(nil, p)
 			return nil
 		}
-		d.skipped(i + 1)
+		d.skipped(nil, p[:i+1])
 		d.skipLine = false
 		return p[i+1:]
 	}
@@ -306,7 +333,7 @@ func (d *dir) sync(p []byte) []byte {
 		seg = p[:i+1]
 	}
 	if len(d.buf)+len(seg) > MaxStartLineBytes {
-		d.skipped(len(d.buf) + len(seg))
+		d.skipped(d.buf, seg)
 		d.buf = d.buf[:0]
 		if i < 0 {
 			d.skipLine = true
@@ -352,7 +379,7 @@ func (d *dir) sync(p []byte) []byte {
 		d.c.giveUp()
 		return nil
 	}
-	d.skipped(len(line))
+	d.skipped(nil, line)
 	d.resyncing = true
 	d.buf = d.buf[:0]
 	return rest
@@ -363,7 +390,7 @@ func (d *dir) head(p []byte) []byte {
 	for len(p) > 0 {
 		seg, rest, complete := cutLine(p)
 		if len(d.buf)+len(seg) > d.c.w.cfg.MaxHeaderBytes {
-			d.skipped(len(d.buf) + len(seg))
+			d.skipped(d.buf, seg)
 			d.headTooLarge(!complete)
 			return rest
 		}

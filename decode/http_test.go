@@ -195,6 +195,8 @@ func TestNonHTTPConnectionsGivenUpCheaply(t *testing.T) {
 		{name: "TLS with handshake", script: "c> \\x16\\x03\\x01\\x00\\xa5\\x01\\x00", nonHTTP: 1},
 		{name: "SSH banner with handshake", script: "s> SSH-2.0-OpenSSH_9.6\\r\\n\nc> SSH-2.0-Go\\r\\n", nonHTTP: 1},
 		{name: "binary without handshake", script: "nosyn\n" + strings.Repeat("c> "+binary+"\n", 10), nonHTTP: 1, maxSkipped: NonHTTPScanLimit + 10<<10},
+		{name: "text without handshake is skipped, not given up",
+			script: "nosyn\n" + strings.Repeat("s> data: {\"jsonrpc\":\"2.0\"}\\n\\n\n", 5000) + "C> GET / HTTP/1.1\nC>", nonHTTP: 0, maxSkipped: 200 << 10},
 		{name: "HTTP after junk without handshake", script: "nosyn\nc> " + binary + "\nC> GET / HTTP/1.1\nC>", nonHTTP: 0, maxSkipped: 10 << 10},
 	}
 	for _, tt := range tests {
