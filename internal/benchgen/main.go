@@ -45,7 +45,7 @@ func run(args []string) error {
 	sizeFlag := fs.String("size", "200MB", "size to reach: bytes, or a number with KB, MB or GB (powers of 1024)")
 	sessions := fs.Int("sessions", 300, "live sessions recorded into the template")
 	concurrency := fs.Int("concurrency", 100, "live sessions running at once while recording")
-	overlap := fs.Int("overlap", 8, "template copies running at once in the output")
+	overlap := fs.Int("overlap", 24, "template copies running at once in the output")
 	keep := fs.String("template", "", "where to keep the template capture (default: a temporary file, removed)")
 	reuse := fs.Bool("reuse", false, "replicate the existing -template file instead of recording a new one")
 	if err := fs.Parse(args); err != nil {

@@ -378,6 +378,7 @@ func runSession(ctx context.Context, url string, reg *registry, i int) (out sess
 	hc := &http.Client{Transport: &http.Transport{}}
 	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: 2}
 	client := mcp.NewClient(&mcp.Implementation{Name: "benchgen-client", Version: "1.0.0"}, &mcp.ClientOptions{
+		//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
 		LoggingMessageHandler:       func(context.Context, *mcp.LoggingMessageRequest) {},
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {},
 	})
@@ -397,6 +398,8 @@ func runSession(ctx context.Context, url string, reg *registry, i int) (out sess
 	}()
 	sid := cs.ID()
 	sig := reg.get(sid)
+	// The server sends log messages only once the client has set a level.
+	//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
 	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		return out, fmt.Errorf("setLevel: %w", err)
 	}

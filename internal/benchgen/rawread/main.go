@@ -1,0 +1,120 @@
+// Command rawread times the stages under `replaywatch analyze` on one
+// capture, for scripts/bench.sh and for finding where time goes:
+//
+//	rawread -stage raw FILE      capture.RawRead: pcap records and layer decoding only (the baseline)
+//	rawread -stage capture FILE  + TCP reassembly, streams discarded
+//	rawread -stage decode FILE   + HTTP/SSE/JSON-RPC decoding and the time-ordered merge
+//	rawread -stage detect FILE   + the detector, findings counted (analyze without its output)
+//
+// It prints one line, "stage=... bytes=... packets=... seconds=...", and
+// with -cpuprofile writes a CPU profile of the run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/detector"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "rawread:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	stage := flag.String("stage", "raw", "how far to go: raw, capture, decode or detect")
+	workers := flag.Int("workers", 0, "capture and decode workers (0: one per core)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		return fmt.Errorf("want one capture file, got %d arguments", flag.NArg())
+	}
+	path := flag.Arg(0)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cfg := capture.DefaultConfig()
+	if *workers > 0 {
+		cfg.Workers = *workers
+	}
+	ctx := context.Background()
+	began := time.Now()
+	var st capture.Stats
+	var extra string
+	switch *stage {
+	case "raw":
+		st, err = capture.RawRead(ctx, []string{path})
+	case "capture":
+		st, err = capture.ReadFiles(ctx, []string{path}, cfg, func(int) decode.StreamFactory { return discard{} })
+	case "decode":
+		var observations int64
+		p := decode.NewPipeline(decode.DefaultConfig(), cfg.Workers, func(*decode.Observation) { observations++ })
+		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
+		p.Close()
+		extra = fmt.Sprintf(" observations=%d", observations)
+	case "detect":
+		var sink countingSink
+		det := detector.New(detector.DefaultConfig(), &sink)
+		var last time.Time
+		p := decode.NewPipeline(decode.DefaultConfig(), cfg.Workers, func(o *decode.Observation) {
+			if o.Time.After(last) {
+				last = o.Time
+			}
+			det.Observe(o)
+		})
+		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
+		p.Close()
+		det.Close(last)
+		extra = fmt.Sprintf(" violations=%d resumes=%d sessions=%d", sink.violations, sink.resumes, sink.sessions)
+	default:
+		return fmt.Errorf("unknown -stage %q (raw, capture, decode, detect)", *stage)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("stage=%s bytes=%d packets=%d tcp=%d connections=%d%s seconds=%.3f\n",
+		*stage, fi.Size(), st.Packets, st.TCP, st.Connections, extra, time.Since(began).Seconds())
+	return nil
+}
+
+// discard is a StreamFactory whose streams drop their bytes, so the capture
+// stage is timed without decoding.
+type discard struct{}
+
+func (discard) NewStream(decode.ConnMeta) decode.TCPStream { return discard{} }
+func (discard) Tick(time.Time)                             {}
+func (discard) Done()                                      {}
+func (discard) Data(bool, []byte, time.Time)               {}
+func (discard) Gap(bool, int, time.Time)                   {}
+func (discard) Fin(bool, time.Time)                        {}
+func (discard) Close(decode.CloseReason, time.Time)        {}
+
+// countingSink counts the detector's output and drops it.
+type countingSink struct{ violations, resumes, sessions, other int }
+
+func (s *countingSink) Violation(*detector.Violation)           { s.violations++ }
+func (s *countingSink) Resume(*detector.ResumeAttempt)          { s.resumes++ }
+func (s *countingSink) Session(*detector.SessionSummary)        { s.sessions++ }
+func (s *countingSink) UnknownOutcome(*detector.UnknownOutcome) { s.other++ }
+func (s *countingSink) Unverifiable(*detector.Unverifiable)     { s.other++ }
