@@ -48,7 +48,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	c.detect = detector.DefaultConfig()
 	fs.StringVar(&c.format, "format", "text", "output format: text or json (JSON Lines)")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on standard error: auto (when it is a terminal), always or never")
-	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers (connections are sharded by flow hash)")
+	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers, connections sharded by flow hash (0: one per core)")
 	fs.IntVar(&c.capture.MaxBufferedPagesPerConnection, "max-pages-per-connection", c.capture.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
 	fs.IntVar(&c.capture.MaxBufferedPagesTotal, "max-pages-total", c.capture.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
 	fs.IntVar(&c.capture.MaxConnections, "max-connections", c.capture.MaxConnections, "TCP connections followed at once; the idlest is flushed beyond it")
@@ -156,7 +156,7 @@ func (c *analyzeConfig) validate(files []string) error {
 	}
 	var bad []string
 	for name, v := range map[string]int{
-		"--workers": c.capture.Workers, "--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
+		"--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
 		"--max-pages-total": c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
 		"--max-header-bytes": c.decode.MaxHeaderBytes, "--max-body-bytes": c.decode.MaxBodyBytes,
 		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-event-bytes": c.decode.MaxEventBytes,
@@ -174,11 +174,14 @@ func (c *analyzeConfig) validate(files []string) error {
 			bad = append(bad, name)
 		}
 	}
+	if c.capture.Workers < 0 {
+		bad = append(bad, "--workers")
+	}
 	if c.decode.ReorderWindow < 0 {
 		bad = append(bad, "--reorder-window")
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("these flags must be positive: %s", strings.Join(bad, ", "))
+		return fmt.Errorf("these flags must be positive (--workers and --reorder-window: not negative): %s", strings.Join(bad, ", "))
 	}
 	return nil
 }
@@ -188,6 +191,9 @@ func (c *analyzeConfig) validate(files []string) error {
 // else.
 func analyze(ctx context.Context, files []string, cfg *analyzeConfig, out detector.Sink) (*sink.Summary, error) {
 	start := time.Now()
+	// Size decode by the workers capture will really run (zero means one per
+	// core, and there is a cap), so every worker has a factory.
+	cfg.capture = cfg.capture.WithDefaults()
 	det := detector.New(cfg.detect, out)
 	var first, last time.Time
 	pipe := decode.NewPipeline(cfg.decode, cfg.capture.Workers, func(o *decode.Observation) {
