@@ -20,7 +20,7 @@ const (
 	outQueueBatches = 16
 )
 
-// item is one observation in the merger's heap. Observations sort by key
+// item is one observation in the merger's buffer. Observations sort by key
 // (capture time, made non-decreasing per connection), then connection and
 // per-connection sequence, so one exchange keeps its order on equal times.
 type item struct {
@@ -48,7 +48,7 @@ type Pipeline struct {
 	workers []*worker
 
 	mu          sync.Mutex
-	heap        []item
+	buffered    runHeap
 	lastTick    []int64 // per worker, UnixNano; 0 until its first Tick
 	done        []bool
 	released    item // the newest observation released so far
@@ -138,7 +138,7 @@ func (p *Pipeline) Close() {
 	}
 	for _, w := range p.workers {
 		p.insertLocked(w.pending)
-		w.pending = w.pending[:0]
+		w.pending = nil
 		p.done[w.id] = true
 	}
 	p.releaseLocked()
@@ -160,25 +160,24 @@ func (p *Pipeline) Stats() Stats {
 	return s
 }
 
-// insertLocked moves a worker's batch into the heap, releasing the oldest
-// early when the heap is full.
+// insertLocked moves a worker's batch into the buffer (taking ownership of
+// the slice), releasing the oldest early when the buffer is full.
 func (p *Pipeline) insertLocked(items []item) {
-	if p.closed {
+	if p.closed || len(items) == 0 {
 		return
 	}
-	var early []*Observation
 	for i := range items {
-		it := items[i]
-		if p.hasReleased && it.less(&p.released) {
+		if p.hasReleased && items[i].less(&p.released) {
 			p.late.Add(1)
 		}
-		p.heapPush(it)
-		if len(p.heap) > p.cfg.MaxBufferedObservations {
-			old := p.heapPop()
-			p.noteReleased(old)
-			early = append(early, old.obs)
-			p.early.Add(1)
-		}
+	}
+	p.buffered.push(items)
+	var early []*Observation
+	for p.buffered.len() > p.cfg.MaxBufferedObservations {
+		old := p.buffered.pop()
+		p.noteReleased(old)
+		early = append(early, old.obs)
+		p.early.Add(1)
 	}
 	if len(early) > 0 {
 		p.outCh <- early
@@ -211,55 +210,14 @@ func (p *Pipeline) releaseLocked() {
 		watermark = min(watermark, t-int64(p.cfg.ReorderWindow))
 	}
 	var batch []*Observation
-	for len(p.heap) > 0 && (all || p.heap[0].key < watermark) {
-		it := p.heapPop()
+	for p.buffered.len() > 0 && (all || p.buffered.min().key < watermark) {
+		it := p.buffered.pop()
 		p.noteReleased(it)
 		batch = append(batch, it.obs)
 	}
 	if len(batch) > 0 {
 		p.outCh <- batch
 	}
-}
-
-func (p *Pipeline) heapPush(it item) {
-	h := append(p.heap, it)
-	i := len(h) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !h[i].less(&h[parent]) {
-			break
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-	p.heap = h
-}
-
-func (p *Pipeline) heapPop() item {
-	h := p.heap
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h[last] = item{}
-	h = h[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(h) && h[r].less(&h[l]) {
-			m = r
-		}
-		if !h[m].less(&h[i]) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	p.heap = h
-	return top
 }
 
 // worker is one capture worker's StreamFactory and its decoding state.
@@ -279,6 +237,9 @@ type worker struct {
 func (w *worker) NewStream(meta ConnMeta) TCPStream { return newConn(w, meta) }
 
 func (w *worker) push(it item) {
+	if w.pending == nil {
+		w.pending = make([]item, 0, localBatch)
+	}
 	w.pending = append(w.pending, it)
 	if len(w.pending) >= localBatch {
 		w.flush(false)
@@ -302,7 +263,7 @@ func (w *worker) Done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.insertLocked(w.pending)
-	w.pending = w.pending[:0]
+	w.pending = nil
 	p.done[w.id] = true
 	if !p.closed {
 		p.releaseLocked()
@@ -314,7 +275,8 @@ func (w *worker) flush(withTick bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.insertLocked(w.pending)
-	w.pending = w.pending[:0]
+	// The merger owns the batch now.
+	w.pending = nil
 	if withTick && !w.tick.IsZero() {
 		p.lastTick[w.id] = w.tick.UnixNano()
 		w.sentTick = w.tick
