@@ -175,6 +175,9 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 			d.finish(how)
 		}
 		d.state = stDone
+		if d.sse != nil {
+			c.w.putSSE(d.sse)
+		}
 		d.buf, d.body, d.sse = nil, nil, nil
 	}
 	c.queue = nil
@@ -590,8 +593,9 @@ func (d *dir) headDone() {
 
 // parseRequestHead reads the request head in d.buf (complete lines only).
 func (d *dir) parseRequestHead() (*Request, framing) {
+	in := &d.c.w.strings
 	method, target, _ := parseRequestLine(firstLine(d.buf))
-	req := &Request{Method: string(method), Path: string(target)}
+	req := &Request{Method: in.str(method), Path: in.str(target)}
 	f := framing{contentLength: -1}
 	ok := headerLines(d.buf, func(name, value []byte) {
 		if f.field(name, value) {
@@ -599,21 +603,21 @@ func (d *dir) parseRequestHead() (*Request, framing) {
 		}
 		switch string(name) {
 		case "host":
-			req.Host = string(value)
+			req.Host = in.str(value)
 		case "mcp-session-id":
 			if !req.HasSessionID {
-				req.SessionID, req.HasSessionID = string(value), true
+				req.SessionID, req.HasSessionID = in.str(value), true
 			}
 		case "last-event-id":
 			if !req.HasLastEventID {
-				req.LastEventID, req.HasLastEventID = string(value), true
+				req.LastEventID, req.HasLastEventID = in.str(value), true
 			}
 		case "mcp-protocol-version":
-			req.ProtocolVersion = string(value)
+			req.ProtocolVersion = in.str(value)
 		case "content-type":
-			req.ContentType = string(value)
+			req.ContentType = in.str(value)
 		case "accept":
-			req.Accept = string(value)
+			req.Accept = in.str(value)
 		case "authorization":
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)
@@ -717,6 +721,7 @@ func (d *dir) finishRequest(incomplete bool) {
 
 // parseResponseHead reads the response head in d.buf (complete lines only).
 func (d *dir) parseResponseHead() (*Response, framing) {
+	in := &d.c.w.strings
 	status, _ := parseStatusLine(firstLine(d.buf))
 	resp := &Response{Status: status, ContentLength: -1}
 	f := framing{contentLength: -1}
@@ -727,12 +732,12 @@ func (d *dir) parseResponseHead() (*Response, framing) {
 		switch string(name) {
 		case "mcp-session-id":
 			if !resp.HasSessionID {
-				resp.SessionID, resp.HasSessionID = string(value), true
+				resp.SessionID, resp.HasSessionID = in.str(value), true
 			}
 		case "content-type":
-			resp.ContentType = string(value)
+			resp.ContentType = in.str(value)
 		case "mcp-protocol-version":
-			resp.ProtocolVersion = string(value)
+			resp.ProtocolVersion = in.str(value)
 		}
 	})
 	if !ok {
@@ -775,8 +780,7 @@ func (d *dir) responseHead() {
 			st.nonMCPSSEStreams.Add(1)
 		}
 		if d.sse == nil {
-			cfg := d.c.w.cfg
-			d.sse = NewSSEDecoder(cfg.MaxSSELineBytes, cfg.MaxEventBytes, d.onEvent)
+			d.sse = d.c.w.getSSE(d.onEvent)
 		} else {
 			d.sse.Reset()
 		}

@@ -222,15 +222,49 @@ func (p *Pipeline) releaseLocked() {
 
 // worker is one capture worker's StreamFactory and its decoding state.
 type worker struct {
-	p      *Pipeline
-	id     int
-	cfg    Config
-	stats  *counters
-	peeker Peeker
+	p       *Pipeline
+	id      int
+	cfg     Config
+	stats   *counters
+	peeker  Peeker
+	strings interner
+	ssePool []*SSEDecoder // decoders of closed connections, for reuse
 
 	pending  []item
 	tick     time.Time // latest Tick
 	sentTick time.Time // latest Tick the merger knows
+}
+
+// Pooling SSE decoders spares each new connection growing fresh buffers.
+const (
+	maxPooledSSE       = 64
+	maxPooledSSEBuffer = 64 << 10 // larger buffers are dropped, not pooled
+)
+
+func (w *worker) getSSE(onEvent func(*SSEEvent)) *SSEDecoder {
+	if n := len(w.ssePool); n > 0 {
+		d := w.ssePool[n-1]
+		w.ssePool[n-1] = nil
+		w.ssePool = w.ssePool[:n-1]
+		d.onEvent = onEvent
+		d.Reset()
+		return d
+	}
+	return NewSSEDecoder(w.cfg.MaxSSELineBytes, w.cfg.MaxEventBytes, onEvent)
+}
+
+func (w *worker) putSSE(d *SSEDecoder) {
+	if len(w.ssePool) >= maxPooledSSE {
+		return
+	}
+	if cap(d.line) > maxPooledSSEBuffer {
+		d.line = nil
+	}
+	if cap(d.data) > maxPooledSSEBuffer {
+		d.data = nil
+	}
+	d.onEvent = nil
+	w.ssePool = append(w.ssePool, d)
 }
 
 // NewStream implements StreamFactory.
