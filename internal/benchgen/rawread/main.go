@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"time"
 
@@ -34,6 +35,7 @@ func run() error {
 	stage := flag.String("stage", "raw", "how far to go: raw, capture, decode or detect")
 	workers := flag.Int("workers", 0, "capture and decode workers (0: one per core)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	memProfile := flag.String("memprofile", "", "write a heap profile to this file once the capture is read (before the detector is closed)")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		return fmt.Errorf("want one capture file, got %d arguments", flag.NArg())
@@ -71,6 +73,9 @@ func run() error {
 		var observations int64
 		p := decode.NewPipeline(decode.DefaultConfig(), cfg.Workers, func(*decode.Observation) { observations++ })
 		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
+		if perr := writeHeapProfile(*memProfile); perr != nil {
+			return perr
+		}
 		p.Close()
 		extra = fmt.Sprintf(" observations=%d", observations)
 	case "detect":
@@ -85,6 +90,9 @@ func run() error {
 		})
 		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
 		p.Close()
+		if perr := writeHeapProfile(*memProfile); perr != nil {
+			return perr
+		}
 		det.Close(last)
 		extra = fmt.Sprintf(" violations=%d resumes=%d sessions=%d", sink.violations, sink.resumes, sink.sessions)
 	default:
@@ -96,6 +104,23 @@ func run() error {
 	fmt.Printf("stage=%s bytes=%d packets=%d tcp=%d connections=%d%s seconds=%.3f\n",
 		*stage, fi.Size(), st.Packets, st.TCP, st.Connections, extra, time.Since(began).Seconds())
 	return nil
+}
+
+// writeHeapProfile writes the live heap to path ("" writes nothing).
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC() // the profile shows live objects as of the last GC
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // discard is a StreamFactory whose streams drop their bytes, so the capture
