@@ -838,8 +838,9 @@ func (d *dir) chunked(p []byte) []byte {
 			seg, rest, complete := cutLine(p)
 			if len(d.buf)+len(seg) > MaxChunkLineBytes {
 				st.parseErrors[errBadChunk].Add(1)
+				consumed := len(d.buf)
 				d.framingError()
-				return p
+				return d.skipLineAfterError(consumed, seg, rest, complete)
 			}
 			d.buf = append(d.buf, seg...)
 			if !complete {
@@ -887,12 +888,13 @@ func (d *dir) chunked(p []byte) []byte {
 		case chTrailer:
 			// Trailer fields are read and dropped; they are bounded like a
 			// head.
-			seg, rest, _ := cutLine(p)
+			seg, rest, complete := cutLine(p)
 			d.remaining += int64(len(seg))
 			if d.remaining > int64(d.c.w.cfg.MaxHeaderBytes) {
 				st.headerLimitHits.Add(1)
+				consumed := d.lineLen
 				d.framingError()
-				return p
+				return d.skipLineAfterError(consumed, seg, rest, complete)
 			}
 			p = rest
 			if d.trackLine(seg) {
@@ -901,6 +903,17 @@ func (d *dir) chunked(p []byte) []byte {
 		}
 	}
 	return p
+}
+
+// skipLineAfterError skips the line a limit cut, whole: the consumed bytes
+// of it that came before seg and seg itself are counted as skipped, and
+// the rest of the line (when seg did not end it) is skipped too, so the
+// outcome does not depend on where TCP split the line.
+func (d *dir) skipLineAfterError(consumed int, seg, rest []byte, complete bool) []byte {
+	d.c.w.stats.resyncSkippedBytes.Add(int64(consumed))
+	d.skipped(nil, seg)
+	d.skipLine = !complete
+	return rest
 }
 
 // framingError ends the message as cut and looks for the next start line.
