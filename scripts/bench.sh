@@ -93,7 +93,11 @@ measure() {
 			results[$name]="- - -"
 			return 0
 		fi
-		echo "   run $i: ${wall}s wall, ${cpu}s cpu, peak RSS ${rss} KiB"
+		if [[ $cpu == - ]]; then
+			echo "   run $i: ${wall}s wall"
+		else
+			echo "   run $i: ${wall}s wall, ${cpu}s cpu, peak RSS ${rss} KiB"
+		fi
 		if [[ -z $best ]] || awk -v a="$wall" -v b="$best" 'BEGIN { exit !(a < b) }'; then
 			best=$wall
 			bestcpu=$cpu
