@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -25,22 +26,25 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "rawread:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	stage := flag.String("stage", "raw", "how far to go: raw, capture, decode or detect")
-	workers := flag.Int("workers", 0, "capture and decode workers (0: one per core)")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file")
-	memProfile := flag.String("memprofile", "", "write a heap profile to this file once the capture is read (before the detector is closed)")
-	flag.Parse()
-	if flag.NArg() != 1 {
-		return fmt.Errorf("want one capture file, got %d arguments", flag.NArg())
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rawread", flag.ContinueOnError)
+	stage := fs.String("stage", "raw", "how far to go: raw, capture, decode or detect")
+	workers := fs.Int("workers", 0, "capture and decode workers (0: one per core)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file once the capture is read (before the detector is closed)")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	path := flag.Arg(0)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("want one capture file, got %d arguments", fs.NArg())
+	}
+	path := fs.Arg(0)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
@@ -101,7 +105,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("stage=%s bytes=%d packets=%d tcp=%d connections=%d%s seconds=%.3f\n",
+	fmt.Fprintf(stdout, "stage=%s bytes=%d packets=%d tcp=%d connections=%d%s seconds=%.3f\n",
 		*stage, fi.Size(), st.Packets, st.TCP, st.Connections, extra, time.Since(began).Seconds())
 	return nil
 }
