@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -35,11 +37,13 @@ Flags:
 
 // analyzeConfig is everything analyze can be told.
 type analyzeConfig struct {
-	format   string
-	progress string
-	capture  capture.Config
-	decode   decode.Config
-	detect   detector.Config
+	format     string
+	progress   string
+	cpuProfile string
+	memProfile string
+	capture    capture.Config
+	decode     decode.Config
+	detect     detector.Config
 }
 
 func (c *analyzeConfig) register(fs *flag.FlagSet) {
@@ -48,6 +52,8 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	c.detect = detector.DefaultConfig()
 	fs.StringVar(&c.format, "format", "text", "output format: text or json (JSON Lines)")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on standard error: auto (when it is a terminal), always or never")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the analysis to this file (for performance work)")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile taken at the end of the analysis to this file")
 	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers, connections sharded by flow hash (0: one per core)")
 	fs.IntVar(&c.capture.MaxBufferedPagesPerConnection, "max-pages-per-connection", c.capture.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
 	fs.IntVar(&c.capture.MaxBufferedPagesTotal, "max-pages-total", c.capture.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
@@ -110,6 +116,20 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		finish = w.Finish
 	}
 
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+			return exitError
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+			return exitError
+		}
+		defer pprof.StopCPUProfile()
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	summary, err := analyze(ctx, fs.Args(), &cfg, out)
@@ -157,7 +177,7 @@ func (c *analyzeConfig) validate(files []string) error {
 	var bad []string
 	for name, v := range map[string]int{
 		"--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
-		"--max-pages-total": c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
+		"--max-pages-total":          c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
 		"--max-header-bytes": c.decode.MaxHeaderBytes, "--max-body-bytes": c.decode.MaxBodyBytes,
 		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-event-bytes": c.decode.MaxEventBytes,
 		"--max-sessions": c.detect.MaxSessions, "--max-events-per-session": c.detect.MaxEventsIndexedPerSession,
@@ -218,6 +238,12 @@ func analyze(ctx context.Context, files []string, cfg *analyzeConfig, out detect
 		// what they show and say what went wrong.
 		problems = append(problems, err.Error())
 	}
+	if cfg.memProfile != "" {
+		// Taken before Close so it shows the state held for open sessions.
+		if err := writeHeapProfile(cfg.memProfile); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	det.Close(last)
 	s := buildSummary(cstats, pipe.Stats(), det.Stats(), problems)
 	s.CaptureStart, s.CaptureEnd = first, last
@@ -268,4 +294,14 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		s.Errors = append(s.Errors, fmt.Sprintf("%d packets could not be decoded", c.Undecodable))
 	}
 	return s
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
 }
