@@ -42,6 +42,7 @@ type Detector struct {
 	now              time.Time
 	cur              *decode.Observation // the observation being handled, for findings' context
 	lastSweep        time.Time
+	exSerial         uint64 // last exchange.serial handed out
 	closed           bool
 	stats            Stats
 }
@@ -70,6 +71,7 @@ type exKey struct {
 // exchange is one HTTP request/response pair being followed.
 type exchange struct {
 	key            exKey
+	serial         uint64 // unique per exchange for the detector's life (calls refer to it)
 	conn           decode.Conn
 	start, respAt  time.Time
 	method, path   string
@@ -93,7 +95,6 @@ type exchange struct {
 	resume         *resumeState
 	events         int
 	sawID          bool
-	answeredHere   int
 	gap            bool
 	flags          uint16 // onceFlag bits already raised
 	lastAt         time.Time
@@ -232,7 +233,8 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 		d.stats.Unverifiable[ReasonOpenExchangeLimit]++
 		return nil
 	}
-	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, conn: o.Conn, start: o.Time, lastAt: o.Time}
+	d.exSerial++
+	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, serial: d.exSerial, conn: o.Conn, start: o.Time, lastAt: o.Time}
 	d.exchanges[ex.key] = ex
 	d.openByConn[ex.key.conn] = append(d.openByConn[ex.key.conn], ex)
 	return ex
@@ -354,7 +356,13 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			d.limitHit("MaxInflightPerSession", o.Time, s, "unknown outcome")
 			continue
 		}
-		c := &call{id: m.ID, method: m.Method, tool: m.Tool, paramsHash: m.ParamsHash, token: m.ProgressToken, at: o.Time, ex: ex}
+		c := &call{id: m.ID, method: m.Method, tool: m.Tool, token: m.ProgressToken, at: o.Time,
+			ex: ex.serial, client: ex.conn.Client, server: ex.conn.Server, exNum: ex.key.ex}
+		if m.Method == "tools/call" {
+			// Only tools/calls are matched or reported by their
+			// arguments; other requests need not keep the hash.
+			c.paramsHash = m.ParamsHash
+		}
 		if old := s.calls[m.ID]; old != nil && old.answered {
 			s.answered--
 		} else if old != nil {
@@ -364,10 +372,10 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		s.inflight++
 		if m.Method == "tools/call" {
 			if s.toolCalls == nil {
-				s.toolCalls = map[string]*call{}
+				s.toolCalls = map[toolKey]*call{}
 			}
 			if len(s.toolCalls) < d.cfg.MaxInflightPerSession {
-				s.toolCalls[m.Tool+"\x00"+m.ParamsHash] = c
+				s.toolCalls[toolKey{m.Tool, m.ParamsHash}] = c
 			}
 		}
 	}
@@ -381,11 +389,11 @@ func (d *Detector) dropCalls(ex *exchange) {
 		return
 	}
 	for i := range ex.msgs {
-		if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex && !c.answered {
+		if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex.serial && !c.answered {
 			delete(s.calls, c.id)
 			s.inflight--
-			if s.toolCalls[c.tool+"\x00"+c.paramsHash] == c {
-				delete(s.toolCalls, c.tool+"\x00"+c.paramsHash)
+			if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls[k] == c {
+				delete(s.toolCalls, k)
 			}
 		}
 	}
@@ -540,7 +548,7 @@ func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 	// resume delivers it, the client cannot know whether it ran.
 	if e.How != decode.EndUnknown {
 		for i := range ex.msgs {
-			if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex && !c.answered {
+			if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex.serial && !c.answered {
 				c.cut = true
 			}
 		}

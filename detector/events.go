@@ -244,7 +244,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 			return
 		}
 		same := "the same result"
-		if c.resultHash != m.ResultHash {
+		if c.resultHash != hash64(m.ResultHash) {
 			same = "a different result"
 		}
 		d.violation(&Violation{
@@ -273,10 +273,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 	} else {
 		s.answered++
 	}
-	c.answered, c.resultHash = true, m.ResultHash
-	if c.ex == ex {
-		ex.answeredHere++
-	}
+	c.answered, c.resultHash = true, hash64(m.ResultHash)
 	if c.token != "" && s.progress != nil {
 		delete(s.progress, c.token)
 	}

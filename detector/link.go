@@ -218,7 +218,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
 			continue
 		}
-		key := m.Tool + "\x00" + m.ParamsHash
+		key := toolKey{m.Tool, m.ParamsHash}
 		if src := s.swappedFrom; src != nil {
 			if c := src.toolCalls[key]; c != nil {
 				d.reissued(src, c, s.id)
@@ -242,7 +242,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				"call ran, its side effect now happens twice. Check the client's recovery: calls of a lost session have an "+
 				"unknown outcome and must be reconciled (idempotency key or status query) before being re-run.", l.id, m.Tool, c.id, state, conf, s.id, m.ID),
 			Evidence: []Evidence{
-				{Time: c.at, Conn: c.ex.connString(), Exchange: c.ex.key.ex, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, params sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
+				{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, params sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
 				lostEvidence(l),
 				ex.requestEvidence(),
 			},
@@ -337,7 +337,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 			continue
 		}
 		c := s.calls[m.ID]
-		if c == nil || c.ex != ex {
+		if c == nil || c.ex != ex.serial {
 			return // not tracked (limit): cannot tell
 		}
 		if !c.answered {

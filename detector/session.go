@@ -46,13 +46,19 @@ func (st *stream) isPriming(pos int32) bool {
 	return false
 }
 
-// call is one JSON-RPC request the client sent in a session.
+// call is one JSON-RPC request the client sent in a session. It names the
+// exchange that carried it by serial number, never by pointer: a session
+// keeps its calls until it ends, and a pointer would keep every exchange
+// (with its decoded request) alive as long.
 type call struct {
 	id, method, tool, paramsHash, token string
 	at                                  time.Time
-	ex                                  *exchange
-	answered                            bool
-	resultHash                          string
+	ex                                  uint64 // exchange.serial of the request
+	// Where the request was seen, for evidence.
+	client, server netip.AddrPort
+	exNum          int
+	answered       bool
+	resultHash     uint64 // hash64 of the result: only compared
 	// cut: the stream that should carry the response ended without it.
 	cut bool
 	// unknown: an UnknownOutcome was already made for it.
@@ -89,7 +95,7 @@ type session struct {
 	calls     map[string]*call // JSON-RPC id -> call
 	inflight  int
 	answered  int
-	toolCalls map[string]*call // tool + params hash -> last such call
+	toolCalls map[toolKey]*call // last call of each tool and params
 	progress  map[string]float64
 
 	requests, eventsN, resumes, violations int
@@ -108,6 +114,10 @@ type session struct {
 	// LRU list by last activity, oldest at d.lruTail.
 	newer, older *session
 }
+
+// toolKey identifies a tools/call by what it asks for: same tool, same
+// arguments (silent_reinit_after_404 form 2).
+type toolKey struct{ tool, paramsHash string }
 
 func newSession(id string, o *decode.Observation) *session {
 	return &session{
