@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Roles of one direction of a connection, decided from content.
@@ -959,9 +960,13 @@ func (d *dir) countSSEHits() {
 
 // eventObservation holds an event observation and its parts in one
 // allocation: there is one per SSE event, the decoder's most common output.
+// It has room for the usual single JSON-RPC message and for the data hash's
+// digits, so an event costs one allocation plus its id.
 type eventObservation struct {
-	obs Observation
-	ev  Event
+	obs     Observation
+	ev      Event
+	msg     [1]Message
+	hashHex [16]byte
 }
 
 // onEvent turns a dispatched SSE event into an observation.
@@ -976,7 +981,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 		DataEmpty: e.DataBytes == 0,
 		Retry:     e.Retry,
 		DataBytes: e.DataBytes,
-		DataHash:  hexDigest(e.DataHash),
+		DataHash:  hex64(&eo.hashHex, e.DataHash),
 
 		LastEventID:   e.LastEventID,
 		DataTruncated: e.DataTruncated,
@@ -984,7 +989,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 	d.events++
 	st.sseEvents.Add(1)
 	if !e.DataTruncated {
-		msgs, _, _ := d.c.w.peeker.PeekJSONRPC(e.Data)
+		msgs, _, _ := d.c.w.peeker.peekInto(eo.msg[:0], e.Data)
 		if HasJSONRPC(msgs) {
 			eo.ev.Messages = msgs
 			st.jsonrpcMessages.Add(int64(len(msgs)))
@@ -992,6 +997,18 @@ func (d *dir) onEvent(e *SSEEvent) {
 	}
 	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: d.resp, Event: &eo.ev}
 	d.c.emit(&eo.obs)
+}
+
+// hex64 spells h in 16 hex digits into buf and returns them as a string
+// that shares buf's memory instead of copying it. buf must never be written
+// again: it lives in the observation whose field holds the string.
+func hex64(buf *[16]byte, h uint64) string {
+	const digits = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		buf[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return unsafe.String(&buf[0], len(buf))
 }
 
 // messageDone completes the message whose framing just ended.

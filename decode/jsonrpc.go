@@ -22,6 +22,13 @@ type Peeker struct {
 // JSON-RPC 2.0 gives a MsgInvalid message. Argument and result values are
 // only hashed, never kept.
 func (pk *Peeker) PeekJSONRPC(b []byte) (msgs []Message, batch bool, isJSON bool) {
+	return pk.peekInto(nil, b)
+}
+
+// peekInto is PeekJSONRPC appending to dst (empty, with room for the usual
+// single message), so a caller can keep the message in the allocation that
+// holds its observation. It returns nil when b is not JSON.
+func (pk *Peeker) peekInto(dst []Message, b []byte) (msgs []Message, batch bool, isJSON bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) {
 		return nil, false, false
@@ -32,8 +39,9 @@ func (pk *Peeker) PeekJSONRPC(b []byte) (msgs []Message, batch bool, isJSON bool
 		if !ok {
 			return nil, false, false
 		}
-		return []Message{m}, false, true
+		return append(dst, m), false, true
 	case '[':
+		msgs = dst
 		err := eachElement(b[i:], func(elem []byte) {
 			m, ok := pk.peekOne(elem)
 			if !ok {
@@ -115,7 +123,12 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 			m.Type = MsgRequest
 		}
 		if f.params != nil {
-			m.ParamsHash = pk.hash(f.params)
+			// Only a request's params are compared (a repeated call, an
+			// unknown outcome's identity); a notification's never are, and
+			// notifications are most SSE events, so they skip the hash.
+			if m.Type == MsgRequest {
+				m.ParamsHash = pk.hash(f.params)
+			}
 			peekParams(&m, f.params)
 		}
 	case f.errObj != nil:

@@ -61,7 +61,10 @@ func TestPeekJSONRPC(t *testing.T) {
 				t.Fatalf("got %d messages %+v, want %d", len(msgs), msgs, len(tt.want))
 			}
 			for i, m := range msgs {
-				if (m.Type == MsgRequest || m.Type == MsgNotification) && (m.ParamsHash == "") != !hasParams(tt.in, i) {
+				if m.Type == MsgRequest && (m.ParamsHash == "") != !hasParams(tt.in, i) {
+					t.Errorf("message %d: ParamsHash %q", i, m.ParamsHash)
+				}
+				if m.Type == MsgNotification && m.ParamsHash != "" {
 					t.Errorf("message %d: ParamsHash %q", i, m.ParamsHash)
 				}
 				if (m.Type == MsgResponse) != (m.ResultHash != "") {

@@ -198,7 +198,10 @@ type Event struct {
 	// data was not JSON-RPC.
 	Messages  []Message
 	DataBytes int
-	DataHash  string // hex SHA-256 of the data
+	// DataHash is a hex XXH64 of the data (16 digits): fast and
+	// non-cryptographic, enough to compare payloads within a session. Do not
+	// store it to compare across runs or trust it against a forger.
+	DataHash string
 
 	// LastEventID is the stream's last-event-id buffer at dispatch (WHATWG):
 	// the id a browser-style client would resume from. It differs from ID
@@ -300,6 +303,7 @@ type Message struct {
 	Tool string
 	// ParamsHash is a hex SHA-256 of the params in canonical JSON (object
 	// keys sorted), so identical calls hash equal however they were spelled.
+	// Requests only: a notification's params are never compared, so "".
 	ParamsHash string
 	// ProgressToken (compact JSON) and Progress of a notifications/progress,
 	// or the _meta.progressToken of a request.

@@ -2,8 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"hash"
 )
 
 // SSEEvent is one dispatched server-sent event as SSEDecoder hands it over.
@@ -20,8 +18,8 @@ type SSEEvent struct {
 	// MaxEventBytes allowed; DataTruncated says it stopped short.
 	Data          []byte
 	DataTruncated bool
-	DataBytes     int      // full data length, counted past the limit
-	DataHash      [32]byte // SHA-256 of the full data, hashed past the limit
+	DataBytes     int    // full data length, counted past the limit
+	DataHash      uint64 // XXH64 of the full data, hashed past the limit (see xxh64)
 }
 
 // Line buffering modes of SSEDecoder.
@@ -57,7 +55,7 @@ type SSEDecoder struct {
 	dataLines int
 	dataBytes int
 	dataTrunc bool
-	hasher    hash.Hash // used only once data outgrew the buffer
+	hasher    xxh64 // used only once data outgrew the buffer
 	typ       []byte
 	id        string
 	hasID     bool
@@ -93,7 +91,7 @@ func NewSSEDecoder(maxLine, maxEvent int, onEvent func(*SSEEvent)) *SSEDecoder {
 func (d *SSEDecoder) Reset() {
 	*d = SSEDecoder{
 		maxLine: d.maxLine, maxEvent: d.maxEvent, onEvent: d.onEvent, retry: -1,
-		line: d.line[:0], data: d.data[:0], typ: d.typ[:0], hasher: d.hasher,
+		line: d.line[:0], data: d.data[:0], typ: d.typ[:0],
 	}
 }
 
@@ -286,14 +284,11 @@ func (d *SSEDecoder) writeData(b []byte) {
 		// Past the limit: hash what was buffered, then stream.
 		d.dataTrunc = true
 		d.EventLimitHits++
-		if d.hasher == nil {
-			d.hasher = sha256.New()
-		}
-		d.hasher.Reset()
-		d.hasher.Write(d.data)
+		d.hasher.reset()
+		d.hasher.write(d.data)
 		d.data = d.data[:0]
 	}
-	d.hasher.Write(b)
+	d.hasher.write(b)
 }
 
 func (d *SSEDecoder) dispatch() {
@@ -310,10 +305,10 @@ func (d *SSEDecoder) dispatch() {
 		ev.DataTruncated = d.dataTrunc
 		if d.dataTrunc {
 			ev.Data = nil
-			d.hasher.Sum(ev.DataHash[:0])
+			ev.DataHash = d.hasher.sum()
 		} else {
 			ev.Data = d.data
-			ev.DataHash = sha256.Sum256(d.data)
+			ev.DataHash = xxSum64(d.data)
 		}
 		d.Events++
 		if d.onEvent != nil {
