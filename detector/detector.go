@@ -38,7 +38,9 @@ type Detector struct {
 	exchanges        map[exKey]*exchange
 	openByConn       map[uint64][]*exchange // the same exchanges, per connection, for gaps
 	lost             lostIndex
-	sessionlessSeen  map[string]struct{} // 2026-07-28+ session ids already reported
+	sessionlessSeen  map[string]struct{}   // 2026-07-28+ session ids already reported
+	tombs            tombstones            // deleted session ids
+	retiring         map[*session]struct{} // retired, still bound to open exchanges
 	now              time.Time
 	cur              *decode.Observation // the observation being handled, for findings' context
 	lastSweep        time.Time
@@ -59,6 +61,8 @@ func New(cfg Config, sink Sink) *Detector {
 		openByConn:      map[uint64][]*exchange{},
 		lost:            newLostIndex(cfg.MaxLostSessions),
 		sessionlessSeen: map[string]struct{}{},
+		tombs:           newTombstones(),
+		retiring:        map[*session]struct{}{},
 		stats:           newStats(),
 	}
 }
@@ -99,6 +103,9 @@ type exchange struct {
 	flags          uint16 // onceFlag bits already raised
 	lastAt         time.Time
 	swapped        bool // the response carried another session id
+	// afterDelete: the request carried the id of a session already
+	// deleted (a tombstone); there is no state to judge it against.
+	afterDelete bool
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -118,6 +125,7 @@ func (d *Detector) Observe(o *decode.Observation) {
 	if o.Time.After(d.now) {
 		d.now = o.Time
 		d.expire(d.now)
+		d.tombs.expire(d.now, d.cfg.SessionIdleTimeout)
 		d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
 		if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
 			d.sweepExchanges()
@@ -215,6 +223,7 @@ func (d *Detector) sweepExchanges() {
 		if ex.resume != nil && !ex.resume.emitted {
 			d.resolveResume(ex, d.now, ResumeUnverifiable, ReasonCaptureEnded)
 		}
+		d.releaseIfIdle(ex.sess)
 	}
 }
 
@@ -240,9 +249,13 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 	return ex
 }
 
-// dropExchange forgets an ended (or stale) exchange.
+// dropExchange forgets an ended (or stale) exchange. It stays bound to its
+// session until the caller is done with it (then releaseIfIdle).
 func (d *Detector) dropExchange(ex *exchange) {
 	delete(d.exchanges, ex.key)
+	if ex.sess != nil {
+		ex.sess.open--
+	}
 	open := d.openByConn[ex.key.conn]
 	for i, e := range open {
 		if e == ex {
@@ -317,20 +330,26 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	if ex.rev == "" && ex.hasReqSession {
 		if s, ok := d.sessions[ex.reqSession]; ok {
 			ex.rev = s.rev
+		} else if t, ok := d.tombs.byID[ex.reqSession]; ok {
+			ex.rev = t.rev
 		}
 	}
 	// 2026-07-28 and later have no sessions: a session id there is a
 	// finding (checkSessionless), never state to track.
 	if ex.hasReqSession && !revAtLeast(ex.rev, revSessionless) {
-		s := d.session(ex.reqSession, o)
-		if ex.protoHeader != "" && !s.revFromInit {
-			s.rev = ex.protoHeader
+		if d.tombs.use(ex.reqSession, o.Time) {
+			ex.afterDelete = true
+		} else {
+			s := d.session(ex.reqSession, o)
+			if ex.protoHeader != "" && !s.revFromInit {
+				s.rev = ex.protoHeader
+			}
+			if ex.rev == "" {
+				ex.rev = s.rev
+			}
+			d.bind(ex, s)
+			s.requests++
 		}
-		if ex.rev == "" {
-			ex.rev = s.rev
-		}
-		ex.sess = s
-		s.requests++
 	}
 	if ex.rev == "" {
 		ex.rev = revDefault
@@ -441,6 +460,14 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		return
 	}
+	if !ex.isInit && (ex.afterDelete || s == nil && ex.hasRespSession && d.tombs.use(ex.respSession, o.Time)) {
+		// The session was deleted and its state is gone: an answer for
+		// it now can be judged against nothing.
+		if ex.resume != nil {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonSessionDeleted)
+		}
+		return
+	}
 	if ex.isInit && ex.hasRespSession {
 		d.onInitialized(ex, o)
 		s = ex.sess
@@ -456,7 +483,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		if s.rev == "" {
 			s.rev = ex.rev
 		}
-		ex.sess = s
+		d.bind(ex, s)
 		s.requests++
 		d.recordCalls(s, ex, o)
 	}
@@ -472,6 +499,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		s.deleted = true
 		d.endSession(s, "deleted")
 		d.resolveRejected(ex, "")
+		if !s.retired && !s.removed {
+			d.retire(s)
+		}
 		return
 	}
 	d.checkReinit(ex, o)
@@ -493,7 +523,7 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 	}
 	if ex.sess != s {
 		s.requests++
-		ex.sess = s
+		d.bind(ex, s)
 		d.recordCalls(s, ex, o)
 	}
 	if s.prev == "" {
@@ -518,6 +548,11 @@ func (d *Detector) onGap(o *decode.Observation) {
 
 func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 	d.dropExchange(ex)
+	d.endExchange(ex, o)
+	d.releaseIfIdle(ex.sess)
+}
+
+func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	e := o.End
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {
 		ex.gap = ex.gap || e.How == decode.EndGap
@@ -583,6 +618,17 @@ func (d *Detector) Close(now time.Time) {
 			d.resolveResume(ex, d.now, ResumeUnverifiable, reason)
 		}
 	}
+	// Deleted sessions whose last exchanges were still open: their cut
+	// calls become unknown outcomes now.
+	retiring := make([]*session, 0, len(d.retiring))
+	for s := range d.retiring {
+		retiring = append(retiring, s)
+	}
+	sort.Slice(retiring, func(i, j int) bool { return retiring[i].id < retiring[j].id })
+	for _, s := range retiring {
+		d.freeSession(s)
+	}
+	d.retiring = nil
 	// Oldest first, so summaries come out in order of last activity.
 	for s := d.lruTail; s != nil; s = d.lruTail {
 		d.removeSession(s, "capture_end")

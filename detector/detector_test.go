@@ -354,3 +354,58 @@ func TestRepeatedResumesHaveDistinctIDs(t *testing.T) {
 		t.Fatalf("two polls with the same cursor need two ids: %d resumes", len(rec.resumes))
 	}
 }
+
+// A deleted session leaves the table at once and its state is freed when
+// the last exchange opened before the DELETE ends; later requests for its
+// id neither reopen it nor emit a second summary.
+func TestDeletedSessionIsReleased(t *testing.T) {
+	r := parseSpec(t, "testdata/no_finding_delete_open_stream.test")
+	rec := &recorder{}
+	d := New(r.cfg, rec)
+	var s1 *session
+	for _, o := range r.obs {
+		d.Observe(o)
+		if s := d.sessions["S1"]; s != nil {
+			s1 = s
+		}
+		if o.Kind == decode.KindResponse && o.Request != nil && o.Request.Method == "DELETE" {
+			if _, live := d.sessions["S1"]; live || s1.events == nil {
+				t.Fatalf("after DELETE: in table %v, index freed %v; want out of the table, index kept for the open GET stream", live, s1.events == nil)
+			}
+		}
+	}
+	if s1.events != nil || s1.calls != nil || s1.streams != nil || len(d.retiring) != 0 {
+		t.Errorf("after the last stream of the deleted session ended its state is still held")
+	}
+	if _, ok := d.tombs.byID["S1"]; !ok {
+		t.Errorf("no tombstone for the deleted session")
+	}
+	d.Close(r.now.Add(time.Second))
+	if st := d.Stats(); st.SessionsSeen != 1 || len(rec.sessions) != 1 {
+		t.Errorf("sessions seen %d, summaries %d; want 1 and 1", st.SessionsSeen, len(rec.sessions))
+	}
+}
+
+func TestTombstonesExpireAndAreBounded(t *testing.T) {
+	d := New(Config{MaxSessions: 2, SessionIdleTimeout: time.Minute}, discard{})
+	ts := &d.tombs
+	ts.add(d, "a", "", t0)
+	ts.add(d, "b", "", t0.Add(time.Second))
+	ts.use("a", t0.Add(50*time.Second)) // used again: kept past its deletion + idle
+	ts.expire(t0.Add(70*time.Second), time.Minute)
+	if _, ok := ts.byID["a"]; !ok {
+		t.Errorf("a was used 20 s ago and expired")
+	}
+	if _, ok := ts.byID["b"]; ok {
+		t.Errorf("b idle 69 s did not expire")
+	}
+	ts.add(d, "c", "", t0.Add(71*time.Second))
+	ts.add(d, "d", "", t0.Add(72*time.Second)) // over MaxSessions: the oldest goes
+	if len(ts.byID) != 2 || d.stats.LimitsHit["MaxSessions"] != 1 {
+		t.Errorf("tombstones %v, limit hits %d; want 2 and 1", ts.byID, d.stats.LimitsHit["MaxSessions"])
+	}
+	ts.expire(t0.Add(time.Hour), time.Minute)
+	if len(ts.byID) != 0 {
+		t.Errorf("tombstones left after an hour: %v", ts.byID)
+	}
+}

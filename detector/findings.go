@@ -186,6 +186,7 @@ const (
 	ReasonOwedNotReplayed   = "stream closed before the owed events were replayed"
 	ReasonLimitPrefix       = "limit hit: "
 	ReasonSessionEvicted    = "session evicted (limit hit: MaxSessions)"
+	ReasonSessionDeleted    = "session deleted before the request"
 	ReasonIndexLimit        = ReasonLimitPrefix + "MaxEventsIndexedPerSession"
 	ReasonStreamLimit       = ReasonLimitPrefix + "MaxStreamsPerSession"
 	ReasonInflightLimit     = ReasonLimitPrefix + "MaxInflightPerSession"

@@ -181,7 +181,8 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 	}, ex, s1)
 	d.dropCalls(ex)
 	d.sessionLost(s1, ex, o.Time, "swap", fmt.Sprintf("the server answered with a different session id (%s)", s2.id))
-	ex.sess, ex.swapped = s2, true
+	d.bind(ex, s2)
+	ex.swapped = true
 	s2.requests++
 	d.recordCalls(s2, ex, o)
 }

@@ -92,7 +92,7 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonSessionDeleted:
 		return reason
 	}
 	return "resume outcome not shown by the capture"

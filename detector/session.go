@@ -78,7 +78,12 @@ type session struct {
 	ended   string // "" while alive; else the SessionSummary.Ended value
 	gone    bool   // the server answered 404 for it
 	deleted bool
-	removed bool // dropped from the table (expiry, eviction)
+	removed bool // dropped from the table (expiry, eviction) or released
+	// retired: deleted and out of the table (a tombstone stands for its
+	// id); its state lives on only while exchanges opened before the
+	// DELETE are still running (open), then it is released.
+	retired bool
+	open    int // exchanges bound to it (exchange.sess) not yet ended
 	gap     bool
 
 	streams        []*stream
@@ -149,6 +154,7 @@ func (d *Detector) session(id string, o *decode.Observation) *session {
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.evictOldest(o.Time)
 	}
+	d.tombs.forget(id) // the id is live again (a new initialize, a swap)
 	s := newSession(id, o)
 	d.sessions[id] = s
 	d.stats.SessionsSeen++
@@ -160,8 +166,8 @@ func (d *Detector) touch(s *session, t time.Time) {
 	if t.After(s.lastSeen) {
 		s.lastSeen = t
 	}
-	if d.lruHead == s {
-		return
+	if d.lruHead == s || s.retired || s.removed {
+		return // out of the table: not to be put back in the LRU list
 	}
 	d.unlink(s)
 	d.pushFront(s)
@@ -220,10 +226,55 @@ func (d *Detector) removeSession(s *session, how string) {
 	if s.ended == "" {
 		d.endSession(s, how)
 	}
+	d.freeSession(s)
+}
+
+// freeSession emits what s still owes (unknown outcomes of cut calls) and
+// drops its per-event and per-call state; exchanges may still point at s,
+// and removed makes them skip it.
+func (d *Detector) freeSession(s *session) {
+	s.removed = true
 	d.cutCallsUnknown(s)
 	d.flushUnknown(s)
-	// Free the big maps now: exchanges may still point at s.
 	s.events, s.calls, s.toolCalls, s.progress, s.partial = nil, nil, nil, nil, nil
+	s.streams, s.streamByPrefix = nil, nil
+}
+
+// retire takes a deleted session out of the table: a tombstone keeps its
+// id (a later request for it is expected to get 404, not to open a new
+// session). Its state is freed once the exchanges still bound to it end.
+func (d *Detector) retire(s *session) {
+	d.unlink(s)
+	delete(d.sessions, s.id)
+	s.retired = true
+	d.tombs.add(d, s.id, s.rev, d.now)
+	if s.open == 0 {
+		d.freeSession(s)
+		return
+	}
+	d.retiring[s] = struct{}{}
+}
+
+// bind makes s the session of ex, keeping the sessions' counts of open
+// exchanges right.
+func (d *Detector) bind(ex *exchange, s *session) {
+	if old := ex.sess; old != nil {
+		old.open--
+		d.releaseIfIdle(old)
+	}
+	ex.sess = s
+	if s != nil {
+		s.open++
+	}
+}
+
+// releaseIfIdle frees a retired session once no exchange is bound to it.
+func (d *Detector) releaseIfIdle(s *session) {
+	if s == nil || !s.retired || s.open > 0 || s.removed {
+		return
+	}
+	delete(d.retiring, s)
+	d.freeSession(s)
 }
 
 // endSession emits the summary once.
