@@ -83,8 +83,8 @@ type dir struct {
 
 	// The message being read.
 	ex        *exchange
-	req       *Request
-	resp      *Response
+	req       *requestObservation
+	resp      *responseObservation
 	bodyMode  uint8
 	remaining int64
 	chunk     uint8
@@ -179,6 +179,8 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		if d.sse != nil {
 			c.w.putSSE(d.sse)
 		}
+		c.w.putBuf(d.buf)
+		c.w.putBuf(d.body)
 		d.buf, d.body, d.sse = nil, nil, nil
 	}
 	c.queue = nil
@@ -345,6 +347,9 @@ func (d *dir) sync(p []byte) []byte {
 		}
 		return p[i+1:]
 	}
+	if d.buf == nil {
+		d.buf = d.c.w.getBuf()
+	}
 	d.buf = append(d.buf, seg...)
 	if i < 0 {
 		return nil
@@ -441,33 +446,44 @@ func (d *dir) trackLine(seg []byte) (blank bool) {
 func (d *dir) headTooLarge(midLine bool) {
 	d.c.w.stats.headerLimitHits.Add(1)
 	if d.role == roleClient {
-		req, _ := d.parseRequestHead()
-		req.HeadTruncated = true
-		d.ex = d.c.newExchange(req.Method)
-		d.req = req
+		ro, _ := d.parseRequestHead()
+		ro.req.HeadTruncated = true
+		d.ex = d.c.newExchange(&ro.ex, ro.req.Method)
+		d.req = ro
 		d.resetBody()
 		d.finishRequest(true)
-	} else if resp, _ := d.parseResponseHead(); resp.Status >= 200 {
-		resp.HeadTruncated = true
+	} else if ro, _ := d.parseResponseHead(); ro.resp.Status >= 200 {
+		ro.resp.HeadTruncated = true
 		ex := d.c.popExchange()
-		d.ex, d.resp = ex, resp
+		d.ex, d.resp = ex, ro
 		d.resetBody()
-		d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+		d.emitResponse(ro)
 		d.endResponse(EndTruncated)
 	}
 	d.enterSync()
 	d.skipLine = midLine
 }
 
-func (c *conn) newExchange(method string) *exchange {
+// newExchange queues ex (kept in its request's allocation) as the next
+// exchange awaiting a response.
+func (c *conn) newExchange(ex *exchange, method string) *exchange {
 	c.exchanges++
-	ex := &exchange{index: c.exchanges, method: method}
+	*ex = exchange{index: c.exchanges, method: method}
 	if len(c.queue) >= MaxPipelinedRequests {
 		c.w.stats.pipelineOverflows.Add(1)
-		c.queue = c.queue[1:]
+		c.dequeue()
 	}
 	c.queue = append(c.queue, ex)
 	return ex
+}
+
+// dequeue drops the oldest queued exchange. It shifts the rest down rather
+// than reslicing from the front, which would make every append of a
+// keep-alive connection reallocate; the queue is nearly always one long.
+func (c *conn) dequeue() {
+	n := copy(c.queue, c.queue[1:])
+	c.queue[n] = nil
+	c.queue = c.queue[:n]
 }
 
 // popExchange takes the oldest unanswered exchange, or makes one for a
@@ -475,8 +491,7 @@ func (c *conn) newExchange(method string) *exchange {
 func (c *conn) popExchange() *exchange {
 	if len(c.queue) > 0 {
 		ex := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
+		c.dequeue()
 		return ex
 	}
 	c.exchanges++
@@ -494,9 +509,9 @@ func firstLine(head []byte) []byte {
 
 // headerLines calls fn for each header field of the head in d.buf (after the
 // start line), with the name lower-cased and obs-fold continuation lines
-// joined by one space.
-func headerLines(head []byte, fn func(name, value []byte)) bool {
-	var lower [maxKnownHeaderName]byte
+// joined by one space. lower is scratch space for the lower-cased names
+// (the caller's, so that it does not escape to the heap on every head).
+func headerLines(head []byte, lower *[maxKnownHeaderName]byte, fn func(name, value []byte)) bool {
 	i := bytes.IndexByte(head, '\n')
 	head = head[i+1:]
 	var name, value []byte
@@ -522,7 +537,7 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 			continue
 		}
 		if name != nil {
-			fn(lowerName(&lower, name), value)
+			fn(lowerName(lower, name), value)
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
@@ -535,7 +550,7 @@ func headerLines(head []byte, fn func(name, value []byte)) bool {
 		}
 	}
 	if name != nil {
-		fn(lowerName(&lower, name), value)
+		fn(lowerName(lower, name), value)
 	}
 	return ok
 }
@@ -592,13 +607,27 @@ func (d *dir) headDone() {
 	}
 }
 
+// requestObservation holds what one request needs in a single allocation:
+// its observation, the Request, its exchange and room for the usual single
+// JSON-RPC message. The Request outlives the observation (later observations
+// of the exchange point to it), which keeps the rest alive too; that costs
+// less than four allocations per request.
+type requestObservation struct {
+	obs Observation
+	req Request
+	ex  exchange
+	msg [1]Message
+}
+
 // parseRequestHead reads the request head in d.buf (complete lines only).
-func (d *dir) parseRequestHead() (*Request, framing) {
+func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	in := &d.c.w.strings
 	method, target, _ := parseRequestLine(firstLine(d.buf))
-	req := &Request{Method: in.str(method), Path: in.str(target)}
+	ro := &requestObservation{}
+	req := &ro.req
+	*req = Request{Method: in.str(method), Path: in.str(target)}
 	f := framing{contentLength: -1}
-	ok := headerLines(d.buf, func(name, value []byte) {
+	ok := headerLines(d.buf, &d.c.w.lower, func(name, value []byte) {
 		if f.field(name, value) {
 			return
 		}
@@ -629,14 +658,14 @@ func (d *dir) parseRequestHead() (*Request, framing) {
 	if !ok {
 		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
-	return req, f
+	return ro, f
 }
 
 func (d *dir) requestHead() {
 	st := d.c.w.stats
-	req, f := d.parseRequestHead()
-	d.ex = d.c.newExchange(req.Method)
-	d.req = req
+	ro, f := d.parseRequestHead()
+	d.ex = d.c.newExchange(&ro.ex, ro.req.Method)
+	d.req = ro
 	d.resetBody()
 	d.keepBody = true
 	switch {
@@ -689,15 +718,16 @@ func (d *dir) nextMessage() {
 
 // finishRequest emits the request with what its body held.
 func (d *dir) finishRequest(incomplete bool) {
-	req := d.req
-	if req == nil {
+	ro := d.req
+	if ro == nil {
 		return
 	}
+	req := &ro.req
 	st := d.c.w.stats
 	req.BodyBytes = d.bodyBytes
 	req.BodyIncomplete = incomplete || d.bodyOver
 	if !req.BodyIncomplete && len(d.body) > 0 {
-		msgs, batch, _ := d.c.w.peeker.PeekJSONRPC(d.body)
+		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
 		if HasJSONRPC(msgs) {
 			req.Messages, req.Batch = msgs, batch
 			st.jsonrpcMessages.Add(int64(len(msgs)))
@@ -716,17 +746,27 @@ func (d *dir) finishRequest(incomplete bool) {
 		st.nonMCPExchanges.Add(1)
 	}
 	d.ex.req = req
-	d.c.emit(&Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req})
+	ro.obs = Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req}
+	d.c.emit(&ro.obs)
 	d.req = nil
 }
 
+// responseObservation holds a response head and its observation in one
+// allocation.
+type responseObservation struct {
+	obs  Observation
+	resp Response
+}
+
 // parseResponseHead reads the response head in d.buf (complete lines only).
-func (d *dir) parseResponseHead() (*Response, framing) {
+func (d *dir) parseResponseHead() (*responseObservation, framing) {
 	in := &d.c.w.strings
 	status, _ := parseStatusLine(firstLine(d.buf))
-	resp := &Response{Status: status, ContentLength: -1}
+	ro := &responseObservation{}
+	resp := &ro.resp
+	*resp = Response{Status: status, ContentLength: -1}
 	f := framing{contentLength: -1}
-	ok := headerLines(d.buf, func(name, value []byte) {
+	ok := headerLines(d.buf, &d.c.w.lower, func(name, value []byte) {
 		if f.field(name, value) {
 			return
 		}
@@ -749,12 +789,20 @@ func (d *dir) parseResponseHead() (*Response, framing) {
 	if !f.badLength {
 		resp.ContentLength = f.contentLength
 	}
-	return resp, f
+	return ro, f
+}
+
+// emitResponse emits the response head of the exchange d.ex.
+func (d *dir) emitResponse(ro *responseObservation) {
+	ex := d.ex
+	ro.obs = Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: &ro.resp}
+	d.c.emit(&ro.obs)
 }
 
 func (d *dir) responseHead() {
 	st := d.c.w.stats
-	resp, f := d.parseResponseHead()
+	ro, f := d.parseResponseHead()
+	resp := &ro.resp
 	status := resp.Status
 	if status < 200 {
 		if status == 101 {
@@ -767,11 +815,11 @@ func (d *dir) responseHead() {
 		return
 	}
 	ex := d.c.popExchange()
-	d.ex, d.resp = ex, resp
+	d.ex, d.resp = ex, ro
 	d.resetBody()
 	noBody := ex.method == "HEAD" || status == 204 || status == 304
 	if ex.method == "CONNECT" && status < 300 {
-		d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+		d.emitResponse(ro)
 		d.c.giveUp()
 		return
 	}
@@ -791,7 +839,7 @@ func (d *dir) responseHead() {
 		ct := resp.ContentType
 		d.keepBody = ct == "" || strings.Contains(strings.ToLower(ct), "json")
 	}
-	d.c.emit(&Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: resp})
+	d.emitResponse(ro)
 	switch {
 	case noBody:
 		d.messageDone()
@@ -943,6 +991,9 @@ func (d *dir) payload(b []byte) {
 		d.c.w.stats.bodyLimitHits.Add(1)
 		return
 	}
+	if d.body == nil {
+		d.body = d.c.w.getBuf()
+	}
 	d.body = append(d.body, b...)
 }
 
@@ -995,7 +1046,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 		}
 	}
-	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: d.resp, Event: &eo.ev}
+	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: &d.resp.resp, Event: &eo.ev}
 	d.c.emit(&eo.obs)
 }
 
@@ -1023,12 +1074,15 @@ func (d *dir) messageDone() {
 
 // endResponse emits the body (when it held JSON-RPC) and the End.
 func (d *dir) endResponse(how EndHow) {
-	resp := d.resp
-	if resp == nil {
+	ro := d.resp
+	if ro == nil {
 		return
 	}
+	resp := &ro.resp
 	st := d.c.w.stats
-	end := &End{How: how}
+	eo := &endObservation{}
+	end := &eo.end
+	end.How = how
 	if d.sseOn {
 		if d.sse.MidEvent() {
 			if how == EndClean {
@@ -1039,15 +1093,31 @@ func (d *dir) endResponse(how EndHow) {
 		end.LastID, end.HasLastID = d.sse.LastEventID()
 		end.Events = d.events
 	} else if how == EndClean && len(d.body) > 0 && !d.bodyOver {
-		msgs, batch, _ := d.c.w.peeker.PeekJSONRPC(d.body)
+		bo := &bodyObservation{}
+		msgs, batch, _ := d.c.w.peeker.peekInto(bo.msg[:0], d.body)
 		if HasJSONRPC(msgs) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
-			body := &Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
-			d.c.emit(&Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: body})
+			bo.body = Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
+			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body}
+			d.c.emit(&bo.obs)
 		}
 	}
-	d.c.emit(&Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end})
+	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end}
+	d.c.emit(&eo.obs)
 	d.resp = nil
+}
+
+// endObservation and bodyObservation hold an observation and its part in
+// one allocation, a body with room for the usual single message.
+type endObservation struct {
+	obs Observation
+	end End
+}
+
+type bodyObservation struct {
+	obs  Observation
+	body Body
+	msg  [1]Message
 }
 
 // abort ends whatever message is open in this direction with how.

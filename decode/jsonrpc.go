@@ -205,6 +205,9 @@ func hasSpace(b []byte) bool {
 }
 
 func compactJSON(raw []byte) string {
+	if s, ok := smallIntString(raw); ok {
+		return s
+	}
 	if !hasSpace(raw) {
 		return string(raw)
 	}
@@ -213,6 +216,31 @@ func compactJSON(raw []byte) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// smallInts spells 0 to 999: JSON-RPC ids and progress tokens are mostly
+// small counters, and a shared string spares an allocation per message.
+var smallInts = func() (t [1000]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// smallIntString returns the shared string of raw when raw is one of
+// smallInts exactly as spelled there (no sign, no leading zero).
+func smallIntString(raw []byte) (string, bool) {
+	if len(raw) == 0 || len(raw) > 3 || (raw[0] == '0' && len(raw) > 1) {
+		return "", false
+	}
+	n := 0
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return smallInts[n], true
 }
 
 // hash returns the hex SHA-256 of v in canonical JSON.

@@ -200,3 +200,17 @@ func decodeAny(t *testing.T, b []byte) any {
 	}
 	return v
 }
+
+// TestCompactJSONSmallInts checks that shared small-number strings are
+// only used for the exact spellings they stand for.
+func TestCompactJSONSmallInts(t *testing.T) {
+	for _, in := range []string{"0", "7", "42", "999", "1000", "007", "-1", "1.5", "1e2", `"1"`, " 12 "} {
+		want := in
+		if in == " 12 " {
+			want = "12"
+		}
+		if got := compactJSON([]byte(in)); got != want {
+			t.Errorf("compactJSON(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -229,6 +229,8 @@ type worker struct {
 	peeker  Peeker
 	strings interner
 	ssePool []*SSEDecoder // decoders of closed connections, for reuse
+	bufPool [][]byte      // head and body buffers of closed connections
+	lower   [maxKnownHeaderName]byte
 
 	pending  []item
 	tick     time.Time // latest Tick
@@ -265,6 +267,31 @@ func (w *worker) putSSE(d *SSEDecoder) {
 	}
 	d.onEvent = nil
 	w.ssePool = append(w.ssePool, d)
+}
+
+// Head and body buffers are pooled too: grown from nothing, every
+// connection's first head took several allocations.
+const (
+	maxPooledBufs = 256
+	newBufSize    = 512
+	maxPooledBuf  = 64 << 10 // larger buffers are dropped, not pooled
+)
+
+func (w *worker) getBuf() []byte {
+	if n := len(w.bufPool); n > 0 {
+		b := w.bufPool[n-1]
+		w.bufPool[n-1] = nil
+		w.bufPool = w.bufPool[:n-1]
+		return b
+	}
+	return make([]byte, 0, newBufSize)
+}
+
+func (w *worker) putBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > maxPooledBuf || len(w.bufPool) >= maxPooledBufs {
+		return
+	}
+	w.bufPool = append(w.bufPool, b[:0])
 }
 
 // NewStream implements StreamFactory.
