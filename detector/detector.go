@@ -36,7 +36,8 @@ type Detector struct {
 	sessions         map[string]*session
 	lruHead, lruTail *session
 	exchanges        map[exKey]*exchange
-	openByConn       map[uint64][]*exchange // the same exchanges, per connection, for gaps
+	openByConn       map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
+	spareExchanges   []*exchange          // ended exchanges for reuse (recycleExchange)
 	lost             lostIndex
 	sessionlessSeen  map[string]struct{}   // 2026-07-28+ session ids already reported
 	tombs            tombstones            // deleted session ids
@@ -58,7 +59,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sink:            sink,
 		sessions:        map[string]*session{},
 		exchanges:       map[exKey]*exchange{},
-		openByConn:      map[uint64][]*exchange{},
+		openByConn:      map[uint64]*exchange{},
 		lost:            newLostIndex(cfg.MaxLostSessions),
 		sessionlessSeen: map[string]struct{}{},
 		tombs:           newTombstones(),
@@ -102,7 +103,8 @@ type exchange struct {
 	gap            bool
 	flags          uint16 // onceFlag bits already raised
 	lastAt         time.Time
-	swapped        bool // the response carried another session id
+	swapped        bool      // the response carried another session id
+	nextOnConn     *exchange // next open exchange on the same connection
 	// afterDelete: the request carried the id of a session already
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
@@ -224,6 +226,7 @@ func (d *Detector) sweepExchanges() {
 			d.resolveResume(ex, d.now, ResumeUnverifiable, ReasonCaptureEnded)
 		}
 		d.releaseIfIdle(ex.sess)
+		d.recycleExchange(ex)
 	}
 }
 
@@ -243,9 +246,17 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 		return nil
 	}
 	d.exSerial++
-	ex := &exchange{key: exKey{o.Conn.ID, o.Exchange}, serial: d.exSerial, conn: o.Conn, start: o.Time, lastAt: o.Time}
+	var ex *exchange
+	if n := len(d.spareExchanges); n > 0 {
+		ex = d.spareExchanges[n-1]
+		d.spareExchanges = d.spareExchanges[:n-1]
+	} else {
+		ex = new(exchange)
+	}
+	*ex = exchange{key: exKey{o.Conn.ID, o.Exchange}, serial: d.exSerial, conn: o.Conn, start: o.Time, lastAt: o.Time}
 	d.exchanges[ex.key] = ex
-	d.openByConn[ex.key.conn] = append(d.openByConn[ex.key.conn], ex)
+	ex.nextOnConn = d.openByConn[ex.key.conn]
+	d.openByConn[ex.key.conn] = ex
 	return ex
 }
 
@@ -256,17 +267,35 @@ func (d *Detector) dropExchange(ex *exchange) {
 	if ex.sess != nil {
 		ex.sess.open--
 	}
-	open := d.openByConn[ex.key.conn]
-	for i, e := range open {
-		if e == ex {
-			open = append(open[:i], open[i+1:]...)
-			break
+	// A connection has one or two exchanges open (pipelining is rare).
+	if head := d.openByConn[ex.key.conn]; head == ex {
+		if ex.nextOnConn == nil {
+			delete(d.openByConn, ex.key.conn)
+		} else {
+			d.openByConn[ex.key.conn] = ex.nextOnConn
+		}
+	} else {
+		for e := head; e != nil; e = e.nextOnConn {
+			if e.nextOnConn == ex {
+				e.nextOnConn = ex.nextOnConn
+				break
+			}
 		}
 	}
-	if len(open) == 0 {
-		delete(d.openByConn, ex.key.conn)
-	} else {
-		d.openByConn[ex.key.conn] = open
+	ex.nextOnConn = nil
+}
+
+// maxSpareExchanges bounds the ended exchanges kept for reuse.
+const maxSpareExchanges = 256
+
+// recycleExchange keeps a dropped exchange for the next newExchange: one
+// allocation less per HTTP exchange. Only the tables and the observation
+// being handled ever point at an exchange (calls name it by serial, records
+// copy what they need), so once dropped and handled it is unreachable.
+func (d *Detector) recycleExchange(ex *exchange) {
+	if len(d.spareExchanges) < maxSpareExchanges {
+		*ex = exchange{} // let go of its messages, session and resume state
+		d.spareExchanges = append(d.spareExchanges, ex)
 	}
 }
 
@@ -337,10 +366,9 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	// 2026-07-28 and later have no sessions: a session id there is a
 	// finding (checkSessionless), never state to track.
 	if ex.hasReqSession && !revAtLeast(ex.rev, revSessionless) {
-		if d.tombs.use(ex.reqSession, o.Time) {
+		if s := d.sessionUnlessDeleted(ex.reqSession, o); s == nil {
 			ex.afterDelete = true
 		} else {
-			s := d.session(ex.reqSession, o)
 			if ex.protoHeader != "" && !s.revFromInit {
 				s.rev = ex.protoHeader
 			}
@@ -382,19 +410,16 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			// arguments; other requests need not keep the hash.
 			c.paramsHash = m.ParamsHash
 		}
-		if old := s.calls[m.ID]; old != nil && old.answered {
+		if old := s.calls.at(m.ID); old != nil && old.answered {
 			s.answered--
 		} else if old != nil {
 			s.inflight--
 		}
-		s.calls[m.ID] = c
+		s.calls.set(m.ID, c)
 		s.inflight++
 		if m.Method == "tools/call" {
-			if s.toolCalls == nil {
-				s.toolCalls = map[toolKey]*call{}
-			}
-			if len(s.toolCalls) < d.cfg.MaxInflightPerSession {
-				s.toolCalls[toolKey{m.Tool, m.ParamsHash}] = c
+			if s.toolCalls.len() < d.cfg.MaxInflightPerSession {
+				s.toolCalls.set(toolKey{m.Tool, m.ParamsHash}, c)
 			}
 		}
 	}
@@ -404,15 +429,15 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 // so they did not run.
 func (d *Detector) dropCalls(ex *exchange) {
 	s := ex.sess
-	if s == nil || s.calls == nil {
+	if s == nil || s.calls.len() == 0 {
 		return
 	}
 	for i := range ex.msgs {
-		if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex.serial && !c.answered {
-			delete(s.calls, c.id)
+		if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
+			s.calls.del(c.id)
 			s.inflight--
-			if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls[k] == c {
-				delete(s.toolCalls, k)
+			if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls.at(k) == c {
+				s.toolCalls.del(k)
 			}
 		}
 	}
@@ -535,7 +560,7 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 
 func (d *Detector) onGap(o *decode.Observation) {
 	// Every exchange open on the connection may have lost bytes.
-	for _, ex := range d.openByConn[o.Conn.ID] {
+	for ex := d.openByConn[o.Conn.ID]; ex != nil; ex = ex.nextOnConn {
 		ex.gap = true
 		if ex.sess != nil {
 			ex.sess.gap = true
@@ -550,6 +575,7 @@ func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 	d.dropExchange(ex)
 	d.endExchange(ex, o)
 	d.releaseIfIdle(ex.sess)
+	d.recycleExchange(ex)
 }
 
 func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
@@ -583,7 +609,7 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	// resume delivers it, the client cannot know whether it ran.
 	if e.How != decode.EndUnknown {
 		for i := range ex.msgs {
-			if c := s.calls[ex.msgs[i].ID]; c != nil && c.ex == ex.serial && !c.answered {
+			if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
 				c.cut = true
 			}
 		}
@@ -640,18 +666,18 @@ func (d *Detector) Close(now time.Time) {
 // cutCallsUnknown turns tools/calls whose stream was cut, and which no resume
 // answered, into unknown outcomes.
 func (d *Detector) cutCallsUnknown(s *session) {
-	if s.gone || s.calls == nil {
+	if s.gone || s.calls.len() == 0 {
 		return
 	}
-	ids := make([]string, 0)
-	for id, c := range s.calls {
+	var ids []string
+	for id, c := range s.calls.all() {
 		if c.cut && !c.answered && !c.unknown && c.method == "tools/call" {
 			ids = append(ids, id)
 		}
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		c := s.calls[id]
+		c := s.calls.at(id)
 		c.unknown = true
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, d.now, "the stream carrying the call ended before its response and no resume delivered it"))
 	}

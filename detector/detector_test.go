@@ -374,7 +374,7 @@ func TestDeletedSessionIsReleased(t *testing.T) {
 			}
 		}
 	}
-	if s1.events != nil || s1.calls != nil || s1.streams != nil || len(d.retiring) != 0 {
+	if s1.events != nil || s1.calls.len() != 0 || s1.streams != nil || len(d.retiring) != 0 {
 		t.Errorf("after the last stream of the deleted session ended its state is still held")
 	}
 	if _, ok := d.tombs.byID["S1"]; !ok {

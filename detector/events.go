@@ -159,7 +159,10 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		d.limitHit("MaxEventsIndexedPerSession", o.Time, s, "event index")
 		return
 	}
-	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data, priming: priming}
+	if s.events == nil {
+		s.events = map[string]eventRef{}
+	}
+	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
 	if priming && len(st.priming) < maxPrimingPositions {
 		st.priming = append(st.priming, st.next)
 	}
@@ -238,7 +241,7 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 }
 
 func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observation, m *decode.Message, replay bool) {
-	c := s.calls[m.ID]
+	c := s.calls.at(m.ID)
 	if c != nil && c.answered {
 		if replay || !ex.once(onceDupResponse) {
 			return
@@ -262,20 +265,20 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 			return
 		}
 		c = &call{id: m.ID}
-		s.calls[m.ID] = c
+		s.calls.set(m.ID, c)
 	} else {
 		s.inflight--
 	}
 	if s.answered >= d.cfg.MaxResponsesPerSession {
 		// Keep the in-flight bookkeeping right but forget the id.
 		d.limitHit("MaxResponsesPerSession", o.Time, s, "duplicate response")
-		delete(s.calls, m.ID)
+		s.calls.del(m.ID)
 	} else {
 		s.answered++
 	}
 	c.answered, c.resultHash = true, hash64(m.ResultHash)
-	if c.token != "" && s.progress != nil {
-		delete(s.progress, c.token)
+	if c.token != "" {
+		s.progress.del(c.token)
 	}
 }
 
@@ -287,7 +290,7 @@ func eventID(o *decode.Observation) string {
 }
 
 func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation, m *decode.Message) {
-	last, seen := s.progress[m.ProgressToken]
+	last, seen := s.progress.get(m.ProgressToken)
 	if seen && m.Progress <= last {
 		if ex.once(onceProgress) {
 			d.violation(&Violation{
@@ -301,13 +304,10 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 		return
 	}
 	if !seen {
-		if s.progress == nil {
-			s.progress = map[string]float64{}
-		}
-		if len(s.progress) >= d.cfg.MaxProgressTokensPerSession {
+		if s.progress.len() >= d.cfg.MaxProgressTokensPerSession {
 			d.limitHit("MaxProgressTokensPerSession", o.Time, s, "progress order")
 			return
 		}
 	}
-	s.progress[m.ProgressToken] = m.Progress
+	s.progress.set(m.ProgressToken, m.Progress)
 }

@@ -114,15 +114,16 @@ func (l *lostIndex) flushAll(d *Detector) {
 func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reason string) {
 	s.lostAt, s.lostHow, s.lostConn, s.lostEx = t, how, ex.conn, ex.key.ex
 	ids := make([]string, 0, s.inflight)
-	for id, c := range s.calls {
+	for id, c := range s.calls.all() {
 		if !c.answered && !c.unknown && c.method == "tools/call" {
 			ids = append(ids, id)
 		}
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		s.calls[id].unknown = true
-		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, s.calls[id], t, reason))
+		c := s.calls.at(id)
+		c.unknown = true
+		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, t, reason))
 	}
 	if how == "404" {
 		s.gone = true
@@ -221,14 +222,14 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		}
 		key := toolKey{m.Tool, m.ParamsHash}
 		if src := s.swappedFrom; src != nil {
-			if c := src.toolCalls[key]; c != nil {
+			if c := src.toolCalls.at(key); c != nil {
 				d.reissued(src, c, s.id)
 			}
 		}
 		if l == nil {
 			continue
 		}
-		c := l.toolCalls[key]
+		c := l.toolCalls.at(key)
 		if c == nil {
 			continue
 		}
@@ -337,7 +338,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		if m.Type != decode.MsgRequest || m.ID == "" {
 			continue
 		}
-		c := s.calls[m.ID]
+		c := s.calls.at(m.ID)
 		if c == nil || c.ex != ex.serial {
 			return // not tracked (limit): cannot tell
 		}

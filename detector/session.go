@@ -8,13 +8,12 @@ import (
 )
 
 // eventRef is where an event id was first issued in a session. It is kept
-// small and pointer-free because there is one per event id.
+// small (24 bytes) and pointer-free because there is one per event id.
 type eventRef struct {
-	stream  int32 // index into session.streams
-	pos     int32 // position of first appearance on that logical stream
-	at      int64 // capture time, unix nanoseconds
-	data    uint64
-	priming bool
+	stream int32 // index into session.streams
+	pos    int32 // position of first appearance on that logical stream
+	at     int64 // capture time, unix nanoseconds
+	data   uint64
 }
 
 // maxPrimingPositions bounds the priming positions remembered per stream;
@@ -35,6 +34,9 @@ type stream struct {
 	maxNum    int64 // highest go-sdk index / decimal value of a new id; -1 none
 	gap       bool  // some exchange carrying it lost bytes
 	priming   []int32
+	// primingBuf backs priming for its first positions: a stream is
+	// primed once, plus once per replay, so most never allocate.
+	primingBuf [2]int32
 }
 
 func (st *stream) isPriming(pos int32) bool {
@@ -86,22 +88,15 @@ type session struct {
 	open    int // exchanges bound to it (exchange.sess) not yet ended
 	gap     bool
 
-	streams        []*stream
-	streamByPrefix map[string]int32
-	events         map[string]eventRef
+	sessionState
 	// indexLimit names the Config bound that left the event index
 	// incomplete ("" while complete).
 	indexLimit string
-	partial    map[string]struct{}
 	shape      idShape
 	decMax     int64
 	decMaxAt   time.Time
-
-	calls     map[string]*call // JSON-RPC id -> call
-	inflight  int
-	answered  int
-	toolCalls map[toolKey]*call // last call of each tool and params
-	progress  map[string]float64
+	inflight   int
+	answered   int
 
 	requests, eventsN, resumes, violations int
 
@@ -120,6 +115,19 @@ type session struct {
 	newer, older *session
 }
 
+// sessionState is what a session keeps per event id, stream, call and
+// progress token: nearly all its memory. It is dropped as a whole once the
+// session can no longer need it (freeSession).
+type sessionState struct {
+	streams        []*stream
+	streamByPrefix smallMap[string, int32]
+	events         map[string]eventRef // nil until the first id
+	partial        map[string]struct{}
+	calls          smallMap[string, *call]  // JSON-RPC id -> call
+	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
+	progress       smallMap[string, float64]
+}
+
 // toolKey identifies a tools/call by what it asks for: same tool, same
 // arguments (silent_reinit_after_404 form 2).
 type toolKey struct{ tool, paramsHash string }
@@ -131,8 +139,6 @@ func newSession(id string, o *decode.Observation) *session {
 		server:    o.Conn.Server,
 		firstSeen: o.Time,
 		lastSeen:  o.Time,
-		events:    map[string]eventRef{},
-		calls:     map[string]*call{},
 		decMax:    -1,
 	}
 }
@@ -160,6 +166,19 @@ func (d *Detector) session(id string, o *decode.Observation) *session {
 	d.stats.SessionsSeen++
 	d.pushFront(s)
 	return s
+}
+
+// sessionUnlessDeleted is session(id), or nil when id is a deleted
+// session's (a tombstone).
+func (d *Detector) sessionUnlessDeleted(id string, o *decode.Observation) *session {
+	if s, ok := d.sessions[id]; ok {
+		d.touch(s, o.Time)
+		return s
+	}
+	if d.tombs.use(id, o.Time) {
+		return nil
+	}
+	return d.session(id, o)
 }
 
 func (d *Detector) touch(s *session, t time.Time) {
@@ -236,8 +255,7 @@ func (d *Detector) freeSession(s *session) {
 	s.removed = true
 	d.cutCallsUnknown(s)
 	d.flushUnknown(s)
-	s.events, s.calls, s.toolCalls, s.progress, s.partial = nil, nil, nil, nil, nil
-	s.streams, s.streamByPrefix = nil, nil
+	s.sessionState = sessionState{}
 }
 
 // retire takes a deleted session out of the table: a tombstone keeps its
@@ -315,7 +333,7 @@ func (d *Detector) flushUnknown(s *session) {
 // or nil when MaxStreamsPerSession is reached.
 func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.Time) *stream {
 	if hasPrefix {
-		if i, ok := s.streamByPrefix[prefix]; ok {
+		if i, ok := s.streamByPrefix.get(prefix); ok {
 			return s.streams[i]
 		}
 	}
@@ -325,12 +343,13 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.T
 		return nil
 	}
 	st := &stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, maxNum: -1}
+	st.priming = st.primingBuf[:0]
+	if s.streams == nil {
+		s.streams = make([]*stream, 0, 4) // a GET stream and a few POST streams
+	}
 	s.streams = append(s.streams, st)
 	if hasPrefix {
-		if s.streamByPrefix == nil {
-			s.streamByPrefix = map[string]int32{}
-		}
-		s.streamByPrefix[prefix] = st.idx
+		s.streamByPrefix.set(prefix, st.idx)
 	}
 	return st
 }
