@@ -354,7 +354,10 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 	if c.closed {
 		return c.w.injecting
 	}
-	if tcp.RST {
+	// The synthetic RSTs of finishReset must not mark the connection as
+	// reset again: the next packet would run finishReset for it with that
+	// packet's flows, and reset an unrelated connection.
+	if tcp.RST && !c.w.injecting {
 		c.rst = true
 		c.w.reset, c.w.resetDir = c, d
 	}

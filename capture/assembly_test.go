@@ -340,3 +340,28 @@ func TestEvictionFarFuture(t *testing.T) {
 		t.Errorf("evictions %d, want 7", w.stats.Evictions)
 	}
 }
+
+// TestResetLeavesOthersAlone: the synthetic RSTs that end a reset
+// connection must not leave it marked as just reset, or the next packet's
+// connection was reset in its place. Here the server's half of the reset
+// connection keeps its SYN's sequence number far from the synthetic RST's,
+// so that half stays open and the connection is not forgotten at once.
+func TestResetLeavesOthersAlone(t *testing.T) {
+	ms := time.Millisecond
+	c2 := netip.MustParseAddrPort("10.0.0.3:40001")
+	segs := []seg{syn, {src: server, dst: client, seq: 0xf0000000, ack: 1001, flags: "SA"},
+		c2s(1001, "one", ms), withFlags(c2s(1004, "", 2*ms), "R")}
+	segs = append(segs, conversation(c2, server, 3*ms, "GET", "200")...)
+	rec, _, err := run(t, Config{Workers: 1}, capFile(t, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.streams()
+	if len(got) != 2 || got[0].reason.String() != "reset" || got[1].reason.String() != "fin" ||
+		got[1].fromA() != "GET" || got[1].fromB() != "200" {
+		for _, s := range got {
+			t.Logf("%+v %v", s.meta, s.calls)
+		}
+		t.Error("want the reset connection, then the other one whole")
+	}
+}
