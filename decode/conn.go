@@ -61,6 +61,33 @@ type conn struct {
 	lastKey   int64  // observation sort keys never go back within a connection
 	exchanges int    // exchange indexes handed out
 	queue     []*exchange
+	// values holds the header values last seen on this connection, by
+	// header (see value).
+	values [numValueSlots]string
+}
+
+// Header values the connection remembers, in conn.values.
+const (
+	slotHost = iota
+	slotSession
+	slotProtocol
+	slotRequestType
+	slotAccept
+	slotResponseType
+	numValueSlots
+)
+
+// value returns b as a string. A keep-alive connection repeats the same
+// host, session id, content types and protocol version on every message, so
+// comparing with the value last seen in that header is nearly always a hit
+// and cheaper than the worker's interning table, which it falls back to.
+func (c *conn) value(slot int, b []byte) string {
+	if v := c.values[slot]; v == string(b) {
+		return v
+	}
+	v := c.w.strings.str(b)
+	c.values[slot] = v
+	return v
 }
 
 // dir is one direction of a connection.
@@ -633,21 +660,21 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 		}
 		switch string(name) {
 		case "host":
-			req.Host = in.str(value)
+			req.Host = d.c.value(slotHost, value)
 		case "mcp-session-id":
 			if !req.HasSessionID {
-				req.SessionID, req.HasSessionID = in.str(value), true
+				req.SessionID, req.HasSessionID = d.c.value(slotSession, value), true
 			}
 		case "last-event-id":
 			if !req.HasLastEventID {
 				req.LastEventID, req.HasLastEventID = in.str(value), true
 			}
 		case "mcp-protocol-version":
-			req.ProtocolVersion = in.str(value)
+			req.ProtocolVersion = d.c.value(slotProtocol, value)
 		case "content-type":
-			req.ContentType = in.str(value)
+			req.ContentType = d.c.value(slotRequestType, value)
 		case "accept":
-			req.Accept = in.str(value)
+			req.Accept = d.c.value(slotAccept, value)
 		case "authorization":
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)
@@ -760,7 +787,6 @@ type responseObservation struct {
 
 // parseResponseHead reads the response head in d.buf (complete lines only).
 func (d *dir) parseResponseHead() (*responseObservation, framing) {
-	in := &d.c.w.strings
 	status, _ := parseStatusLine(firstLine(d.buf))
 	ro := &responseObservation{}
 	resp := &ro.resp
@@ -773,12 +799,12 @@ func (d *dir) parseResponseHead() (*responseObservation, framing) {
 		switch string(name) {
 		case "mcp-session-id":
 			if !resp.HasSessionID {
-				resp.SessionID, resp.HasSessionID = in.str(value), true
+				resp.SessionID, resp.HasSessionID = d.c.value(slotSession, value), true
 			}
 		case "content-type":
-			resp.ContentType = in.str(value)
+			resp.ContentType = d.c.value(slotResponseType, value)
 		case "mcp-protocol-version":
-			resp.ProtocolVersion = in.str(value)
+			resp.ProtocolVersion = d.c.value(slotProtocol, value)
 		}
 	})
 	if !ok {

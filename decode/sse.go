@@ -152,6 +152,14 @@ func (d *SSEDecoder) write(p []byte) {
 			d.appendLine(p[off:])
 			return
 		}
+		if len(d.line) == 0 && d.lineMode == sseLineBuffer && eol-off <= d.maxLine {
+			// The whole line is in p: parse it in place rather than
+			// copying it into d.line first.
+			d.afterCR = p[eol] == '\r'
+			d.processLine(p[off:eol])
+			off = eol + 1
+			continue
+		}
 		d.appendLine(p[off:eol])
 		d.afterCR = p[eol] == '\r'
 		off = eol + 1
