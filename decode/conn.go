@@ -3,6 +3,8 @@ package decode
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"time"
 	"unsafe"
@@ -68,7 +70,9 @@ type conn struct {
 
 // Header values the connection remembers, in conn.values.
 const (
-	slotHost = iota
+	slotMethod = iota
+	slotPath
+	slotHost
 	slotSession
 	slotProtocol
 	slotRequestType
@@ -652,7 +656,7 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	method, target, _ := parseRequestLine(firstLine(d.buf))
 	ro := &requestObservation{}
 	req := &ro.req
-	*req = Request{Method: in.str(method), Path: in.str(target)}
+	*req = Request{Method: d.c.value(slotMethod, method), Path: d.c.value(slotPath, target)}
 	f := framing{contentLength: -1}
 	ok := headerLines(d.buf, &d.c.w.lower, func(name, value []byte) {
 		if f.field(name, value) {
@@ -1080,11 +1084,9 @@ func (d *dir) onEvent(e *SSEEvent) {
 // that shares buf's memory instead of copying it. buf must never be written
 // again: it lives in the observation whose field holds the string.
 func hex64(buf *[16]byte, h uint64) string {
-	const digits = "0123456789abcdef"
-	for i := 15; i >= 0; i-- {
-		buf[i] = digits[h&0xf]
-		h >>= 4
-	}
+	var raw [8]byte
+	binary.BigEndian.PutUint64(raw[:], h)
+	hex.Encode(buf[:], raw[:])
 	return unsafe.String(&buf[0], len(buf))
 }
 

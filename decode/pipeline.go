@@ -56,7 +56,10 @@ type Pipeline struct {
 	closed      bool
 
 	outCh chan []*Observation
-	wg    sync.WaitGroup
+	// free returns delivered batches for reuse: grown one append at a
+	// time, each released batch used to cost several allocations.
+	free chan []*Observation
+	wg   sync.WaitGroup
 
 	delivered, late, early atomic.Int64
 }
@@ -75,6 +78,7 @@ func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
 		lastTick: make([]int64, workers),
 		done:     make([]bool, workers),
 		outCh:    make(chan []*Observation, outQueueBatches),
+		free:     make(chan []*Observation, outQueueBatches+2),
 	}
 	for i := 0; i < workers; i++ {
 		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters)})
@@ -115,6 +119,11 @@ func (p *Pipeline) deliver() {
 			p.out(o)
 		}
 		p.delivered.Add(int64(len(batch)))
+		clear(batch) // let the observations go
+		select {
+		case p.free <- batch[:0]:
+		default:
+		}
 	}
 }
 
@@ -184,6 +193,16 @@ func (p *Pipeline) insertLocked(items []item) {
 	}
 }
 
+// newBatch returns an empty batch, reused when one is free.
+func (p *Pipeline) newBatch() []*Observation {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return nil
+	}
+}
+
 func (p *Pipeline) noteReleased(it item) {
 	if !p.hasReleased || p.released.less(&it) {
 		p.released = it
@@ -211,6 +230,9 @@ func (p *Pipeline) releaseLocked() {
 	}
 	var batch []*Observation
 	for p.buffered.len() > 0 && (all || p.buffered.min().key < watermark) {
+		if batch == nil {
+			batch = p.newBatch()
+		}
 		it := p.buffered.pop()
 		p.noteReleased(it)
 		batch = append(batch, it.obs)
