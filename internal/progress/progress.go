@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replaywatch/replaywatch/internal/humanize"
 	"golang.org/x/term"
 )
 
@@ -83,10 +84,10 @@ func (b *Bar) draw(read, total int64, now time.Time) {
 func Line(read, total int64, elapsed time.Duration) string {
 	rate := ""
 	if s := elapsed.Seconds(); s > 0 {
-		rate = fmt.Sprintf("  %s/s", size(int64(float64(read)/s)))
+		rate = fmt.Sprintf("  %s/s", humanize.Bytes(int64(float64(read)/s)))
 	}
 	if total <= 0 {
-		return fmt.Sprintf("read %s%s", size(read), rate)
+		return fmt.Sprintf("read %s%s", humanize.Bytes(read), rate)
 	}
 	const cells = 30
 	frac := float64(read) / float64(total)
@@ -96,17 +97,5 @@ func Line(read, total int64, elapsed time.Duration) string {
 	if done < cells {
 		bar += ">" + strings.Repeat(" ", cells-done-1)
 	}
-	return fmt.Sprintf("[%s] %3.0f%%  %s / %s%s", bar, frac*100, size(read), size(total), rate)
-}
-
-func size(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	return fmt.Sprintf("[%s] %3.0f%%  %s / %s%s", bar, frac*100, humanize.Bytes(read), humanize.Bytes(total), rate)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/internal/humanize"
 	"github.com/replaywatch/replaywatch/sink"
 )
 
@@ -94,7 +95,7 @@ func (w *Writer) Finish(s *sink.Summary) error {
 }
 
 func writeSummary(b *strings.Builder, s *sink.Summary) {
-	fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanBytes(s.Bytes))
+	fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanize.Bytes(int64(s.Bytes)))
 	if !s.CaptureStart.IsZero() {
 		fmt.Fprintf(b, ", capture %s .. %s (%s)", s.CaptureStart.UTC().Format(time.RFC3339),
 			s.CaptureEnd.UTC().Format(time.RFC3339), s.CaptureEnd.Sub(s.CaptureStart).Round(time.Millisecond))
@@ -111,7 +112,7 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	row("Findings", "%s", counts(s.Findings))
 	row("Unknown outcomes", "%d", s.UnknownOutcomes)
 	row("Unverifiable", "%d", s.Unverifiable)
-	row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanBytes(s.CaptureGapBytes))
+	row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanize.Bytes(int64(s.CaptureGapBytes)))
 	if len(s.LimitsHit) > 0 {
 		row("Limits hit", "%s", counts(s.LimitsHit))
 	}
@@ -195,18 +196,6 @@ func counts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
-}
-
-func humanBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // wrap breaks s into lines of at most width runes, each prefixed.
