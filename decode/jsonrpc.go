@@ -86,18 +86,19 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 		return Message{Type: MsgInvalid}, true
 	}
 	err := eachMember(raw, func(key, value []byte) {
-		switch {
-		case keyIs(key, "jsonrpc"):
+		// One switch on the name rather than a comparison per member.
+		switch string(memberName(key)) {
+		case "jsonrpc":
 			f.version = value
-		case keyIs(key, "id"):
+		case "id":
 			f.id = value
-		case keyIs(key, "method"):
+		case "method":
 			f.method = value
-		case keyIs(key, "params"):
+		case "params":
 			f.params = value
-		case keyIs(key, "result"):
+		case "result":
 			f.result = value
-		case keyIs(key, "error"):
+		case "error":
 			f.errObj = value
 		}
 	})

@@ -251,6 +251,19 @@ func trailingSpaceOnly(b []byte, i int) error {
 	return nil
 }
 
+// memberName returns the name in a raw key token, decoded when escaped
+// (nil when it does not decode).
+func memberName(key []byte) []byte {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return key[1 : len(key)-1]
+	}
+	s, ok := jsonString(key)
+	if !ok {
+		return nil
+	}
+	return []byte(s)
+}
+
 // keyIs compares a raw key token with a name; escaped keys are decoded.
 func keyIs(key []byte, name string) bool {
 	if bytes.IndexByte(key, '\\') < 0 {
