@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -25,9 +26,116 @@ const (
 	evictFraction = 64
 )
 
-// connKey names a connection by its IP and port flows, in the direction of
-// the packet that opened it.
-type connKey [2]gopacket.Flow
+// flowKey names a connection by its two endpoints, the lower one first, so
+// that both directions find the same entry with one map lookup. It is what
+// the worker's own connection table is keyed on: hashing it is much cheaper
+// than the assembler's lookup by a pair of gopacket.Flow values.
+type flowKey struct {
+	lo, hi         [16]byte // IPv4 addresses use the first 4 bytes
+	loPort, hiPort uint16
+	v6             bool
+}
+
+// makeFlowKey returns the key of a segment from src to dst and whether src
+// is the key's lo endpoint. src and dst are 4 bytes (IPv4) or 16 (IPv6).
+func makeFlowKey(src, dst []byte, sport, dport uint16) (k flowKey, fromLo bool) {
+	k.v6 = len(src) == 16
+	fromLo = true
+	if c := bytes.Compare(src, dst); c > 0 || c == 0 && sport > dport {
+		src, dst, sport, dport = dst, src, dport, sport
+		fromLo = false
+	}
+	copy(k.lo[:], src)
+	copy(k.hi[:], dst)
+	k.loPort, k.hiPort = sport, dport
+	return k, fromLo
+}
+
+// hash spreads connections over workers. It is not the map's hash: it must
+// be the same in every run, so that a capture is split the same way each
+// time.
+func (k *flowKey) hash() uint64 {
+	le := binary.LittleEndian
+	h := le.Uint64(k.lo[0:]) ^ le.Uint64(k.lo[8:])*0x9e3779b97f4a7c15
+	h ^= (le.Uint64(k.hi[0:]) ^ le.Uint64(k.hi[8:])*0xc2b2ae3d27d4eb4f) * 0x165667b19e3779f9
+	h ^= uint64(k.loPort)<<16 | uint64(k.hiPort)
+	// splitmix64's finalizer, so that every bit of the key reaches the
+	// low bits the worker index is taken from.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// endpoints returns the addresses and ports of the side that sends in a
+// direction: the lo endpoint's when fromLo.
+func (k *flowKey) endpoints(fromLo bool) (src, dst netip.AddrPort) {
+	n := 4
+	if k.v6 {
+		n = 16
+	}
+	lo := netip.AddrPortFrom(addrOf(k.lo[:n]), k.loPort)
+	hi := netip.AddrPortFrom(addrOf(k.hi[:n]), k.hiPort)
+	if fromLo {
+		return lo, hi
+	}
+	return hi, lo
+}
+
+// netFlow is the gopacket network flow of a direction, for the assembler.
+func (k *flowKey) netFlow(fromLo bool) gopacket.Flow {
+	t, n := layers.EndpointIPv4, 4
+	if k.v6 {
+		t, n = layers.EndpointIPv6, 16
+	}
+	if fromLo {
+		return gopacket.NewFlow(t, k.lo[:n], k.hi[:n])
+	}
+	return gopacket.NewFlow(t, k.hi[:n], k.lo[:n])
+}
+
+// TCP flag bits as they are in the header's 14th byte.
+const (
+	flagFIN = 0x01
+	flagSYN = 0x02
+	flagRST = 0x04
+	flagACK = 0x10
+)
+
+// tcpSeg is one TCP segment as the worker sees it.
+type tcpSeg struct {
+	key     flowKey
+	fromLo  bool
+	seq     uint32
+	flags   uint8
+	payload []byte
+	// raw is the TCP header followed by the payload, decoded into a
+	// layers.TCP only when the segment goes to the assembler; tcp, when
+	// not nil, is that decoding already done by the caller.
+	raw []byte
+	tcp *layers.TCP
+	ts  time.Time
+	ord uint64
+}
+
+func tcpFlags(t *layers.TCP) uint8 {
+	var f uint8
+	if t.FIN {
+		f |= flagFIN
+	}
+	if t.SYN {
+		f |= flagSYN
+	}
+	if t.RST {
+		f |= flagRST
+	}
+	if t.ACK {
+		f |= flagACK
+	}
+	return f
+}
 
 // pktCtx is the reassembly.AssemblerContext of one packet. The assembler
 // sees the worker's strictly increasing clock (asm), so "older than" cut-offs
@@ -66,43 +174,57 @@ func limitsFor(cfg Config) workerLimits {
 	}
 }
 
-// worker owns one reassembly.Assembler, its own StreamPool and one
-// decode.StreamFactory. All of it is used from a single goroutine.
+// worker follows the connections of its share of the traffic. Segments that
+// arrive in order are delivered by the worker itself (inOrder), without
+// gopacket's reassembly.Assembler: on loopback and LAN captures that is
+// nearly all of them, and the assembler's per-segment cost (its connection
+// lookup by gopacket.Flow pairs, page handling) was most of a capture run. A
+// connection that meets anything else (a segment out of order, a
+// retransmission, an RST) is handed over to the assembler for the rest of its
+// life (handOver), so reordering, overlaps, gaps and page limits keep the
+// assembler's semantics. All of it is used from a single goroutine.
 type worker struct {
-	limits  workerLimits
-	factory decode.StreamFactory
-	asm     *reassembly.Assembler
-	stats   Stats
+	limits      workerLimits
+	factory     decode.StreamFactory
+	asm         *reassembly.Assembler
+	stats       Stats
+	assembleAll bool // Config.assembleAll
 
 	clock     time.Time // assembler clock: strictly increasing per packet
 	now       time.Time // latest real capture time seen
 	lastFlush time.Time // clock at the last timeout check
 
-	conns []*conn // every connection the assembler holds, open or not
-	// closeReason is the reason given to connections the assembler closes
-	// during the current call: CloseFIN while assembling packets, the
-	// flush's reason inside a flush.
+	conns []*conn // every connection not yet complete, whoever follows it
+	byKey map[flowKey]*conn
+	// closeReason is the reason given to connections closed during the
+	// current call: CloseFIN while handling packets, the flush's reason
+	// inside a flush.
 	closeReason decode.CloseReason
-	flushing    bool   // inside a flush: gaps come from timeouts, not page limits
-	injecting   bool   // feeding synthetic RSTs (see finishReset)
-	reset       *conn  // connection whose packet carried RST in this Assemble call
-	resetDir    int    // its assembler direction
-	ord         uint64 // ordinal of the packet being assembled: the ID of a new connection
+	flushing    bool  // inside a flush: gaps come from timeouts, not page limits
+	injecting   bool  // feeding synthetic RSTs (see finishReset)
+	reset       *conn // connection whose packet carried RST in this Assemble call
+	resetDir    int   // its assembler direction
+	// handingOver is the connection being handed to the assembler: the
+	// only one its StreamFactory.New may return.
+	handingOver *conn
 	ctxs        []pktCtx
-	rstTCP      layers.TCP
-	rstBuf      [20]byte
+	tcp         layers.TCP // a segment decoded for the assembler
+	synthTCP    layers.TCP // a synthetic segment (handOver, finishReset)
+	synthBuf    [20]byte
 	seen        []time.Time // scratch for eviction
 	// closed holds recently ended connections (see closedTTL), at most
 	// limits.maxConns of them.
-	closed map[connKey]time.Time
+	closed map[flowKey]time.Time
 }
 
 func newWorker(cfg Config, factory decode.StreamFactory) *worker {
 	w := &worker{
 		limits:      limitsFor(cfg),
 		factory:     factory,
+		assembleAll: cfg.assembleAll,
 		closeReason: decode.CloseFIN,
-		closed:      make(map[connKey]time.Time),
+		byKey:       make(map[flowKey]*conn),
+		closed:      make(map[flowKey]time.Time),
 	}
 	w.asm = reassembly.NewAssembler(reassembly.NewStreamPool(w))
 	w.asm.MaxBufferedPagesPerConnection = cfg.MaxBufferedPagesPerConnection
@@ -110,13 +232,13 @@ func newWorker(cfg Config, factory decode.StreamFactory) *worker {
 	return w
 }
 
-func (w *worker) newCtx(ts time.Time) *pktCtx {
+func (w *worker) newCtx(asm, ts time.Time) *pktCtx {
 	if len(w.ctxs) == 0 {
 		w.ctxs = make([]pktCtx, ctxSlab)
 	}
 	c := &w.ctxs[0]
 	w.ctxs = w.ctxs[1:]
-	c.asm, c.ts = w.clock, ts
+	c.asm, c.ts = asm, ts
 	return c
 }
 
@@ -127,26 +249,202 @@ func (w *worker) timeOf(ac reassembly.AssemblerContext) time.Time {
 	return w.now
 }
 
-// handle assembles one TCP segment. ord is the packet's ordinal in the run.
+// handle follows one decoded TCP segment; net is its IP flow and ord the
+// packet's ordinal in the run.
 func (w *worker) handle(net gopacket.Flow, tcp *layers.TCP, ts time.Time, ord uint64) {
-	if ts.After(w.now) {
-		w.now = ts
+	src, dst := net.Endpoints()
+	s := tcpSeg{seq: tcp.Seq, flags: tcpFlags(tcp), payload: tcp.Payload, tcp: tcp, ts: ts, ord: ord}
+	s.key, s.fromLo = makeFlowKey(src.Raw(), dst.Raw(), uint16(tcp.SrcPort), uint16(tcp.DstPort))
+	w.handleSeg(&s)
+}
+
+func (w *worker) handleSeg(s *tcpSeg) {
+	if s.ts.After(w.now) {
+		w.now = s.ts
 	}
-	if ts.After(w.clock) {
-		w.clock = ts
+	if s.ts.After(w.clock) {
+		w.clock = s.ts
 	} else {
 		w.clock = w.clock.Add(1)
 	}
 	w.checkTimeouts()
-	ctx := w.newCtx(ts)
-	w.ord = ord
-	w.asm.AssembleWithContext(net, tcp, ctx)
-	if c := w.reset; c != nil {
-		w.reset = nil
-		w.finishReset(c, net, tcp, ctx)
+	c := w.byKey[s.key]
+	if c == nil {
+		if c = w.open(s); c == nil {
+			return
+		}
+	}
+	switch {
+	case c.inAsm:
+		w.assemble(s)
+	case w.assembleAll || !w.inOrder(c, s):
+		w.handOver(c)
+		w.assemble(s)
 	}
 	if len(w.conns) > w.limits.maxConns {
 		w.evict()
+	}
+}
+
+// open starts following a connection at its first segment, or returns nil
+// when the segment cannot start one.
+func (w *worker) open(s *tcpSeg) *conn {
+	syn := s.flags&flagSYN != 0
+	if !syn {
+		if len(s.payload) == 0 {
+			// A bare ACK, FIN or RST cannot start anything worth
+			// decoding; it is usually the tail of a connection already
+			// closed.
+			return nil
+		}
+		if w.recentlyClosed(s.key) {
+			return nil
+		}
+	}
+	src, dst := s.key.endpoints(s.fromLo)
+	meta := decode.ConnMeta{ID: s.ord, A: src, B: dst, Start: s.ts, SawSYN: syn}
+	// A SYN-ACK first means the client's SYN was missed: A is still the
+	// client, the receiver of this packet.
+	swapped := syn && s.flags&flagACK != 0
+	if swapped {
+		meta.A, meta.B = dst, src
+	}
+	c := &conn{w: w, key: s.key, lo0: s.fromLo, swapped: swapped, stream: w.factory.NewStream(meta)}
+	w.byKey[s.key] = c
+	w.track(c)
+	w.stats.Connections++
+	if !meta.SawSYN {
+		w.stats.ConnectionsWithoutSYN++
+	}
+	return c
+}
+
+// inOrder delivers a segment of a connection the worker follows itself, the
+// way the assembler would have. It returns false, having changed nothing,
+// when the segment needs the assembler: an RST, a SYN on a started half, or
+// data or a FIN anywhere but at the next expected sequence number.
+func (w *worker) inOrder(c *conn, s *tcpSeg) bool {
+	f := s.flags
+	if f&flagRST != 0 {
+		return false
+	}
+	d := c.dirOf(s.fromLo)
+	next := s.seq
+	switch {
+	case c.halfClosed[d]:
+		// The assembler drops segments of a half that has ended.
+		c.lastSeen, c.nextSeq[d] = w.clock, c.next[d]
+		return true
+	case !c.started[d] && f&flagSYN != 0:
+		if f&flagFIN != 0 {
+			return false
+		}
+		next++ // the SYN takes one sequence number
+	case !c.started[d]:
+		// The handshake of this half was not captured: it starts at
+		// its first segment, as Accept makes the assembler do.
+	case f&flagSYN != 0:
+		return false
+	case s.seq != c.next[d]:
+		if len(s.payload) == 0 && f&flagFIN == 0 {
+			// A bare ACK elsewhere (a keep-alive, a window probe)
+			// carries nothing, and the assembler does nothing with it.
+			c.lastSeen, c.nextSeq[d] = w.clock, c.next[d]
+			return true
+		}
+		return false
+	}
+	c.lastSeen = w.clock
+	if c.started[d] {
+		c.nextSeq[d] = c.next[d] // what Accept would have been told
+	}
+	c.started[d] = true
+	c.next[d] = next + uint32(len(s.payload))
+	fromA := c.fromA(d)
+	if len(s.payload) > 0 {
+		w.stats.PayloadBytes += uint64(len(s.payload))
+		c.stream.Data(fromA, s.payload, s.ts)
+	}
+	if f&flagFIN != 0 {
+		c.next[d]++
+		c.halfClosed[d] = true
+		if !c.fin[d] {
+			c.fin[d] = true
+			w.stats.Fins++
+			c.stream.Fin(fromA, s.ts)
+		}
+		if c.halfClosed[1-d] {
+			w.complete(c)
+		}
+	}
+	return true
+}
+
+// handOver gives a connection the worker followed itself to the assembler.
+// For each started half a synthetic SYN just before the next expected byte
+// (and a FIN after it, for a half that has ended) brings the assembler to the
+// state it would have reached had it seen every segment: same expected
+// sequence numbers, same halves closed, same client-to-server direction
+// (half 0 always started first). The synthetic segments carry the
+// connection's last-seen clock, so idle and eviction cut-offs do not move.
+func (w *worker) handOver(c *conn) {
+	c.inAsm = true
+	w.handingOver = c
+	ctx := w.newCtx(c.lastSeen, w.now)
+	// The synthetic segments must not change what finishReset will use.
+	defer func(seen [2]uint32) { c.nextSeq = seen }(c.nextSeq)
+	for d := range 2 {
+		if !c.started[d] {
+			continue
+		}
+		seq := c.next[d] - 1
+		if c.halfClosed[d] {
+			seq-- // the FIN took one sequence number too
+		}
+		w.inject(c, d, seq, flagSYN, ctx)
+		if c.halfClosed[d] {
+			w.inject(c, d, seq+1, flagFIN, ctx)
+		}
+	}
+}
+
+// inject feeds the assembler a synthetic empty segment with the given
+// sequence number and flags in direction d of c.
+func (w *worker) inject(c *conn, d int, seq uint32, flags uint8, ctx *pktCtx) {
+	fromLo := (d == 0) == c.lo0
+	src, dst := c.key.hiPort, c.key.loPort
+	if fromLo {
+		src, dst = dst, src
+	}
+	b := w.synthBuf[:]
+	clear(b)
+	binary.BigEndian.PutUint16(b[0:], src)
+	binary.BigEndian.PutUint16(b[2:], dst)
+	binary.BigEndian.PutUint32(b[4:], seq)
+	b[12] = 5 << 4 // header length: 5 words
+	b[13] = flags
+	if err := w.synthTCP.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
+		return
+	}
+	w.asm.AssembleWithContext(c.key.netFlow(fromLo), &w.synthTCP, ctx)
+}
+
+// assemble hands a segment of a connection in the assembler's care to it.
+func (w *worker) assemble(s *tcpSeg) {
+	defer func() { w.handingOver = nil }()
+	tcp := s.tcp
+	if tcp == nil {
+		// The reader decoded these bytes already, so this cannot fail.
+		if w.tcp.DecodeFromBytes(s.raw, gopacket.NilDecodeFeedback) != nil {
+			return
+		}
+		tcp = &w.tcp
+	}
+	ctx := w.newCtx(w.clock, s.ts)
+	w.asm.AssembleWithContext(s.key.netFlow(s.fromLo), tcp, ctx)
+	if c := w.reset; c != nil {
+		w.reset = nil
+		w.finishReset(c, ctx)
 	}
 }
 
@@ -187,6 +485,15 @@ func (w *worker) checkTimeouts() {
 func (w *worker) flush(reason decode.CloseReason, opt reassembly.FlushOptions) {
 	w.flushing, w.closeReason = true, reason
 	w.asm.FlushWithOptions(opt)
+	// The connections followed here hold no out-of-order data, so a flush
+	// only closes those last seen before TC, as the assembler closes a
+	// connection with nothing buffered. Backwards, because complete moves
+	// the last connection into the slot it frees.
+	for i := len(w.conns) - 1; i >= 0; i-- {
+		if c := w.conns[i]; !c.inAsm && c.lastSeen.Before(opt.TC) {
+			w.complete(c)
+		}
+	}
 	w.flushing, w.closeReason = false, decode.CloseFIN
 }
 
@@ -211,6 +518,11 @@ func (w *worker) evict() {
 func (w *worker) finish() {
 	w.flushing, w.closeReason = true, decode.CloseEOF
 	w.asm.FlushAll()
+	for i := len(w.conns) - 1; i >= 0; i-- {
+		if c := w.conns[i]; !c.inAsm {
+			w.complete(c)
+		}
+	}
 	w.flushing, w.closeReason = false, decode.CloseFIN
 	if !w.now.IsZero() {
 		w.factory.Tick(w.now)
@@ -223,29 +535,15 @@ func (w *worker) finish() {
 // half (and an out-of-order RST both halves) open until the idle timeout, and
 // a new connection on the same ports would be fed to the dead stream.
 // Injecting an in-order RST into each half closes it now.
-func (w *worker) finishReset(c *conn, net gopacket.Flow, tcp *layers.TCP, ctx *pktCtx) {
+func (w *worker) finishReset(c *conn, ctx *pktCtx) {
 	w.injecting = true
 	for _, d := range [2]int{1 - w.resetDir, w.resetDir} {
 		if c.removed {
 			break
 		}
-		flow, src, dst := net, tcp.SrcPort, tcp.DstPort
-		if d != w.resetDir {
-			flow, src, dst = net.Reverse(), dst, src
-		}
-		b := w.rstBuf[:]
-		clear(b)
-		binary.BigEndian.PutUint16(b[0:], uint16(src))
-		binary.BigEndian.PutUint16(b[2:], uint16(dst))
 		// An old sequence number of the half is at or before its next
 		// expected byte, so the assembler takes the RST as in order.
-		binary.BigEndian.PutUint32(b[4:], c.nextSeq[d])
-		b[12] = 5 << 4 // header length: 5 words
-		b[13] = 0x04   // RST
-		if err := w.rstTCP.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
-			break
-		}
-		w.asm.AssembleWithContext(flow, &w.rstTCP, ctx)
+		w.inject(c, d, c.nextSeq[d], flagRST, ctx)
 	}
 	w.injecting = false
 	if !c.closed {
@@ -266,67 +564,79 @@ func (w *worker) untrack(c *conn) {
 	w.conns = w.conns[:len(w.conns)-1]
 }
 
-// New implements reassembly.StreamFactory.
-func (w *worker) New(net, transport gopacket.Flow, tcp *layers.TCP, ac reassembly.AssemblerContext) reassembly.Stream {
-	key := connKey{net, transport}
-	if !tcp.SYN {
-		if len(tcp.Payload) == 0 {
-			// A bare ACK, FIN or RST cannot start anything worth
-			// decoding; it is usually the tail of a connection already
-			// closed.
-			return nil
+// complete forgets a connection whose halves are both closed, closing its
+// stream if that has not happened yet; a new connection on the same ports
+// starts afresh.
+func (w *worker) complete(c *conn) {
+	w.untrack(c)
+	delete(w.byKey, c.key)
+	c.removed = true
+	if !c.closed {
+		reason := w.closeReason
+		switch {
+		case c.rst:
+			reason = decode.CloseReset
+		case c.fin[0] && c.fin[1]:
+			reason = decode.CloseFIN
+		case reason == decode.CloseEOF && (c.fin[0] || c.fin[1]):
+			reason = decode.CloseFIN
 		}
-		if w.recentlyClosed(key) {
-			return nil
-		}
+		c.close(reason)
 	}
-	src := netip.AddrPortFrom(addrOf(net.Src()), uint16(tcp.SrcPort))
-	dst := netip.AddrPortFrom(addrOf(net.Dst()), uint16(tcp.DstPort))
-	meta := decode.ConnMeta{ID: w.ord, A: src, B: dst, Start: w.timeOf(ac), SawSYN: tcp.SYN}
-	// A SYN-ACK first means the client's SYN was missed: A is still the
-	// client, the receiver of this packet.
-	swapped := tcp.SYN && tcp.ACK
-	if swapped {
-		meta.A, meta.B = dst, src
-	}
-	c := &conn{w: w, key: key, swapped: swapped, stream: w.factory.NewStream(meta)}
-	w.track(c)
-	w.stats.Connections++
-	if !meta.SawSYN {
-		w.stats.ConnectionsWithoutSYN++
-	}
-	return c
 }
 
-func (w *worker) recentlyClosed(k connKey) bool {
+// New implements reassembly.StreamFactory. The assembler only meets
+// connections handOver gives it.
+func (w *worker) New(_, _ gopacket.Flow, _ *layers.TCP, _ reassembly.AssemblerContext) reassembly.Stream {
+	if w.handingOver == nil {
+		return nil
+	}
+	return w.handingOver
+}
+
+func (w *worker) recentlyClosed(k flowKey) bool {
 	if len(w.closed) == 0 {
 		return false
 	}
 	at, ok := w.closed[k]
-	if !ok {
-		at, ok = w.closed[connKey{k[0].Reverse(), k[1].Reverse()}]
-	}
 	return ok && w.clock.Sub(at) <= w.limits.closedTTL
 }
 
-func addrOf(e gopacket.Endpoint) netip.Addr {
-	a, _ := netip.AddrFromSlice(e.Raw())
+func addrOf(b []byte) netip.Addr {
+	a, _ := netip.AddrFromSlice(b)
 	return a.Unmap()
 }
 
-// conn adapts one decode.TCPStream to reassembly.Stream.
+// conn is one connection: followed by its worker while its segments come in
+// order, then by the assembler, as whose reassembly.Stream it serves.
 type conn struct {
 	w        *worker
 	stream   decode.TCPStream
-	key      connKey
-	swapped  bool      // the assembler's client-to-server half is B's
+	key      flowKey
+	lo0      bool      // direction 0 (the assembler's client-to-server half) is sent by key's lo endpoint
+	swapped  bool      // direction 0 is B's
 	lastSeen time.Time // assembler clock of the last packet
 	index    int       // in w.conns
-	nextSeq  [2]uint32 // per assembler direction: an expected sequence number seen
-	fin      [2]bool   // per assembler direction
-	rst      bool
-	closed   bool // Close was called on the stream
-	removed  bool // the assembler let go of the connection
+	// nextSeq per direction: the last expected sequence number Accept
+	// was told (or would have been, while the worker follows the
+	// connection). finishReset sends its RSTs there.
+	nextSeq [2]uint32
+	// While the worker follows the connection, per direction:
+	next       [2]uint32 // the next byte expected
+	started    [2]bool   // the half has a start
+	halfClosed [2]bool   // the half ended with a FIN (followed by the worker)
+	inAsm      bool      // the assembler follows the connection
+	fin        [2]bool   // per direction
+	rst        bool
+	closed     bool // Close was called on the stream
+	removed    bool // complete: the connection is forgotten
+}
+
+func (c *conn) dirOf(fromLo bool) int {
+	if fromLo == c.lo0 {
+		return 0
+	}
+	return 1
 }
 
 func dirIndex(d reassembly.TCPFlowDirection) int {
@@ -355,8 +665,7 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 		return c.w.injecting
 	}
 	// The synthetic RSTs of finishReset must not mark the connection as
-	// reset again: the next packet would run finishReset for it with that
-	// packet's flows, and reset an unrelated connection.
+	// reset again: the next packet would run finishReset for it once more.
 	if tcp.RST && !c.w.injecting {
 		c.rst = true
 		c.w.reset, c.w.resetDir = c, d
@@ -397,22 +706,8 @@ func (c *conn) ReassembledSG(sg reassembly.ScatterGather, ac reassembly.Assemble
 
 // ReassemblyComplete implements reassembly.Stream: both halves are closed.
 func (c *conn) ReassemblyComplete(_ reassembly.AssemblerContext) bool {
-	c.w.untrack(c)
-	c.removed = true
-	if !c.closed {
-		reason := c.w.closeReason
-		switch {
-		case c.rst:
-			reason = decode.CloseReset
-		case c.fin[0] && c.fin[1]:
-			reason = decode.CloseFIN
-		case reason == decode.CloseEOF && (c.fin[0] || c.fin[1]):
-			reason = decode.CloseFIN
-		}
-		c.close(reason)
-	}
-	// The assembler may forget the connection: a new one on the same ports
-	// starts afresh.
+	c.w.complete(c)
+	// The assembler may forget the connection too.
 	return true
 }
 

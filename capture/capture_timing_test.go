@@ -17,21 +17,29 @@ import (
 
 // benchCapture is a generated capture: benchConns interleaved connections,
 // each a handshake then benchSegments segments of benchPayload bytes each way,
-// with one pair of segments in eight swapped (reordering), then FINs.
+// with one pair of segments in eight swapped (reordering), then FINs. The
+// in-order variant swaps none, so that no connection leaves the workers'
+// in-order path for the assembler.
 const (
 	benchConns    = 200
 	benchSegments = 50
 	benchPayload  = 1200
 )
 
-var benchFile struct {
+type benchCapture struct {
 	once sync.Once
 	path string
 	size int64
 	err  error
 }
 
-func benchCapturePath(b *testing.B) (string, int64) {
+var benchFiles [2]benchCapture // reordered, in order
+
+func benchCapturePath(b *testing.B, inOrder bool) (string, int64) {
+	benchFile := &benchFiles[0]
+	if inOrder {
+		benchFile = &benchFiles[1]
+	}
 	benchFile.once.Do(func() {
 		dir, err := os.MkdirTemp("", "capture-bench")
 		if err != nil {
@@ -47,7 +55,7 @@ func benchCapturePath(b *testing.B) (string, int64) {
 				msgs[j] = payload
 			}
 			conv := conversation(c, server, 0, msgs...)
-			for j := 3; j+1 < len(conv)-3; j += 8 {
+			for j := 3; !inOrder && j+1 < len(conv)-3; j += 8 {
 				conv[j], conv[j+1] = conv[j+1], conv[j]
 			}
 			convs[i] = conv
@@ -96,7 +104,7 @@ func (s *countStream) Fin(bool, time.Time)                 {}
 func (s *countStream) Close(decode.CloseReason, time.Time) {}
 
 func BenchmarkRawRead(b *testing.B) {
-	path, size := benchCapturePath(b)
+	path, size := benchCapturePath(b, false)
 	b.SetBytes(size)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -107,7 +115,15 @@ func BenchmarkRawRead(b *testing.B) {
 }
 
 func BenchmarkReadFiles(b *testing.B) {
-	path, size := benchCapturePath(b)
+	benchReadFiles(b, false)
+}
+
+func BenchmarkReadFilesInOrder(b *testing.B) {
+	benchReadFiles(b, true)
+}
+
+func benchReadFiles(b *testing.B, inOrder bool) {
+	path, size := benchCapturePath(b, inOrder)
 	want := uint64(benchConns * benchSegments * 2 * benchPayload)
 	for _, workers := range []int{1, 2} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {

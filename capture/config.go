@@ -1,6 +1,7 @@
 // Package capture reads packet captures (pcap and pcapng files, or standard
-// input), reassembles their TCP connections with gopacket's reassembly
-// package and hands each connection's bytes to a decode.StreamFactory.
+// input), reassembles their TCP connections (in-order segments itself, the
+// rest with gopacket's reassembly package) and hands each connection's bytes
+// to a decode.StreamFactory.
 //
 // The per-packet path (pipeline.handlePacket) knows nothing about files, so a
 // live packet source can feed it the same way the file reader does.
@@ -66,6 +67,11 @@ type Config struct {
 	// them is standard input). It is called about every megabyte and once at
 	// the end.
 	Progress func(read, total int64)
+
+	// assembleAll (tests only) gives every connection to the assembler at
+	// its first segment, bypassing the workers' in-order path, so that
+	// tests can check the two deliver the same.
+	assembleAll bool
 }
 
 // DefaultConfig returns the defaults: one worker per core (at most

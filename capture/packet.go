@@ -34,6 +34,9 @@ type packetDecoder struct {
 
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
+	// src and dst are the addresses of the last IP layer decoded (4 or 16
+	// bytes, aliasing the packet).
+	src, dst []byte
 }
 
 func newPacketDecoder() *packetDecoder {
@@ -91,8 +94,10 @@ func (d *packetDecoder) decode(data []byte, lt layers.LinkType) (net gopacket.Fl
 		switch t {
 		case layers.LayerTypeIPv4:
 			sawIP, net = true, d.ip4.NetworkFlow()
+			d.src, d.dst = d.ip4.SrcIP, d.ip4.DstIP
 		case layers.LayerTypeIPv6:
 			sawIP, net = true, d.ip6.NetworkFlow()
+			d.src, d.dst = d.ip6.SrcIP, d.ip6.DstIP
 		case layers.LayerTypeTCP:
 			// The payload layer after TCP never fails, so a decoded TCP
 			// layer is a usable segment whatever err says.

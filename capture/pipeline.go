@@ -31,11 +31,16 @@ const (
 
 // segment is one TCP segment in a batch: its TCP header and payload are
 // copied into the batch's arena, because the reader reuses its read buffer.
+// The fields the worker's in-order path needs come decoded; the header is
+// decoded again only for a segment that goes to the assembler.
 type segment struct {
-	net      gopacket.Flow
-	ts       time.Time
-	ord      uint64
-	off, end int
+	key            flowKey
+	fromLo         bool
+	flags          uint8
+	seq            uint32
+	ts             time.Time
+	ord            uint64
+	off, body, end int // header at arena[off:body], payload at arena[body:end]
 }
 
 type batch struct {
@@ -91,17 +96,13 @@ func newPipeline(cfg Config, newFactory func(worker int) decode.StreamFactory) *
 // run is a worker goroutine.
 func (p *pipeline) run(w *worker, q <-chan *batch) {
 	defer p.wg.Done()
-	var tcp layers.TCP
+	var seg tcpSeg
 	for b := range q {
 		for i := range b.segs {
 			s := &b.segs[i]
-			// The reader decoded these bytes already; decoding again
-			// is cheaper than copying the layer and sets the ports the
-			// assembler keys on.
-			if tcp.DecodeFromBytes(b.arena[s.off:s.end], gopacket.NilDecodeFeedback) != nil {
-				continue
-			}
-			w.handle(s.net, &tcp, s.ts, s.ord)
+			seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, flags: s.flags,
+				payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: s.ts, ord: s.ord}
+			w.handleSeg(&seg)
 		}
 		w.tick(b.now)
 		b.segs, b.arena = b.segs[:0], b.arena[:0]
@@ -137,9 +138,8 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 	if ci.Timestamp.After(p.now) {
 		p.now = ci.Timestamp
 	}
-	net, ok := p.dec.classify(&p.stats, data, lt)
-	if ok {
-		p.dispatch(net, &p.dec.tcp, ci.Timestamp)
+	if _, ok := p.dec.classify(&p.stats, data, lt); ok {
+		p.dispatch(&p.dec.tcp, ci.Timestamp)
 	}
 	if len(p.workers) == 1 {
 		if p.ord%tickEvery == 0 {
@@ -152,20 +152,24 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 	}
 }
 
-func (p *pipeline) dispatch(net gopacket.Flow, tcp *layers.TCP, ts time.Time) {
+func (p *pipeline) dispatch(tcp *layers.TCP, ts time.Time) {
+	key, fromLo := makeFlowKey(p.dec.src, p.dec.dst, uint16(tcp.SrcPort), uint16(tcp.DstPort))
 	if len(p.workers) == 1 {
-		p.workers[0].handle(net, tcp, ts, p.ord)
+		s := tcpSeg{key: key, fromLo: fromLo, seq: tcp.Seq, flags: tcpFlags(tcp), payload: tcp.Payload,
+			tcp: tcp, ts: ts, ord: p.ord}
+		p.workers[0].handleSeg(&s)
 		return
 	}
-	// Both flows hash symmetrically, so both directions of a connection
-	// go to the same worker.
-	h := net.FastHash() ^ (tcp.TransportFlow().FastHash() * 0x9e3779b97f4a7c15)
-	i := int(h % uint64(len(p.workers)))
+	// The key is the same for both directions, so both go to the same
+	// worker.
+	i := int(key.hash() % uint64(len(p.workers)))
 	b := p.batchFor(i)
 	off := len(b.arena)
 	b.arena = append(b.arena, tcp.Contents...)
+	body := len(b.arena)
 	b.arena = append(b.arena, tcp.Payload...)
-	b.segs = append(b.segs, segment{net: net, ts: ts, ord: p.ord, off: off, end: len(b.arena)})
+	b.segs = append(b.segs, segment{key: key, fromLo: fromLo, flags: tcpFlags(tcp), seq: tcp.Seq,
+		ts: ts, ord: p.ord, off: off, body: body, end: len(b.arena)})
 	if b.full() {
 		p.send(i)
 	}
