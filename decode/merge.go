@@ -8,11 +8,19 @@ package decode
 type runHeap struct {
 	runs []*sortedRun
 	n    int // items held
+	// spare holds emptied batches for the workers to fill again: a batch
+	// is a few KiB, and one per 256 observations was a good part of the
+	// decoder's allocated bytes.
+	spare [][]item
 }
+
+// maxSpareBatches bounds runHeap.spare.
+const maxSpareBatches = 64
 
 type sortedRun struct {
 	items []item
-	pos   int // items[pos:] are still held
+	pos   int  // items[pos:] are still held
+	whole bool // items is a worker's whole batch, reusable once emptied
 }
 
 func (r *sortedRun) head() *item { return &r.items[r.pos] }
@@ -21,6 +29,15 @@ func (h *runHeap) len() int { return h.n }
 
 // push takes ownership of items, cut into maximal sorted runs.
 func (h *runHeap) push(items []item) {
+	if len(items) == 0 {
+		return
+	}
+	if isSortedRun(items) {
+		// The usual case: the batch is one run and can be reused whole.
+		h.pushRun(&sortedRun{items: items, whole: true})
+		h.n += len(items)
+		return
+	}
 	start := 0
 	for i := 1; i <= len(items); i++ {
 		if i == len(items) || items[i].less(&items[i-1]) {
@@ -29,6 +46,27 @@ func (h *runHeap) push(items []item) {
 		}
 	}
 	h.n += len(items)
+}
+
+func isSortedRun(items []item) bool {
+	for i := 1; i < len(items); i++ {
+		if items[i].less(&items[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// takeSpare returns an emptied batch to fill, or nil.
+func (h *runHeap) takeSpare() []item {
+	n := len(h.spare)
+	if n == 0 {
+		return nil
+	}
+	b := h.spare[n-1]
+	h.spare[n-1] = nil
+	h.spare = h.spare[:n-1]
+	return b
 }
 
 func (h *runHeap) pushRun(r *sortedRun) {
@@ -55,6 +93,10 @@ func (h *runHeap) pop() item {
 	r.pos++
 	h.n--
 	if r.pos == len(r.items) {
+		if r.whole && len(h.spare) < maxSpareBatches {
+			// Every item was cleared as it was popped.
+			h.spare = append(h.spare, r.items[:0])
+		}
 		last := len(h.runs) - 1
 		h.runs[0] = h.runs[last]
 		h.runs[last] = nil

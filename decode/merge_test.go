@@ -77,3 +77,29 @@ func removeItem(t *testing.T, all []item, it item) []item {
 	}
 	return append(all[:at], all[at+1:]...)
 }
+
+// TestRunHeapReusesSortedBatches checks that a batch pushed as one sorted
+// run comes back for reuse once popped, cleared, and a split one does not.
+func TestRunHeapReusesSortedBatches(t *testing.T) {
+	var h runHeap
+	obs := &Observation{}
+	sorted := []item{{key: 1, obs: obs}, {key: 2, obs: obs}, {key: 3, obs: obs}}
+	split := []item{{key: 5, obs: obs}, {key: 4, obs: obs}}
+	h.push(sorted)
+	h.push(split)
+	for h.len() > 0 {
+		h.pop()
+	}
+	b := h.takeSpare()
+	if cap(b) != cap(sorted) || len(b) != 0 || &b[:1][0] != &sorted[0] {
+		t.Fatalf("spare batch %p len %d cap %d, want the sorted batch back empty", b, len(b), cap(b))
+	}
+	for i, it := range b[:cap(b)] {
+		if it != (item{}) {
+			t.Errorf("spare item %d not cleared: %+v", i, it)
+		}
+	}
+	if b := h.takeSpare(); b != nil {
+		t.Errorf("a batch cut into several runs came back for reuse")
+	}
+}

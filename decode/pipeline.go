@@ -358,8 +358,8 @@ func (w *worker) flush(withTick bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.insertLocked(w.pending)
-	// The merger owns the batch now.
-	w.pending = nil
+	// The merger owns the batch now; refill one it has emptied.
+	w.pending = p.buffered.takeSpare()
 	if withTick && !w.tick.IsZero() {
 		p.lastTick[w.id] = w.tick.UnixNano()
 		w.sentTick = w.tick
