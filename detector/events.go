@@ -160,7 +160,10 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		return
 	}
 	if s.events == nil {
-		s.events = map[string]eventRef{}
+		// A session that sends event ids at all sends many (a priming
+		// event and the messages of every stream): start past the
+		// first growth steps.
+		s.events = make(map[string]eventRef, 16)
 	}
 	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
 	if priming && len(st.priming) < maxPrimingPositions {

@@ -126,6 +126,7 @@ type sessionState struct {
 	calls          smallMap[string, *call]  // JSON-RPC id -> call
 	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
 	progress       smallMap[string, float64]
+	streamSlab     slab[stream]
 }
 
 // toolKey identifies a tools/call by what it asks for: same tool, same
@@ -342,10 +343,11 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.T
 		d.limitHit("MaxStreamsPerSession", t, s, "event index")
 		return nil
 	}
-	st := &stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, maxNum: -1}
+	st := s.streamSlab.new()
+	*st = stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, maxNum: -1}
 	st.priming = st.primingBuf[:0]
 	if s.streams == nil {
-		s.streams = make([]*stream, 0, 4) // a GET stream and a few POST streams
+		s.streams = make([]*stream, 0, 8) // a GET stream and a few POST streams
 	}
 	s.streams = append(s.streams, st)
 	if hasPrefix {

@@ -54,7 +54,7 @@ func (m *smallMap[K, V]) set(k K, v V) {
 	}
 	if len(m.few) < smallMapMax {
 		if m.few == nil {
-			m.few = make([]smallEntry[K, V], 0, 2)
+			m.few = make([]smallEntry[K, V], 0, smallMapMax)
 		}
 		m.few = append(m.few, smallEntry[K, V]{k, v})
 		return
