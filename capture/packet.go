@@ -2,6 +2,7 @@ package capture
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -32,7 +33,9 @@ type packetDecoder struct {
 	tcp      layers.TCP
 	payload  gopacket.Payload
 
-	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
+	// parsers is indexed by the first layer's type: a slice, because a
+	// map lookup per packet costs more than the rest of the lookup.
+	parsers []*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
 	// src and dst are the addresses of the last IP layer decoded (4 or 16
 	// bytes, aliasing the packet).
@@ -40,16 +43,24 @@ type packetDecoder struct {
 }
 
 func newPacketDecoder() *packetDecoder {
-	d := &packetDecoder{
-		parsers: make(map[gopacket.LayerType]*gopacket.DecodingLayerParser),
-		decoded: make([]gopacket.LayerType, 0, 8),
-	}
-	for _, first := range []gopacket.LayerType{
+	d := &packetDecoder{decoded: make([]gopacket.LayerType, 0, 8)}
+	firsts := []gopacket.LayerType{
 		layers.LayerTypeEthernet, layers.LayerTypeLinuxSLL, layers.LayerTypeLinuxSLL2,
 		layers.LayerTypeLoopback, layers.LayerTypeIPv4, layers.LayerTypeIPv6,
-	} {
-		p := gopacket.NewDecodingLayerParser(first,
-			&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload)
+	}
+	d.parsers = make([]*gopacket.DecodingLayerParser, slices.Max(firsts)+1)
+	for _, first := range firsts {
+		// DecodingLayerSparse finds the next layer's decoder by indexing
+		// a slice; the parser's default container is a map, looked up
+		// once per layer of every packet.
+		var dlc gopacket.DecodingLayerContainer = gopacket.DecodingLayerSparse(nil)
+		for _, l := range []gopacket.DecodingLayer{
+			&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload,
+		} {
+			dlc = dlc.Put(l)
+		}
+		p := gopacket.NewDecodingLayerParser(first)
+		p.SetDecodingLayerContainer(dlc)
 		d.parsers[first] = p
 	}
 	return d
