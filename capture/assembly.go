@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -39,11 +40,18 @@ type flowKey struct {
 // makeFlowKey returns the key of a segment from src to dst and whether src
 // is the key's lo endpoint. src and dst are 4 bytes (IPv4) or 16 (IPv6).
 func makeFlowKey(src, dst []byte, sport, dport uint16) (k flowKey, fromLo bool) {
-	k.v6 = len(src) == 16
-	fromLo = true
-	if c := bytes.Compare(src, dst); c > 0 || c == 0 && sport > dport {
+	var c int
+	if len(src) == 4 && len(dst) == 4 {
+		// IPv4, the usual case: compared as numbers, which is the
+		// same order and cheaper than bytes.Compare.
+		c = cmp.Compare(binary.BigEndian.Uint32(src), binary.BigEndian.Uint32(dst))
+	} else {
+		k.v6 = true
+		c = bytes.Compare(src, dst)
+	}
+	fromLo = c < 0 || c == 0 && sport <= dport
+	if !fromLo {
 		src, dst, sport, dport = dst, src, dport, sport
-		fromLo = false
 	}
 	copy(k.lo[:], src)
 	copy(k.hi[:], dst)
@@ -192,10 +200,14 @@ type worker struct {
 
 	clock     time.Time // assembler clock: strictly increasing per packet
 	now       time.Time // latest real capture time seen
-	lastFlush time.Time // clock at the last timeout check
+	nextFlush time.Time // clock at which the timeouts are checked next
 
 	conns []*conn // every connection not yet complete, whoever follows it
 	byKey map[flowKey]*conn
+	// last is the connection of the previous segment: on loopback and LAN
+	// captures a segment and its ACK usually come one after the other, and
+	// comparing keys is cheaper than the map lookup.
+	last *conn
 	// closeReason is the reason given to connections closed during the
 	// current call: CloseFIN while handling packets, the flush's reason
 	// inside a flush.
@@ -259,20 +271,25 @@ func (w *worker) handle(net gopacket.Flow, tcp *layers.TCP, ts time.Time, ord ui
 }
 
 func (w *worker) handleSeg(s *tcpSeg) {
-	if s.ts.After(w.now) {
-		w.now = s.ts
-	}
+	// The clock is never behind now, so a packet later than the clock is
+	// later than now too: one comparison for the usual packet.
 	if s.ts.After(w.clock) {
-		w.clock = s.ts
+		w.clock, w.now = s.ts, s.ts
 	} else {
 		w.clock = w.clock.Add(1)
+		if s.ts.After(w.now) {
+			w.now = s.ts
+		}
 	}
 	w.checkTimeouts()
-	c := w.byKey[s.key]
-	if c == nil {
-		if c = w.open(s); c == nil {
-			return
+	c := w.last
+	if c == nil || c.removed || c.key != s.key {
+		if c = w.byKey[s.key]; c == nil {
+			if c = w.open(s); c == nil {
+				return
+			}
 		}
+		w.last = c
 	}
 	switch {
 	case c.inAsm:
@@ -467,10 +484,12 @@ func (w *worker) tick(now time.Time) {
 // gap) and closes connections idle longer than the idle timeout, when a
 // check is due.
 func (w *worker) checkTimeouts() {
-	if w.clock.Sub(w.lastFlush) < w.limits.flushEvery {
+	// Before, not Sub: this runs for every packet, and Sub's overflow
+	// handling costs more than the comparison.
+	if w.clock.Before(w.nextFlush) {
 		return
 	}
-	w.lastFlush = w.clock
+	w.nextFlush = w.clock.Add(w.limits.flushEvery)
 	w.flush(decode.CloseIdle, reassembly.FlushOptions{
 		T:  w.clock.Add(-w.limits.reorderTimeout),
 		TC: w.clock.Add(-w.limits.idleTimeout),
