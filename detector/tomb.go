@@ -6,8 +6,8 @@ import "time"
 // request for its id is for a session that no longer exists (the server
 // should answer 404), not the first sight of a new one.
 type tomb struct {
-	rev  string    // the session's revision, for requests without the header
-	last time.Time // deletion, or the latest request for the id since
+	rev  string // the session's revision, for requests without the header
+	last int64  // deletion, or the latest request for the id since (unix ns)
 }
 
 // tombstones remembers deleted session ids for SessionIdleTimeout after
@@ -22,7 +22,7 @@ type tombstones struct {
 
 type tombEntry struct {
 	id string
-	at time.Time
+	at int64 // unix ns
 }
 
 func newTombstones() tombstones {
@@ -34,15 +34,15 @@ func (t *tombstones) add(d *Detector, id, rev string, now time.Time) {
 		d.stats.LimitsHit["MaxSessions"]++
 		t.pop()
 	}
-	t.byID[id] = tomb{rev: rev, last: now}
-	t.order = append(t.order, tombEntry{id, now})
+	t.byID[id] = tomb{rev: rev, last: now.UnixNano()}
+	t.order = append(t.order, tombEntry{id, now.UnixNano()})
 }
 
 // use reports whether id is a deleted session's, and counts it as used.
 func (t *tombstones) use(id string, now time.Time) bool {
 	tb, ok := t.byID[id]
-	if ok && now.After(tb.last) {
-		tb.last = now
+	if ok && now.UnixNano() > tb.last {
+		tb.last = now.UnixNano()
 		t.byID[id] = tb
 	}
 	return ok
@@ -70,9 +70,10 @@ func (t *tombstones) pop() {
 
 // expire forgets ids unused for longer than idle.
 func (t *tombstones) expire(now time.Time, idle time.Duration) {
+	oldest := now.Add(-idle).UnixNano()
 	for t.head < len(t.order) {
 		e := t.order[t.head]
-		if now.Sub(e.at) <= idle {
+		if e.at >= oldest {
 			break
 		}
 		t.order[t.head] = tombEntry{}
@@ -81,7 +82,7 @@ func (t *tombstones) expire(now time.Time, idle time.Duration) {
 		switch {
 		case !ok:
 			// forgotten already
-		case tb.last.After(e.at):
+		case tb.last > e.at:
 			// used since it was queued: queue it again at its last use
 			t.order = append(t.order, tombEntry{e.id, tb.last})
 		default:
