@@ -652,7 +652,7 @@ func (d *Detector) Close(now time.Time) {
 	}
 	sort.Slice(retiring, func(i, j int) bool { return retiring[i].id < retiring[j].id })
 	for _, s := range retiring {
-		d.freeSession(s)
+		d.release(s)
 	}
 	d.retiring = nil
 	// Oldest first, so summaries come out in order of last activity.

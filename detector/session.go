@@ -268,10 +268,24 @@ func (d *Detector) retire(s *session) {
 	s.retired = true
 	d.tombs.add(d, s.id, s.rev, d.now)
 	if s.open == 0 {
-		d.freeSession(s)
+		d.release(s)
 		return
 	}
 	d.retiring[s] = struct{}{}
+}
+
+// release frees a retired session. One the client had lost before the
+// DELETE (a swap) is still in the lost index, which emits its unknown
+// outcomes: it keeps what linking a re-issued call needs until then.
+func (d *Detector) release(s *session) {
+	delete(d.retiring, s)
+	if s.lostHow == "" {
+		d.freeSession(s)
+		return
+	}
+	s.removed = true
+	d.cutCallsUnknown(s)
+	s.sessionState = sessionState{events: s.events, partial: s.partial, toolCalls: s.toolCalls}
 }
 
 // bind makes s the session of ex, keeping the sessions' counts of open
@@ -292,8 +306,7 @@ func (d *Detector) releaseIfIdle(s *session) {
 	if s == nil || !s.retired || s.open > 0 || s.removed {
 		return
 	}
-	delete(d.retiring, s)
-	d.freeSession(s)
+	d.release(s)
 }
 
 // endSession emits the summary once.
