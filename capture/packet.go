@@ -48,17 +48,18 @@ func newPacketDecoder() *packetDecoder {
 		layers.LayerTypeEthernet, layers.LayerTypeLinuxSLL, layers.LayerTypeLinuxSLL2,
 		layers.LayerTypeLoopback, layers.LayerTypeIPv4, layers.LayerTypeIPv6,
 	}
+	// DecodingLayerSparse finds the next layer's decoder by indexing a
+	// slice; the parser's default container is a map, looked up once per
+	// layer of every packet. The parsers share it, as they share the
+	// layers.
+	var dlc gopacket.DecodingLayerContainer = gopacket.DecodingLayerSparse(nil)
+	for _, l := range []gopacket.DecodingLayer{
+		&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload,
+	} {
+		dlc = dlc.Put(l)
+	}
 	d.parsers = make([]*gopacket.DecodingLayerParser, slices.Max(firsts)+1)
 	for _, first := range firsts {
-		// DecodingLayerSparse finds the next layer's decoder by indexing
-		// a slice; the parser's default container is a map, looked up
-		// once per layer of every packet.
-		var dlc gopacket.DecodingLayerContainer = gopacket.DecodingLayerSparse(nil)
-		for _, l := range []gopacket.DecodingLayer{
-			&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload,
-		} {
-			dlc = dlc.Put(l)
-		}
 		p := gopacket.NewDecodingLayerParser(first)
 		p.SetDecodingLayerContainer(dlc)
 		d.parsers[first] = p
