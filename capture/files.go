@@ -32,8 +32,9 @@ const Stdin = "-"
 var stdin io.Reader = os.Stdin
 
 const (
-	// readBufferBytes is the read-ahead buffer per input file.
-	readBufferBytes = 256 << 10
+	// readBufferBytes is the read-ahead buffer per input file. pcapReader
+	// peeks whole records in it, so it holds the largest one.
+	readBufferBytes = max(256<<10, MaxPacketBytes)
 	// progressEvery is how many bytes pass between Progress calls.
 	progressEvery = 1 << 20
 	// ctxCheckEvery is how many packets pass between cancellation checks.
@@ -213,15 +214,11 @@ func readOne(ctx context.Context, path string, cr *countingReader, handle packet
 	)
 	switch formatOf(magic) {
 	case formatPcap:
-		r, err := pcapgo.NewReader(br)
+		r, err := newPcapReader(br)
 		if err != nil {
 			return headerError(name, err)
 		}
-		// pcapgo trusts the header's snap length for its buffer size and
-		// refuses records longer than it; tcpdump and Wireshark ignore it
-		// the same way.
-		r.SetSnaplen(MaxPacketBytes)
-		lt := r.LinkType()
+		lt := r.linkType
 		rd, linkType = r, func(gopacket.CaptureInfo) layers.LinkType { return lt }
 	case formatPcapng:
 		var r *pcapgo.NgReader
