@@ -214,3 +214,32 @@ func TestCompactJSONSmallInts(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainString checks the word-at-a-time scan against a byte loop, with
+// each kind of stop byte at every position of the words around it.
+func TestPlainString(t *testing.T) {
+	slow := func(b []byte, i int) int {
+		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+			i++
+		}
+		return i
+	}
+	for _, stop := range []byte{'"', '\\', 0x00, 0x1f, '\n'} {
+		for n := 0; n <= 24; n++ {
+			for at := 0; at <= n; at++ {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = "a\x7f\x80\xff !#[]"[i%9] // plain bytes, ASCII and not
+				}
+				if at < n {
+					b[at] = stop
+				}
+				for start := 0; start <= n; start++ {
+					if got, want := plainString(b, start), slow(b, start); got != want {
+						t.Fatalf("stop %q at %d of %d from %d: %d, want %d", stop, at, n, start, got, want)
+					}
+				}
+			}
+		}
+	}
+}

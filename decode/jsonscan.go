@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -99,11 +100,7 @@ func skipLiteral(b []byte, i int, lit string) (int, error) {
 func skipString(b []byte, i int) (int, error) {
 	i++
 	for {
-		// A plain loop: JSON strings are short, and bytes.IndexAny builds
-		// its byte set on every call.
-		for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
-			i++
-		}
+		i = plainString(b, i)
 		if i >= len(b) || b[i] < 0x20 {
 			return len(b), errJSONSyntax
 		}
@@ -130,6 +127,36 @@ func skipString(b []byte, i int) (int, error) {
 			return i, errJSONSyntax
 		}
 	}
+}
+
+// Masks for plainString's word-at-a-time test.
+const (
+	lo8     = 0x0101010101010101
+	hi8     = 0x8080808080808080
+	quote8  = '"' * lo8
+	bslash8 = '\\' * lo8
+	space8  = 0x20 * lo8
+)
+
+// plainString returns the index of the first byte at or after i that ends
+// the plain run of a string token: a quote, a backslash or a control byte
+// (len(b) when there is none). Payloads are mostly long plain strings, so
+// it tests eight bytes at a time (bytes.IndexAny builds its byte set on
+// every call) and only looks byte by byte at a word that holds one of them.
+func plainString(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, e := x^quote8, x^bslash8
+		// Nonzero when some byte of q or e is zero, or some byte of x
+		// is below 0x20 (each test is exact about whether, not where).
+		if ((q-lo8)&^q|(e-lo8)&^e|(x-space8)&^x)&hi8 != 0 {
+			break
+		}
+	}
+	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
+		i++
+	}
+	return i
 }
 
 func skipNumber(b []byte, i int) (int, error) {
