@@ -33,8 +33,9 @@ var stdin io.Reader = os.Stdin
 
 const (
 	// readBufferBytes is the read-ahead buffer per input file. pcapReader
-	// peeks whole records in it, so it holds the largest one.
-	readBufferBytes = max(256<<10, MaxPacketBytes)
+	// peeks whole records in it, so it holds the largest one with its
+	// 16-byte header.
+	readBufferBytes = max(256<<10, MaxPacketBytes+16)
 	// progressEvery is how many bytes pass between Progress calls.
 	progressEvery = 1 << 20
 	// ctxCheckEvery is how many packets pass between cancellation checks.
