@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 
@@ -100,6 +101,54 @@ func (d *packetDecoder) decode(data []byte, lt layers.LinkType) (net gopacket.Fl
 	if !ok {
 		return net, verdictUndecodable
 	}
+	if net, v, ok := d.decodeCommon(data, first); ok {
+		return net, v
+	}
+	return d.decodeLayers(data, first)
+}
+
+// decodeCommon decodes the usual frame by hand, as the parser would: an
+// Ethernet frame without VLAN tags, or a raw IP packet, holding IPv4 without
+// options and not fragmented, whose length fits the frame, carrying TCP. The
+// parser's Ethernet and IPv4 decoding and its per-layer calls were more than
+// half of a raw read. ok is false for any other frame, which then goes to the
+// parser; TestDecodeCommonMatchesParser and FuzzPacketDecoder hold the two to
+// the same result.
+func (d *packetDecoder) decodeCommon(data []byte, first gopacket.LayerType) (net gopacket.Flow, v packetVerdict, ok bool) {
+	ip := data
+	switch first {
+	case layers.LayerTypeEthernet:
+		if len(data) < 14 || binary.BigEndian.Uint16(data[12:14]) != uint16(layers.EthernetTypeIPv4) {
+			return net, v, false
+		}
+		ip = data[14:]
+	case layers.LayerTypeIPv4:
+	default:
+		return net, v, false
+	}
+	// The IPv4 decoder does not look at the version either.
+	if len(ip) < 20 || ip[0]&0x0f != 5 || layers.IPProtocol(ip[9]) != layers.IPProtocolTCP {
+		return net, v, false
+	}
+	// Longer than the header, because the parser stops at an empty
+	// payload; 0 means "the frame's length" (TSO) to the IPv4 decoder.
+	n := int(binary.BigEndian.Uint16(ip[2:4]))
+	if n <= 20 || n > len(ip) {
+		return net, v, false
+	}
+	if binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 { // more fragments, or an offset
+		return net, v, false
+	}
+	d.src, d.dst = ip[12:16], ip[16:20]
+	net = gopacket.NewFlow(layers.EndpointIPv4, d.src, d.dst)
+	if d.tcp.DecodeFromBytes(ip[20:n], gopacket.NilDecodeFeedback) != nil {
+		return net, verdictUndecodable, true
+	}
+	return net, verdictTCP, true
+}
+
+// decodeLayers decodes any frame with the parser for its first layer.
+func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net gopacket.Flow, v packetVerdict) {
 	err := d.parsers[first].DecodeLayers(data, &d.decoded)
 	var sawIP bool
 	for _, t := range d.decoded {
