@@ -262,7 +262,8 @@ func (w *worker) timeOf(ac reassembly.AssemblerContext) time.Time {
 }
 
 // handle follows one decoded TCP segment; net is its IP flow and ord the
-// packet's ordinal in the run.
+// packet's ordinal in the run. Packet sources go through pipeline.dispatch,
+// which builds the tcpSeg without a gopacket.Flow; tests call this.
 func (w *worker) handle(net gopacket.Flow, tcp *layers.TCP, ts time.Time, ord uint64) {
 	src, dst := net.Endpoints()
 	s := tcpSeg{seq: tcp.Seq, flags: tcpFlags(tcp), payload: tcp.Payload, tcp: tcp, ts: ts, ord: ord}
