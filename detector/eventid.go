@@ -59,6 +59,10 @@ func isBase36Lower(s string) bool {
 // tsEpochDigits is the length of a millisecond epoch from 2001 to 2286.
 const tsEpochDigits = 13
 
+// tsGetStreamPrefix starts the ids the TypeScript SDK's example event store
+// mints on the standalone GET stream, a stream that store cannot replay.
+const tsGetStreamPrefix = "_GET_stream_"
+
 // parseEventID classifies id. It does not allocate: prefix is a substring.
 func parseEventID(id string) parsedID {
 	if v, ok := parseDecimal(id); ok {

@@ -179,14 +179,20 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 
 // Unverifiable reasons. They are stable phrases: Stats counts by them.
 const (
-	ReasonCaptureGap        = "capture gap in the evidence"
-	ReasonStartNotCaptured  = "session start not captured"
-	ReasonCaptureEnded      = "capture ended with the stream open"
-	ReasonStreamCut         = "stream cut before the outcome was shown"
-	ReasonOwedNotReplayed   = "stream closed before the owed events were replayed"
-	ReasonLimitPrefix       = "limit hit: "
-	ReasonSessionEvicted    = "session evicted (limit hit: MaxSessions)"
-	ReasonSessionDeleted    = "session deleted before the request"
+	ReasonCaptureGap       = "capture gap in the evidence"
+	ReasonStartNotCaptured = "session start not captured"
+	ReasonCaptureEnded     = "capture ended with the stream open"
+	ReasonStreamCut        = "stream cut before the outcome was shown"
+	ReasonOwedNotReplayed  = "stream closed before the owed events were replayed"
+	ReasonLimitPrefix      = "limit hit: "
+	ReasonSessionEvicted   = "session evicted (limit hit: MaxSessions)"
+	ReasonSessionDeleted   = "session deleted before the request"
+	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
+	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
+	// on the first "_" and finds no stream), so it answers 200 and replays
+	// nothing. Whatever the server sent there while the client was away is
+	// lost without crossing the wire: the capture cannot show it either way.
+	ReasonTSGetStream       = "TypeScript example store cannot resume the standalone GET stream; events sent while the client was away may be lost unseen"
 	ReasonIndexLimit        = ReasonLimitPrefix + "MaxEventsIndexedPerSession"
 	ReasonStreamLimit       = ReasonLimitPrefix + "MaxStreamsPerSession"
 	ReasonInflightLimit     = ReasonLimitPrefix + "MaxInflightPerSession"

@@ -92,7 +92,7 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonSessionDeleted:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonSessionDeleted, ReasonTSGetStream:
 		return reason
 	}
 	return "resume outcome not shown by the capture"
@@ -343,6 +343,10 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 		}
 		if rs.unverifiable != "" {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.unverifiable)
+			return
+		}
+		if rs.delivered == 0 && strings.HasPrefix(ex.cursor, tsGetStreamPrefix) {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonTSGetStream)
 			return
 		}
 		d.resolveResume(ex, o.Time, ResumeResumed, "same session; the stream closed cleanly with nothing owed (polling)")

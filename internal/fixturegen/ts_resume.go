@@ -135,12 +135,14 @@ func runTSGetStreamNotResumable(ctx context.Context, dir string) error {
 		"# client was away, are stored under _GET_stream and never delivered. Observed: 200, not a 4xx.",
 		"# The loss is invisible on the wire (those events never crossed it), so a client-side capture cannot",
 		"# prove it: the resume looks like a correct one with nothing to replay. The tools/call result arrives",
-		"# on its own POST stream. No violation is provable here; the resume's outcome is left open (the",
-		"# pipeline currently calls it unverifiable: the empty stream ends when the client closes).",
+		"# on its own POST stream. No violation is provable here, and the resume is not a success either:",
+		"# the detector knows this store cannot resume `_GET_stream` and calls it unverifiable.",
 		"expect violation count=0",
 		"expect resume last_event_id="+cut.cutID()+" count=1",
 		"expect resume outcome=violated count=0",
 		"expect resume outcome=rejected_4xx count=0",
+		"expect resume outcome=unverifiable count=1",
+		"expect unverifiable check=resume count=1",
 		"expect unknown_outcome count=0",
 	)
 }
