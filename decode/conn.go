@@ -538,72 +538,99 @@ func firstLine(head []byte) []byte {
 	return head
 }
 
-// headerLines calls fn for each header field of the head in d.buf (after the
-// start line), with the name lower-cased and obs-fold continuation lines
-// joined by one space. lower is scratch space for the lower-cased names
-// (the caller's, so that it does not escape to the heap on every head).
-func headerLines(head []byte, lower *[maxKnownHeaderName]byte, fn func(name, value []byte)) bool {
+// headerIter walks the header fields of a head (after the start line),
+// with names lower-cased and obs-fold continuation lines joined by one
+// space. It is an iterator rather than a callback so that the callers'
+// switches run inline, without a closure call per field. lower is scratch
+// space for the lower-cased names (the worker's, so that it does not escape
+// to the heap on every head); a name is valid until the next call.
+type headerIter struct {
+	rest  []byte
+	lower *[maxKnownHeaderName]byte
+	bad   bool // a malformed line was skipped
+}
+
+func newHeaderIter(head []byte, lower *[maxKnownHeaderName]byte) headerIter {
 	i := bytes.IndexByte(head, '\n')
-	head = head[i+1:]
-	var name, value []byte
-	folded := false
-	ok := true
-	for len(head) > 0 {
-		j := bytes.IndexByte(head, '\n')
-		line := trimEOL(head[:j+1])
-		head = head[j+1:]
+	return headerIter{rest: head[i+1:], lower: lower}
+}
+
+// next returns the next field; more is false after the last one. A name
+// longer than any the decoder looks at comes back as nil.
+func (it *headerIter) next() (name, value []byte, more bool) {
+	for len(it.rest) > 0 {
+		j := bytes.IndexByte(it.rest, '\n')
+		line := trimEOL(it.rest[:j+1])
+		it.rest = it.rest[j+1:]
 		if len(line) == 0 {
+			it.rest = nil
 			break
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			if name == nil {
-				ok = false
-				continue
+		// One pass over the name finds the colon, refuses whitespace
+		// (a continuation line without a field before it lands here too)
+		// and lower-cases it; names are short, so a byte loop beats
+		// bytes.IndexByte plus separate passes.
+		colon := -1
+		lower := it.lower // a local, so the loop does not reload it
+		for i, c := range line {
+			l := nameLower[c]
+			if l == 0 && c != 0 {
+				if c == ':' {
+					colon = i
+				}
+				break
 			}
+			if i < len(lower) {
+				lower[i] = l
+			}
+		}
+		if colon <= 0 {
+			it.bad = true
+			continue
+		}
+		if colon <= len(lower) {
+			name = lower[:colon]
+		}
+		value = trimOWS(line[colon+1:])
+		folded := false
+		for len(it.rest) > 0 && (it.rest[0] == ' ' || it.rest[0] == '\t') {
+			j := bytes.IndexByte(it.rest, '\n')
+			if j < 0 {
+				// A head cut by MaxHeaderBytes: its last, partial line
+				// ends it, as an unterminated field line does above.
+				it.rest = nil
+				break
+			}
+			cont := trimEOL(it.rest[:j+1])
+			it.rest = it.rest[j+1:]
 			if !folded {
 				value = append([]byte(nil), value...)
 				folded = true
 			}
-			value = append(append(value, ' '), trimOWS(line)...)
-			continue
+			value = append(append(value, ' '), trimOWS(cont)...)
 		}
-		if name != nil {
-			fn(lowerName(lower, name), value)
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			name, ok = nil, false
-			continue
-		}
-		name, value, folded = line[:colon], trimOWS(line[colon+1:]), false
-		if hasSpace(name) {
-			name, ok = nil, false
-		}
+		return name, value, true
 	}
-	if name != nil {
-		fn(lowerName(lower, name), value)
-	}
-	return ok
+	return nil, nil, false
 }
+
+// nameLower maps a byte of a header name to its lower case, and the bytes
+// that end a name (the colon, or whitespace, which makes the line
+// malformed) to 0. NUL maps to itself, so it needs a second look.
+var nameLower = func() (t [256]byte) {
+	for c := range t {
+		t[c] = byte(c)
+		if c >= 'A' && c <= 'Z' {
+			t[c] = byte(c) + 'a' - 'A'
+		}
+	}
+	t[':'], t[' '], t['\t'], t['\r'] = 0, 0, 0, 0
+	return t
+}()
 
 // maxKnownHeaderName is the longest header name the decoder looks at
 // ("mcp-protocol-version"); longer names are passed on as "".
 const maxKnownHeaderName = 24
-
-// lowerName lower-cases a header name into buf, so callers can switch on it
-// without allocating.
-func lowerName(buf *[maxKnownHeaderName]byte, name []byte) []byte {
-	if len(name) > len(buf) {
-		return nil
-	}
-	for i, c := range name {
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf[i] = c
-	}
-	return buf[:len(name)]
-}
 
 // framing is what a head says about its body.
 type framing struct {
@@ -658,9 +685,14 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	req := &ro.req
 	*req = Request{Method: d.c.value(slotMethod, method), Path: d.c.value(slotPath, target)}
 	f := framing{contentLength: -1}
-	ok := headerLines(d.buf, &d.c.w.lower, func(name, value []byte) {
+	it := newHeaderIter(d.buf, &d.c.w.lower)
+	for {
+		name, value, more := it.next()
+		if !more {
+			break
+		}
 		if f.field(name, value) {
-			return
+			continue
 		}
 		switch string(name) {
 		case "host":
@@ -685,8 +717,8 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 			req.AuthHash = hexDigest(sum)
 		}
 		// Cookie and everything else: dropped.
-	})
-	if !ok {
+	}
+	if it.bad {
 		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
 	return ro, f
@@ -796,9 +828,14 @@ func (d *dir) parseResponseHead() (*responseObservation, framing) {
 	resp := &ro.resp
 	*resp = Response{Status: status, ContentLength: -1}
 	f := framing{contentLength: -1}
-	ok := headerLines(d.buf, &d.c.w.lower, func(name, value []byte) {
+	it := newHeaderIter(d.buf, &d.c.w.lower)
+	for {
+		name, value, more := it.next()
+		if !more {
+			break
+		}
 		if f.field(name, value) {
-			return
+			continue
 		}
 		switch string(name) {
 		case "mcp-session-id":
@@ -810,8 +847,8 @@ func (d *dir) parseResponseHead() (*responseObservation, framing) {
 		case "mcp-protocol-version":
 			resp.ProtocolVersion = d.c.value(slotProtocol, value)
 		}
-	})
-	if !ok {
+	}
+	if it.bad {
 		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
 	resp.SSE = mediaTypeIs(resp.ContentType, "text/event-stream")

@@ -1,7 +1,10 @@
 package decode
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -210,5 +213,91 @@ func TestNonHTTPConnectionsGivenUpCheaply(t *testing.T) {
 				t.Errorf("scanned %d bytes, want at most %d", st.ResyncSkippedBytes, tt.maxSkipped)
 			}
 		})
+	}
+}
+
+// refHeaderLines is the callback walk headerIter replaced, kept as the
+// reference it must agree with.
+func refHeaderLines(head []byte, fn func(name, value []byte)) bool {
+	lower := func(name []byte) []byte {
+		if len(name) > maxKnownHeaderName {
+			return nil
+		}
+		return bytes.ToLower(name)
+	}
+	i := bytes.IndexByte(head, '\n')
+	head = head[i+1:]
+	var name, value []byte
+	folded := false
+	ok := true
+	for len(head) > 0 {
+		j := bytes.IndexByte(head, '\n')
+		line := trimEOL(head[:j+1])
+		head = head[j+1:]
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			if name == nil {
+				ok = false
+				continue
+			}
+			if !folded {
+				value = append([]byte(nil), value...)
+				folded = true
+			}
+			value = append(append(value, ' '), trimOWS(line)...)
+			continue
+		}
+		if name != nil {
+			fn(lower(name), value)
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			name, ok = nil, false
+			continue
+		}
+		name, value, folded = line[:colon], trimOWS(line[colon+1:]), false
+		if bytes.ContainsAny(name, " \t\r\n") {
+			name, ok = nil, false
+		}
+	}
+	if name != nil {
+		fn(lower(name), value)
+	}
+	return ok
+}
+
+// TestHeaderIterMatchesReference compares headerIter with refHeaderLines on
+// random heads built from the bytes that matter to it: line ends, colons,
+// whitespace, case, and names around maxKnownHeaderName long.
+func TestHeaderIterMatchesReference(t *testing.T) {
+	pieces := []string{"\r\n", "\n", ":", " ", "\t", "\r", "Host", "x", "Content-LENGTH", "a: b", " folded",
+		"\t tab", strings.Repeat("N", maxKnownHeaderName), strings.Repeat("n", maxKnownHeaderName+1), ": v ", "\r\n\r\n", "\x00", "A\x00:"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var lower [maxKnownHeaderName]byte
+	for n := 0; n < 200000; n++ {
+		head := []byte("GET / HTTP/1.1\r\n")
+		if n%7 == 0 {
+			head = head[:0]
+		}
+		for k := rng.IntN(12); k > 0; k-- {
+			head = append(head, pieces[rng.IntN(len(pieces))]...)
+		}
+		var want, got []string
+		wantOK := refHeaderLines(head, func(name, value []byte) {
+			want = append(want, fmt.Sprintf("%q=%q", name, value))
+		})
+		it := newHeaderIter(head, &lower)
+		for {
+			name, value, more := it.next()
+			if !more {
+				break
+			}
+			got = append(got, fmt.Sprintf("%q=%q", name, value))
+		}
+		if !slices.Equal(got, want) || it.bad == wantOK {
+			t.Fatalf("head %q:\n got %v bad=%v\nwant %v ok=%v", head, got, it.bad, want, wantOK)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -240,6 +241,31 @@ func TestPlainString(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestPlainStringRandom checks plainString against a byte loop on random
+// words full of stop bytes and their neighbours, several to a word, where a
+// borrow from one byte's test could mark the next.
+func TestPlainStringRandom(t *testing.T) {
+	alphabet := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"' - 1, '"', '"' + 1, '\\' - 1, '\\', '\\' + 1, 0x7f, 0x80, 0xa2, 0xdc, 0xff, 'a'}
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, 40)
+	for n := 0; n < 200000; n++ {
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+			if rng.IntN(3) > 0 {
+				b[i] = 'a' // long plain runs as well
+			}
+		}
+		start := rng.IntN(len(b) + 1)
+		want := start
+		for want < len(b) && b[want] != '"' && b[want] != '\\' && b[want] >= 0x20 {
+			want++
+		}
+		if got := plainString(b, start); got != want {
+			t.Fatalf("%q from %d: %d, want %d", b, start, got, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/bits"
 	"strconv"
 )
 
@@ -142,15 +143,18 @@ const (
 // the plain run of a string token: a quote, a backslash or a control byte
 // (len(b) when there is none). Payloads are mostly long plain strings, so
 // it tests eight bytes at a time (bytes.IndexAny builds its byte set on
-// every call) and only looks byte by byte at a word that holds one of them.
+// every call), and the word that holds the stop byte says where it is;
+// only the last few bytes of b are looked at one by one.
 func plainString(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
 		q, e := x^quote8, x^bslash8
-		// Nonzero when some byte of q or e is zero, or some byte of x
-		// is below 0x20 (each test is exact about whether, not where).
-		if ((q-lo8)&^q|(e-lo8)&^e|(x-space8)&^x)&hi8 != 0 {
-			break
+		// A high bit is set in each byte of q or e that is zero, and of x
+		// that is below 0x20, and may be set in bytes above such a byte
+		// (a borrow runs upwards), never below it: the lowest one, in
+		// the first byte as loaded little-endian, is exact.
+		if m := ((q-lo8)&^q | (e-lo8)&^e | (x-space8)&^x) & hi8; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20 {
