@@ -33,12 +33,21 @@ const (
 // copied into the batch's arena, because the reader reuses its read buffer.
 // The fields the worker's in-order path needs come decoded; the header is
 // decoded again only for a segment that goes to the assembler.
+//
+// A segment holds no pointers, so a batch's segments are not scanned by the
+// garbage collector and filling them takes no write barriers: a time.Time
+// has a Location pointer, and the barriers on storing it were a good part of
+// what handing segments over cost while a collection ran. The time is kept as
+// Unix seconds and nanoseconds when it is in UTC, as packet sources make it;
+// any other time goes to the batch's times.
 type segment struct {
 	key            flowKey
 	fromLo         bool
 	flags          uint8
 	seq            uint32
-	ts             time.Time
+	nsec           int32
+	zoned          int32 // 1 + index of the time in batch.times; 0: sec and nsec
+	sec            int64
 	ord            uint64
 	off, body, end int // header at arena[off:body], payload at arena[body:end]
 }
@@ -46,11 +55,37 @@ type segment struct {
 type batch struct {
 	segs  []segment
 	arena []byte
-	now   time.Time // the reader's capture time when the batch was sent
+	times []time.Time // segment times that sec and nsec cannot rebuild
+	now   time.Time   // the reader's capture time when the batch was sent
 }
 
 func (b *batch) full() bool {
 	return len(b.segs) >= batchSegments || len(b.arena) >= batchArenaBytes
+}
+
+// setTime stores ts in s, in the segment itself when it is a UTC time. Such
+// a time has no monotonic reading (setting a location strips it), so
+// time.Unix(sec, nsec).UTC() rebuilds exactly the same value.
+func (b *batch) setTime(s *segment, ts time.Time) {
+	if ts.Location() == time.UTC {
+		s.sec, s.nsec = ts.Unix(), int32(ts.Nanosecond())
+		return
+	}
+	b.times = append(b.times, ts)
+	s.zoned = int32(len(b.times))
+}
+
+func (b *batch) time(s *segment) time.Time {
+	if s.zoned != 0 {
+		return b.times[s.zoned-1]
+	}
+	return time.Unix(s.sec, int64(s.nsec)).UTC()
+}
+
+func (b *batch) reset() {
+	b.segs, b.arena = b.segs[:0], b.arena[:0]
+	clear(b.times)
+	b.times = b.times[:0]
 }
 
 // pipeline is the per-packet path shared by every packet source: decode the
@@ -101,11 +136,11 @@ func (p *pipeline) run(w *worker, q <-chan *batch) {
 		for i := range b.segs {
 			s := &b.segs[i]
 			seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, flags: s.flags,
-				payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: s.ts, ord: s.ord}
+				payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: b.time(s), ord: s.ord}
 			w.handleSeg(&seg)
 		}
 		w.tick(b.now)
-		b.segs, b.arena = b.segs[:0], b.arena[:0]
+		b.reset()
 		p.free <- b
 	}
 	w.finish()
@@ -165,14 +200,38 @@ func (p *pipeline) dispatch(tcp *layers.TCP, ts time.Time) {
 	i := int(key.hash() % uint64(len(p.workers)))
 	b := p.batchFor(i)
 	off := len(b.arena)
-	b.arena = append(b.arena, tcp.Contents...)
-	body := len(b.arena)
-	b.arena = append(b.arena, tcp.Payload...)
+	body := off + len(tcp.Contents)
+	if seg, ok := contiguous(tcp.Contents, tcp.Payload); ok {
+		// The usual case: the payload follows the header in the packet,
+		// so one copy takes both.
+		b.arena = append(b.arena, seg...)
+	} else {
+		b.arena = append(b.arena, tcp.Contents...)
+		b.arena = append(b.arena, tcp.Payload...)
+	}
 	b.segs = append(b.segs, segment{key: key, fromLo: fromLo, flags: tcpFlags(tcp), seq: tcp.Seq,
-		ts: ts, ord: p.ord, off: off, body: body, end: len(b.arena)})
+		ord: p.ord, off: off, body: body, end: len(b.arena)})
+	b.setTime(&b.segs[len(b.segs)-1], ts)
 	if b.full() {
 		p.send(i)
 	}
+}
+
+// contiguous returns head and tail as one slice when tail starts where head
+// ends in the same array.
+func contiguous(head, tail []byte) ([]byte, bool) {
+	if len(tail) == 0 {
+		return head, true
+	}
+	n := len(head)
+	if cap(head)-n < len(tail) {
+		return nil, false
+	}
+	whole := head[:n+len(tail)]
+	if &whole[n] != &tail[0] {
+		return nil, false
+	}
+	return whole, true
 }
 
 func (p *pipeline) batchFor(i int) *batch {
