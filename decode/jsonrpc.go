@@ -361,6 +361,14 @@ func (c *canonicalizer) literal(dst []byte, lit string) ([]byte, error) {
 
 // str copies a string token; it returns the decoded value for sorting keys.
 func (c *canonicalizer) str(dst []byte) ([]byte, []byte, error) {
+	// Nearly every string is plain: when the scan stops at the closing
+	// quote, the token is copied as it is, without skipString's second
+	// look and the search for a backslash.
+	if end := plainString(c.src, c.i+1); end < len(c.src) && c.src[end] == '"' {
+		tok := c.src[c.i : end+1]
+		c.i = end + 1
+		return append(dst, tok...), tok[1 : len(tok)-1], nil
+	}
 	end, err := skipString(c.src, c.i)
 	if err != nil {
 		return dst, nil, err

@@ -305,7 +305,14 @@ func (d *SSEDecoder) dispatch() {
 		ev.ID, ev.HasID = d.id, d.hasID
 		ev.LastEventID = d.lastID
 		if string(d.typ) != d.lastType {
-			d.lastType = string(d.typ)
+			// A stream often opens with one other type (a priming event)
+			// before its messages, so the last type alone misses once per
+			// stream; the usual "message" costs no allocation.
+			if string(d.typ) == "message" {
+				d.lastType = "message"
+			} else {
+				d.lastType = string(d.typ)
+			}
 		}
 		ev.Type = d.lastType
 		ev.Retry = d.retry
