@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"fmt"
 	"math/rand"
 	"slices"
 	"testing"
@@ -18,45 +19,99 @@ func TestRunHeapPopsInOrder(t *testing.T) {
 		{"mostly sorted", func(rng *rand.Rand, i int) int64 { return int64(i) - rng.Int63n(3) }},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rng := rand.New(rand.NewSource(1))
-			var h runHeap
-			var all []item
-			seq := uint64(0)
-			for batch := 0; batch < 20; batch++ {
-				items := make([]item, rng.Intn(50))
-				for i := range items {
-					seq++
-					items[i] = item{key: tt.key(rng, len(all)+i), conn: uint64(rng.Intn(3)), seq: seq}
-				}
-				all = append(all, items...)
+		for _, sources := range []int{0, 1, 3} {
+			testRunHeapPops(t, tt.name, tt.key, sources)
+		}
+	}
+}
+
+// testRunHeapPops pushes batches from the given number of sources (0: with
+// push, which chains nothing) and checks every pop against the items held.
+func testRunHeapPops(t *testing.T, name string, key func(rng *rand.Rand, i int) int64, sources int) {
+	t.Run(fmt.Sprintf("%s/%d sources", name, sources), func(t *testing.T) {
+		rng := rand.New(rand.NewSource(1))
+		var h runHeap
+		var all []item
+		seq := uint64(0)
+		for batch := 0; batch < 20; batch++ {
+			items := make([]item, rng.Intn(50))
+			for i := range items {
+				seq++
+				items[i] = item{key: key(rng, len(all)+i), conn: uint64(rng.Intn(3)), seq: seq}
+			}
+			all = append(all, items...)
+			if sources == 0 {
 				h.push(items)
-				// Interleave pops with pushes, as the merger does.
-				for k := rng.Intn(10); k > 0 && h.len() > 0; k-- {
-					all = removeItem(t, all, h.pop())
-				}
+			} else {
+				h.pushFrom(items, rng.Intn(sources))
 			}
-			if h.len() != len(all) {
-				t.Fatalf("len %d, want %d", h.len(), len(all))
+			// Interleave pops with pushes, as the merger does.
+			for k := rng.Intn(10); k > 0 && h.len() > 0; k-- {
+				all = removeItem(t, all, h.pop())
 			}
-			slices.SortFunc(all, func(a, b item) int {
-				if a.less(&b) {
-					return -1
-				}
-				if b.less(&a) {
-					return 1
-				}
-				return 0
-			})
-			for i := range all {
-				if got := h.pop(); got != all[i] {
-					t.Fatalf("pop %d = %+v, want %+v", i, got, all[i])
-				}
+		}
+		if h.len() != len(all) {
+			t.Fatalf("len %d, want %d", h.len(), len(all))
+		}
+		slices.SortFunc(all, func(a, b item) int {
+			if a.less(&b) {
+				return -1
 			}
-			if h.len() != 0 || len(h.runs) != 0 {
-				t.Fatalf("left %d items in %d runs", h.len(), len(h.runs))
+			if b.less(&a) {
+				return 1
 			}
+			return 0
 		})
+		for i := range all {
+			if got := h.pop(); got != all[i] {
+				t.Fatalf("pop %d = %+v, want %+v", i, got, all[i])
+			}
+		}
+		if h.len() != 0 || len(h.runs) != 0 {
+			t.Fatalf("left %d items in %d runs", h.len(), len(h.runs))
+		}
+		for src, r := range h.tails {
+			if r != nil {
+				t.Fatalf("source %d still chains to a run after the heap emptied", src)
+			}
+		}
+	})
+}
+
+// TestRunHeapChainsBatches checks that a source's batches that follow each
+// other in order make one run, and that every chained batch comes back for
+// reuse once popped.
+func TestRunHeapChainsBatches(t *testing.T) {
+	var h runHeap
+	var batches [][]item
+	for b := 0; b < 4; b++ {
+		for src := 0; src < 2; src++ {
+			items := make([]item, 3)
+			for i := range items {
+				items[i] = item{key: int64(10*b + i), conn: uint64(src)}
+			}
+			batches = append(batches, items)
+			h.pushFrom(items, src)
+		}
+	}
+	if len(h.runs) != 2 {
+		t.Fatalf("%d runs, want one per source", len(h.runs))
+	}
+	// A batch that starts before its source's last item starts a run.
+	h.pushFrom([]item{{key: 5, conn: 9}}, 0)
+	if len(h.runs) != 3 {
+		t.Fatalf("%d runs after an out-of-order batch, want 3", len(h.runs))
+	}
+	var prev item
+	for i := 0; h.len() > 0; i++ {
+		it := h.pop()
+		if i > 0 && it.less(&prev) {
+			t.Fatalf("pop %d = %+v after %+v", i, it, prev)
+		}
+		prev = it
+	}
+	if len(h.spare) != len(batches)+1 {
+		t.Errorf("%d batches back for reuse, want %d", len(h.spare), len(batches)+1)
 	}
 }
 

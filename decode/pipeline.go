@@ -146,7 +146,7 @@ func (p *Pipeline) Close() {
 		return
 	}
 	for _, w := range p.workers {
-		p.insertLocked(w.pending)
+		p.insertLocked(w.pending, w.id)
 		w.pending = nil
 		p.done[w.id] = true
 	}
@@ -169,9 +169,9 @@ func (p *Pipeline) Stats() Stats {
 	return s
 }
 
-// insertLocked moves a worker's batch into the buffer (taking ownership of
+// insertLocked moves worker src's batch into the buffer (taking ownership of
 // the slice), releasing the oldest early when the buffer is full.
-func (p *Pipeline) insertLocked(items []item) {
+func (p *Pipeline) insertLocked(items []item, src int) {
 	if p.closed || len(items) == 0 {
 		return
 	}
@@ -180,7 +180,7 @@ func (p *Pipeline) insertLocked(items []item) {
 			p.late.Add(1)
 		}
 	}
-	p.buffered.push(items)
+	p.buffered.pushFrom(items, src)
 	var early []*Observation
 	for p.buffered.len() > p.cfg.MaxBufferedObservations {
 		old := p.buffered.pop()
@@ -345,7 +345,7 @@ func (w *worker) Done() {
 	p := w.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.insertLocked(w.pending)
+	p.insertLocked(w.pending, w.id)
 	w.pending = nil
 	p.done[w.id] = true
 	if !p.closed {
@@ -357,7 +357,7 @@ func (w *worker) flush(withTick bool) {
 	p := w.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.insertLocked(w.pending)
+	p.insertLocked(w.pending, w.id)
 	// The merger owns the batch now; refill one it has emptied.
 	w.pending = p.buffered.takeSpare()
 	if withTick && !w.tick.IsZero() {
