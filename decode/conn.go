@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"strings"
 	"time"
 	"unsafe"
@@ -1123,7 +1122,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 func hex64(buf *[16]byte, h uint64) string {
 	var raw [8]byte
 	binary.BigEndian.PutUint64(raw[:], h)
-	hex.Encode(buf[:], raw[:])
+	hexEncode(buf[:], raw[:])
 	return unsafe.String(&buf[0], len(buf))
 }
 

@@ -3,7 +3,6 @@ package decode
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -199,8 +198,28 @@ func isVersion20(raw []byte) bool {
 // hexDigest spells a SHA-256 in hex with a single allocation.
 func hexDigest(sum [32]byte) string {
 	var buf [64]byte
-	hex.Encode(buf[:], sum[:])
+	hexEncode(buf[:], sum[:])
 	return string(buf[:])
+}
+
+// hexPairs holds the two lower-case hex digits of every byte.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for i := range t {
+		t[i] = [2]byte{digits[i>>4], digits[i&0xf]}
+	}
+	return t
+}()
+
+// hexEncode is hex.Encode with a table lookup per byte rather than two
+// shifts and lookups per digit: every request, result and event is
+// spelled in hex. dst must hold 2*len(src) bytes.
+func hexEncode(dst, src []byte) {
+	dst = dst[:2*len(src)]
+	for i, b := range src {
+		p := hexPairs[b]
+		dst[2*i], dst[2*i+1] = p[0], p[1]
+	}
 }
 
 // hasSpace reports JSON whitespace in b. A plain loop: bytes.ContainsAny

@@ -269,3 +269,27 @@ func TestPlainStringRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestHexEncode holds the table-driven hex spelling to encoding/hex for
+// every byte value and the lengths the decoder uses.
+func TestHexEncode(t *testing.T) {
+	src := make([]byte, 256)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	for _, n := range []int{0, 1, 8, 32, 256} {
+		dst := make([]byte, 2*n)
+		hexEncode(dst, src[256-n:])
+		if want := hex.EncodeToString(src[256-n:]); string(dst) != want {
+			t.Fatalf("hexEncode of %d bytes: %s, want %s", n, dst, want)
+		}
+	}
+	sum := sha256.Sum256([]byte("x"))
+	if got, want := hexDigest(sum), hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("hexDigest %s, want %s", got, want)
+	}
+	var buf [16]byte
+	if got := hex64(&buf, 0x0123456789abcdef); got != "0123456789abcdef" {
+		t.Fatalf("hex64 %s", got)
+	}
+}
