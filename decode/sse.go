@@ -122,8 +122,10 @@ func (d *SSEDecoder) Write(p []byte) {
 }
 
 func (d *SSEDecoder) write(p []byte) {
-	// lf caches the next LF at or after off so CR-only streams stay linear.
-	lf := -2
+	// lf caches the next LF at or after off so CR-only streams stay linear;
+	// cr the next CR likewise, so a stream without CRs (nearly all of them)
+	// is searched for one once per write rather than once per line.
+	lf, cr := -2, -2
 	off := 0
 	for off < len(p) {
 		if d.afterCR {
@@ -139,13 +141,16 @@ func (d *SSEDecoder) write(p []byte) {
 				lf += off
 			}
 		}
-		end := len(p)
-		if lf >= 0 {
-			end = lf
+		if cr != -1 && cr < off {
+			cr = bytes.IndexByte(p[off:], '\r')
+			if cr >= 0 {
+				cr += off
+			}
 		}
-		eol := bytes.IndexByte(p[off:end], '\r')
-		if eol >= 0 {
-			eol += off
+		// The line ends at the first CR or LF.
+		var eol int
+		if cr >= 0 && (lf < 0 || cr < lf) {
+			eol = cr
 		} else if lf >= 0 {
 			eol = lf
 		} else {

@@ -57,6 +57,8 @@ func TestSSEWhatwgRules(t *testing.T) {
 		{name: "cr then lf in next chunk is one line end", pieces: []string{"data: a\r", "\ndata: b\r", "\n\r", "\n"},
 			want: []string{`type="" data="a\nb"`}},
 		{name: "cr cr is two line ends", pieces: []string{"data: a\r", "\r"}, want: []string{`type="" data="a"`}},
+		{name: "lf, crlf and cr mixed in one piece", pieces: []string{"data: a\ndata: b\r\ndata: c\rdata: d\n\r\ndata: e\r\rdata: f\n\n"},
+			want: []string{`type="" data="a\nb\nc\nd"`, `type="" data="e"`, `type="" data="f"`}},
 		{name: "multi-line data joined", pieces: []string{"data: a\ndata:b\ndata:  c\n\n"}, want: []string{`type="" data="a\nb\n c"`}},
 		{name: "empty data line dispatches empty data", pieces: []string{"data\n\n"}, want: []string{`type="" data=""`}},
 		{name: "no data is not dispatched", pieces: []string{"id: 5\nevent: x\n\n"}, want: nil, lastID: "5"},
