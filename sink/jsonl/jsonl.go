@@ -2,13 +2,20 @@
 // line, each with a "type". The format is a contract other tools parse
 // (README "Output format"): field names never change meaning, empty values are
 // null rather than omitted, times are RFC 3339 with nanoseconds in UTC.
+//
+// Records are encoded by hand (appendString and friends) rather than through
+// encoding/json: a large capture yields a resume and a session record per
+// session, and reflection made the writer a visible share of the detector's
+// goroutine. TestMatchesEncodingJSON holds the output to encoding/json's.
 package jsonl
 
 import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/replaywatch/replaywatch/detector"
 )
@@ -27,16 +34,13 @@ const (
 // safe for concurrent use (the detector calls it from one goroutine).
 type Writer struct {
 	w   *bufio.Writer
-	enc *json.Encoder
+	buf []byte
 	err error
 }
 
 // New returns a Writer on w. Call Flush when done.
 func New(w io.Writer) *Writer {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	return &Writer{w: bw, enc: enc}
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10)}
 }
 
 // Err returns the first write error.
@@ -50,215 +54,269 @@ func (w *Writer) Flush() error {
 	return w.err
 }
 
-func (w *Writer) write(v any) {
+// line is one record being built: fields are appended in order and the line
+// is closed by end.
+type line struct{ b []byte }
+
+func (w *Writer) begin(typ string) line {
+	l := line{b: append(w.buf[:0], `{"type":"`...)}
+	l.b = append(l.b, typ...)
+	l.b = append(l.b, '"')
+	return l
+}
+
+func (w *Writer) end(l line) {
+	l.b = append(l.b, '}', '\n')
+	w.buf = l.b
 	if w.err == nil {
-		w.err = w.enc.Encode(v)
+		_, w.err = w.w.Write(l.b)
 	}
 }
 
-// str is a string that encodes as null when empty.
-type str string
+func (l *line) key(k string) {
+	l.b = append(l.b, ',', '"')
+	l.b = append(l.b, k...)
+	l.b = append(l.b, '"', ':')
+}
 
-func (s str) MarshalJSON() ([]byte, error) {
-	if s == "" {
-		return []byte("null"), nil
+// str appends a string field, null when empty.
+func (l *line) str(k, v string) {
+	l.key(k)
+	if v == "" {
+		l.b = append(l.b, "null"...)
+		return
 	}
-	return json.Marshal(string(s))
+	l.b = appendString(l.b, v)
 }
 
-// ts is a time that encodes as RFC 3339 with nanoseconds, or null when zero.
-type ts time.Time
+// time appends a time field as RFC 3339 with nanoseconds in UTC, null when zero.
+func (l *line) time(k string, t time.Time) {
+	l.key(k)
+	l.b = appendTime(l.b, t)
+}
 
-func (t ts) MarshalJSON() ([]byte, error) {
-	tt := time.Time(t)
-	if tt.IsZero() {
-		return []byte("null"), nil
+func (l *line) int(k string, v int) {
+	l.key(k)
+	l.b = strconv.AppendInt(l.b, int64(v), 10)
+}
+
+func (l *line) bool(k string, v bool) {
+	l.key(k)
+	l.b = strconv.AppendBool(l.b, v)
+}
+
+// strs appends a list of strings, null when empty.
+func (l *line) strs(k string, v []string) {
+	l.key(k)
+	if len(v) == 0 {
+		l.b = append(l.b, "null"...)
+		return
 	}
-	return json.Marshal(tt.UTC().Format(time.RFC3339Nano))
-}
-
-// strs encodes a list as null when empty.
-type strs []string
-
-func (s strs) MarshalJSON() ([]byte, error) {
-	if len(s) == 0 {
-		return []byte("null"), nil
+	l.b = append(l.b, '[')
+	for i, s := range v {
+		if i > 0 {
+			l.b = append(l.b, ',')
+		}
+		l.b = appendString(l.b, s)
 	}
-	return json.Marshal([]string(s))
+	l.b = append(l.b, ']')
 }
 
-type evidence struct {
-	Time     ts  `json:"time"`
-	Conn     str `json:"connection"`
-	Exchange int `json:"exchange"`
-	What     str `json:"what"`
-	Detail   str `json:"detail"`
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
-// ViolationRecord is the JSON shape of a violation line.
-type ViolationRecord struct {
-	Type            string     `json:"type"`
-	ID              str        `json:"id"`
-	Kind            str        `json:"kind"`
-	Severity        str        `json:"severity"`
-	Time            ts         `json:"time"`
-	SessionID       str        `json:"session_id"`
-	NewSessionID    str        `json:"new_session_id"`
-	LastEventID     str        `json:"last_event_id"`
-	FirstEventID    str        `json:"first_event_id"`
-	StreamID        str        `json:"stream_id"`
-	ProtocolVersion str        `json:"protocol_version"`
-	Client          str        `json:"client"`
-	Server          str        `json:"server"`
-	JSONRPCIDs      strs       `json:"jsonrpc_ids"`
-	Tool            str        `json:"tool"`
-	Confidence      str        `json:"confidence"`
-	Explanation     str        `json:"explanation"`
-	Evidence        []evidence `json:"evidence"`
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string exactly as encoding/json does with
+// HTML escaping off: control characters escaped, invalid UTF-8 replaced by
+// U+FFFD, U+2028 and U+2029 escaped (they end lines in JavaScript).
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // Violation implements detector.Sink.
-func (w *Writer) Violation(v *detector.Violation) { w.write(FromViolation(v)) }
-
-// FromViolation converts a violation to its JSON record.
-func FromViolation(v *detector.Violation) ViolationRecord {
-	ev := make([]evidence, len(v.Evidence))
+func (w *Writer) Violation(v *detector.Violation) {
+	l := w.begin(TypeViolation)
+	l.str("id", v.ID)
+	l.str("kind", string(v.Kind))
+	l.str("severity", string(v.Severity))
+	l.time("time", v.Time)
+	l.str("session_id", v.SessionID)
+	l.str("new_session_id", v.NewSessionID)
+	l.str("last_event_id", v.LastEventID)
+	l.str("first_event_id", v.FirstEventID)
+	l.str("stream_id", v.StreamID)
+	l.str("protocol_version", v.ProtocolVersion)
+	l.str("client", v.Client)
+	l.str("server", v.Server)
+	l.strs("jsonrpc_ids", v.JSONRPCIDs)
+	l.str("tool", v.Tool)
+	l.str("confidence", v.Confidence)
+	l.str("explanation", v.Explanation)
+	l.key("evidence")
+	l.b = append(l.b, '[')
 	for i, e := range v.Evidence {
-		ev[i] = evidence{Time: ts(e.Time), Conn: str(e.Conn), Exchange: e.Exchange, What: str(e.What), Detail: str(e.Detail)}
+		if i > 0 {
+			l.b = append(l.b, ',')
+		}
+		l.b = append(l.b, `{"time":`...)
+		l.b = appendTime(l.b, e.Time)
+		l.str("connection", e.Conn)
+		l.int("exchange", e.Exchange)
+		l.str("what", e.What)
+		l.str("detail", e.Detail)
+		l.b = append(l.b, '}')
 	}
-	return ViolationRecord{
-		Type: TypeViolation, ID: str(v.ID), Kind: str(v.Kind), Severity: str(v.Severity), Time: ts(v.Time),
-		SessionID: str(v.SessionID), NewSessionID: str(v.NewSessionID), LastEventID: str(v.LastEventID),
-		FirstEventID: str(v.FirstEventID), StreamID: str(v.StreamID), ProtocolVersion: str(v.ProtocolVersion),
-		Client: str(v.Client), Server: str(v.Server), JSONRPCIDs: strs(v.JSONRPCIDs), Tool: str(v.Tool),
-		Confidence: str(v.Confidence), Explanation: str(v.Explanation), Evidence: ev,
-	}
-}
-
-type resumeRecord struct {
-	Type            string `json:"type"`
-	ID              str    `json:"id"`
-	Time            ts     `json:"time"`
-	SessionID       str    `json:"session_id"`
-	ResponseSession str    `json:"response_session_id"`
-	LastEventID     str    `json:"last_event_id"`
-	FirstEventID    str    `json:"first_event_id"`
-	StreamID        str    `json:"stream_id"`
-	Status          int    `json:"status"`
-	Outcome         str    `json:"outcome"`
-	Reason          str    `json:"reason"`
-	ProtocolVersion str    `json:"protocol_version"`
-	Client          str    `json:"client"`
-	Server          str    `json:"server"`
-	Replayed        int    `json:"replayed"`
-	ViolationIDs    strs   `json:"violation_ids"`
+	l.b = append(l.b, ']')
+	w.end(l)
 }
 
 // Resume implements detector.Sink.
 func (w *Writer) Resume(r *detector.ResumeAttempt) {
-	w.write(resumeRecord{
-		Type: TypeResume, ID: str(r.ID), Time: ts(r.Time), SessionID: str(r.SessionID),
-		ResponseSession: str(r.ResponseSession), LastEventID: str(r.LastEventID), FirstEventID: str(r.FirstEventID),
-		StreamID: str(r.StreamID), Status: r.Status, Outcome: str(r.Outcome), Reason: str(r.Reason),
-		ProtocolVersion: str(r.ProtocolVersion), Client: str(r.Client), Server: str(r.Server),
-		Replayed: r.Replayed, ViolationIDs: strs(r.ViolationIDs),
-	})
-}
-
-type sessionRecord struct {
-	Type            string `json:"type"`
-	SessionID       str    `json:"session_id"`
-	ProtocolVersion str    `json:"protocol_version"`
-	Client          str    `json:"client"`
-	Server          str    `json:"server"`
-	FirstSeen       ts     `json:"first_seen"`
-	LastSeen        ts     `json:"last_seen"`
-	StartSeen       bool   `json:"start_seen"`
-	Requests        int    `json:"requests"`
-	Events          int    `json:"events"`
-	Streams         int    `json:"streams"`
-	Resumes         int    `json:"resumes"`
-	Violations      int    `json:"violations"`
-	Ended           str    `json:"ended"`
-	PreviousSession str    `json:"previous_session"`
-	LinkConfidence  str    `json:"link_confidence"`
+	l := w.begin(TypeResume)
+	l.str("id", r.ID)
+	l.time("time", r.Time)
+	l.str("session_id", r.SessionID)
+	l.str("response_session_id", r.ResponseSession)
+	l.str("last_event_id", r.LastEventID)
+	l.str("first_event_id", r.FirstEventID)
+	l.str("stream_id", r.StreamID)
+	l.int("status", r.Status)
+	l.str("outcome", string(r.Outcome))
+	l.str("reason", r.Reason)
+	l.str("protocol_version", r.ProtocolVersion)
+	l.str("client", r.Client)
+	l.str("server", r.Server)
+	l.int("replayed", r.Replayed)
+	l.strs("violation_ids", r.ViolationIDs)
+	w.end(l)
 }
 
 // Session implements detector.Sink.
 func (w *Writer) Session(s *detector.SessionSummary) {
-	w.write(sessionRecord{
-		Type: TypeSession, SessionID: str(s.SessionID), ProtocolVersion: str(s.ProtocolVersion),
-		Client: str(s.Client), Server: str(s.Server), FirstSeen: ts(s.FirstSeen), LastSeen: ts(s.LastSeen),
-		StartSeen: s.StartSeen, Requests: s.Requests, Events: s.Events, Streams: s.Streams, Resumes: s.Resumes,
-		Violations: s.Violations, Ended: str(s.Ended), PreviousSession: str(s.PreviousSession),
-		LinkConfidence: str(s.LinkConfidence),
-	})
-}
-
-type unknownOutcomeRecord struct {
-	Type              string `json:"type"`
-	ID                str    `json:"id"`
-	Time              ts     `json:"time"`
-	SessionID         str    `json:"session_id"`
-	JSONRPCID         str    `json:"jsonrpc_id"`
-	Method            str    `json:"method"`
-	Tool              str    `json:"tool"`
-	ArgsHash          str    `json:"args_hash"`
-	CalledAt          ts     `json:"called_at"`
-	Client            str    `json:"client"`
-	Server            str    `json:"server"`
-	Reason            str    `json:"reason"`
-	ReissuedInSession str    `json:"reissued_in_session"`
+	l := w.begin(TypeSession)
+	l.str("session_id", s.SessionID)
+	l.str("protocol_version", s.ProtocolVersion)
+	l.str("client", s.Client)
+	l.str("server", s.Server)
+	l.time("first_seen", s.FirstSeen)
+	l.time("last_seen", s.LastSeen)
+	l.bool("start_seen", s.StartSeen)
+	l.int("requests", s.Requests)
+	l.int("events", s.Events)
+	l.int("streams", s.Streams)
+	l.int("resumes", s.Resumes)
+	l.int("violations", s.Violations)
+	l.str("ended", s.Ended)
+	l.str("previous_session", s.PreviousSession)
+	l.str("link_confidence", s.LinkConfidence)
+	w.end(l)
 }
 
 // UnknownOutcome implements detector.Sink.
 func (w *Writer) UnknownOutcome(u *detector.UnknownOutcome) {
-	w.write(unknownOutcomeRecord{
-		Type: TypeUnknownOutcome, ID: str(u.ID), Time: ts(u.Time), SessionID: str(u.SessionID),
-		JSONRPCID: str(u.JSONRPCID), Method: str(u.Method), Tool: str(u.Tool), ArgsHash: str(u.ArgsHash),
-		CalledAt: ts(u.CalledAt), Client: str(u.Client), Server: str(u.Server), Reason: str(u.Reason),
-		ReissuedInSession: str(u.ReissuedInSession),
-	})
-}
-
-type unverifiableRecord struct {
-	Type      string `json:"type"`
-	ID        str    `json:"id"`
-	Time      ts     `json:"time"`
-	SessionID str    `json:"session_id"`
-	Client    str    `json:"client"`
-	Server    str    `json:"server"`
-	Check     str    `json:"check"`
-	Reason    str    `json:"reason"`
+	l := w.begin(TypeUnknownOutcome)
+	l.str("id", u.ID)
+	l.time("time", u.Time)
+	l.str("session_id", u.SessionID)
+	l.str("jsonrpc_id", u.JSONRPCID)
+	l.str("method", u.Method)
+	l.str("tool", u.Tool)
+	l.str("args_hash", u.ArgsHash)
+	l.time("called_at", u.CalledAt)
+	l.str("client", u.Client)
+	l.str("server", u.Server)
+	l.str("reason", u.Reason)
+	l.str("reissued_in_session", u.ReissuedInSession)
+	w.end(l)
 }
 
 // Unverifiable implements detector.Sink.
 func (w *Writer) Unverifiable(u *detector.Unverifiable) {
-	w.write(unverifiableRecord{
-		Type: TypeUnverifiable, ID: str(u.ID), Time: ts(u.Time), SessionID: str(u.SessionID),
-		Client: str(u.Client), Server: str(u.Server), Check: str(u.Check), Reason: str(u.Reason),
-	})
+	l := w.begin(TypeUnverifiable)
+	l.str("id", u.ID)
+	l.time("time", u.Time)
+	l.str("session_id", u.SessionID)
+	l.str("client", u.Client)
+	l.str("server", u.Server)
+	l.str("check", u.Check)
+	l.str("reason", u.Reason)
+	w.end(l)
 }
 
-// Summary writes the closing summary line. s is any JSON-encodable value;
-// the writer adds "type":"summary" in front of its fields.
+// Summary writes the closing summary line. s is any JSON-encodable value
+// that encodes as an object (sink.Summary); its fields follow "type".
 func (w *Writer) Summary(s any) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		w.err = err
+		if w.err == nil {
+			w.err = err
+		}
 		return
 	}
-	if len(b) < 2 || b[0] != '{' {
-		w.write(map[string]any{"type": TypeSummary, "value": json.RawMessage(b)})
-		return
+	l := w.begin(TypeSummary)
+	if len(b) >= 2 && b[0] == '{' {
+		if len(b) > 2 {
+			l.b = append(l.b, ',')
+			l.b = append(l.b, b[1:len(b)-1]...)
+		}
+	} else {
+		l.key("value")
+		l.b = append(l.b, b...)
 	}
-	if w.err == nil {
-		_, w.err = w.w.WriteString(`{"type":"summary"`)
-	}
-	if w.err == nil && len(b) > 2 {
-		w.w.WriteByte(',')
-	}
-	if w.err == nil {
-		_, w.err = w.w.Write(append(b[1:], '\n'))
-	}
+	w.end(l)
 }

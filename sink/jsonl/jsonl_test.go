@@ -3,6 +3,7 @@ package jsonl
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,30 @@ func TestTimesAndHostileStrings(t *testing.T) {
 	ev := v["evidence"].([]any)[0].(map[string]any)
 	if ev["connection"] != "a->b" || ev["exchange"] != float64(2) || ev["detail"] != "Last-Event-ID: x" {
 		t.Errorf("evidence = %v", ev)
+	}
+}
+
+// TestMatchesEncodingJSON holds the hand-written string encoder to
+// encoding/json's output (HTML escaping off) on awkward and random strings.
+func TestMatchesEncodingJSON(t *testing.T) {
+	cases := []string{"", "plain", "quote\" back\\slash", "ctl \x00\x01\x1f\x7f", "\n\r\t\b\f",
+		"bad utf8 \xff\xfe end", "split \xe2\x82", "sep \u2028 and \u2029", "<html>&amp;", "ünïcødé 😀"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, rng.IntN(24))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		cases = append(cases, string(b))
+	}
+	for _, s := range cases {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		enc.Encode(s)
+		got := string(appendString(nil, s)) + "\n"
+		if got != want.String() {
+			t.Fatalf("appendString(%q) = %s, encoding/json gives %s", s, got, want.String())
+		}
 	}
 }
