@@ -57,6 +57,7 @@ func newPcapReader(br *bufio.Reader) (*pcapReader, error) {
 	case 0xd4c3b2a1:
 		r.bigEndian, r.nsFactor = true, 1000
 	default:
+		//lint:ignore ST1005 pcapgo's wording, which TestPcapReaderMatchesPcapgo holds us to
 		return nil, fmt.Errorf("Unknown magic %x", magic)
 	}
 	var order binary.ByteOrder = binary.LittleEndian
@@ -64,9 +65,11 @@ func newPcapReader(br *bufio.Reader) (*pcapReader, error) {
 		order = binary.BigEndian
 	}
 	if v := order.Uint16(h[4:6]); v != pcapVersionMajor {
+		//lint:ignore ST1005 pcapgo's wording, which TestPcapReaderMatchesPcapgo holds us to
 		return nil, fmt.Errorf("Unknown major version %d", v)
 	}
 	if v := order.Uint16(h[6:8]); v != pcapVersionMinor {
+		//lint:ignore ST1005 pcapgo's wording, which TestPcapReaderMatchesPcapgo holds us to
 		return nil, fmt.Errorf("Unknown minor version %d", v)
 	}
 	r.linkType = layers.LinkType(order.Uint32(h[20:24]))
