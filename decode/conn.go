@@ -56,7 +56,10 @@ type conn struct {
 	// at once.
 	dead   bool
 	synced bool // a request or status line was found at least once
-	dirs   [2]dir
+	// clientFin: the client sent FIN, so a response ending after it was
+	// given up by the client (End.ClientClosed).
+	clientFin bool
+	dirs      [2]dir
 
 	seq       uint64 // per-connection observation sequence, the merger's tie-break
 	lastKey   int64  // observation sort keys never go back within a connection
@@ -186,6 +189,9 @@ func (c *conn) Fin(fromA bool, ts time.Time) {
 	d.ts = ts
 	if c.dead {
 		return
+	}
+	if d.role == roleClient {
+		c.clientFin = true
 	}
 	d.finish(EndClean)
 	d.state = stDone
@@ -1147,6 +1153,7 @@ func (d *dir) endResponse(how EndHow) {
 	eo := &endObservation{}
 	end := &eo.end
 	end.How = how
+	end.ClientClosed = d.c.clientFin
 	if d.sseOn {
 		if d.sse.MidEvent() {
 			if how == EndClean {

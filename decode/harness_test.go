@@ -313,6 +313,9 @@ func render(obs []*Observation) string {
 		case KindEnd:
 			e := o.End
 			fmt.Fprintf(&b, " %s events=%d", e.How, e.Events)
+			if e.ClientClosed {
+				b.WriteString(" client-closed")
+			}
 			if e.HasPartialID {
 				fmt.Fprintf(&b, " partial=%q", e.PartialID)
 			}

@@ -255,6 +255,10 @@ type End struct {
 	// whether there was one.
 	PartialID    string
 	HasPartialID bool
+	// ClientClosed is true when the client had already closed its side of
+	// the connection (FIN) when the response ended: the client gave the
+	// stream up, the server did not end it.
+	ClientClosed bool
 	// LastID is the last id (SSE last-event-id buffer) the stream set.
 	LastID    string
 	HasLastID bool
