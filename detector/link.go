@@ -330,6 +330,9 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	if ex.sawID || e.HasLastID || e.HasPartialID {
 		return
 	}
+	if e.ClientClosed {
+		return // the client gave the stream up; the server did not end it
+	}
 	s := ex.sess
 	var pending []string
 	tool := ""

@@ -434,6 +434,9 @@ func (r *specRun) end(args []string) error {
 	if v, ok := m["last"]; ok {
 		e.LastID, e.HasLastID = v, true
 	}
+	if _, ok := m["client-closed"]; ok {
+		e.ClientClosed = true
+	}
 	o := r.emit(c, x, decode.KindEnd)
 	o.End = e
 	x.ended = true
