@@ -318,7 +318,9 @@ func (p *Proxy) handle(n int, client net.Conn) {
 					}
 				}
 				if act != Forward {
-					end(act, !fromClient)
+					// The hook cut this direction: its sender (the server
+					// or load balancer for FromServer) closes first.
+					end(act, fromClient)
 					return
 				}
 			}

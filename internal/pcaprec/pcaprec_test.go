@@ -110,3 +110,66 @@ func mustPort(t *testing.T, addr string) int {
 	n, _ := net.LookupPort("tcp", port)
 	return n
 }
+
+// TestServerCutRecordsServerFINFirst: when a FromServer hook cuts the stream
+// (a drained backend, a load balancer), the capture must show the server's
+// side closing first, as the wire would: the decoder tells a server that ended
+// a stream from a client that gave it up by which FIN came first.
+func TestServerCutRecordsServerFINFirst(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "cut.pcap")
+	rec, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProxy(rec, func(int) string { return ln.Addr().String() }, func(int) Hooks {
+		return Hooks{FromServer: func(b []byte) ([]byte, Action) {
+			if strings.Contains(string(b), "data: one") {
+				return b, Close
+			}
+			return b, Forward
+		}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(p.URL("/sse"))
+	if err == nil {
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	p.Close()
+	rec.Close()
+
+	f, _ := os.Open(path)
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyPort := layers.TCPPort(mustPort(t, p.Addr()))
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			t.Fatal("no FIN recorded")
+		}
+		tcp, _ := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP)
+		if tcp != nil && tcp.FIN {
+			if tcp.SrcPort != proxyPort {
+				t.Fatalf("first FIN from port %d (the client), want the server side %d", tcp.SrcPort, proxyPort)
+			}
+			return
+		}
+	}
+}
