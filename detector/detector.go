@@ -37,17 +37,22 @@ type Detector struct {
 	lruHead, lruTail *session
 	exchanges        map[exKey]*exchange
 	openByConn       map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
-	spareExchanges   []*exchange          // ended exchanges for reuse (recycleExchange)
-	lost             lostIndex
-	sessionlessSeen  map[string]struct{}   // 2026-07-28+ session ids already reported
-	tombs            tombstones            // deleted session ids
-	retiring         map[*session]struct{} // retired, still bound to open exchanges
-	now              time.Time
-	cur              *decode.Observation // the observation being handled, for findings' context
-	lastSweep        time.Time
-	exSerial         uint64 // last exchange.serial handed out
-	closed           bool
-	stats            Stats
+	// gaps: the last capture gap per client address and server endpoint;
+	// gapFloor: sessions that started before it are treated as gapped
+	// (set when gaps outgrew its bound).
+	gaps            map[addrKey]time.Time
+	gapFloor        time.Time
+	spareExchanges  []*exchange // ended exchanges for reuse (recycleExchange)
+	lost            lostIndex
+	sessionlessSeen map[string]struct{}   // 2026-07-28+ session ids already reported
+	tombs           tombstones            // deleted session ids
+	retiring        map[*session]struct{} // retired, still bound to open exchanges
+	now             time.Time
+	cur             *decode.Observation // the observation being handled, for findings' context
+	lastSweep       time.Time
+	exSerial        uint64 // last exchange.serial handed out
+	closed          bool
+	stats           Stats
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -60,6 +65,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sessions:        map[string]*session{},
 		exchanges:       map[exKey]*exchange{},
 		openByConn:      map[uint64]*exchange{},
+		gaps:            map[addrKey]time.Time{},
 		lost:            newLostIndex(cfg.MaxLostSessions),
 		sessionlessSeen: map[string]struct{}{},
 		tombs:           newTombstones(),
@@ -137,6 +143,12 @@ func (d *Detector) Observe(o *decode.Observation) {
 	case decode.KindRequest:
 		d.onRequest(o)
 	case decode.KindResponse:
+		if o.Request == nil {
+			// A response whose request the capture does not hold: bytes
+			// were lost (or the capture began mid-connection), and what
+			// that request carried is unknown.
+			d.noteGap(o)
+		}
 		if ex := d.exchangeFor(o, false); ex != nil {
 			d.onResponse(ex, o)
 		}
@@ -496,6 +508,15 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	if ex.isInit && ex.hasRespSession {
 		d.onInitialized(ex, o)
 		s = ex.sess
+	} else if s != nil && ex.hasRespSession && ex.respSession != s.id && (ex.gap || d.gapSince(s.firstSeen, ex.conn)) {
+		// Lost bytes between this client and server can shift the pairing
+		// of requests and responses (a whole request may be gone), so this
+		// response may not answer the request that carried s.
+		d.unverifiable(o.Time, s, ex, "session_swap", ReasonCaptureGap, ex.respSession)
+		if ex.resume != nil {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureGap)
+		}
+		return
 	} else if s != nil && ex.hasRespSession && ex.respSession != s.id {
 		d.sessionSwap(ex, o)
 		s = ex.sess
@@ -558,7 +579,37 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 	}
 }
 
+// gapSince reports whether the capture lost bytes between conn's client
+// address and server since t. Lost bytes on any connection of that pair can
+// hide a session's events or shift request/response pairing, so checks that
+// rest on something being absent, or on pairing, become unverifiable.
+func (d *Detector) gapSince(t time.Time, conn decode.Conn) bool {
+	if t.Before(d.gapFloor) {
+		return true
+	}
+	at, ok := d.gaps[addrKey{conn.Client.Addr(), conn.Server}]
+	return ok && !at.Before(t)
+}
+
 func (d *Detector) onGap(o *decode.Observation) {
+	d.noteGap(o)
+	d.markOpenExchangesGapped(o)
+}
+
+// noteGap records that evidence between o's client and server is missing.
+func (d *Detector) noteGap(o *decode.Observation) {
+	k := addrKey{o.Conn.Client.Addr(), o.Conn.Server}
+	if _, ok := d.gaps[k]; !ok && len(d.gaps) >= d.cfg.MaxSessions {
+		// Bounded like the sessions: forget every pair and treat all that
+		// started before now as possibly affected.
+		clear(d.gaps)
+		d.gapFloor = o.Time
+		d.stats.LimitsHit["MaxSessions"]++
+	}
+	d.gaps[k] = o.Time
+}
+
+func (d *Detector) markOpenExchangesGapped(o *decode.Observation) {
 	// Every exchange open on the connection may have lost bytes.
 	for ex := d.openByConn[o.Conn.ID]; ex != nil; ex = ex.nextOnConn {
 		ex.gap = true

@@ -196,6 +196,11 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	if why == "" || !ex.once(onceReset) {
 		return
 	}
+	d.eventIDReset(ex, s, st, o, why)
+}
+
+// eventIDReset reports ids going backwards in session s, explained by why.
+func (d *Detector) eventIDReset(ex *exchange, s *session, st *stream, o *decode.Observation, why string) {
 	d.violation(&Violation{
 		Kind: KindEventIDReset, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(st),
 		Explanation: fmt.Sprintf("Event ids in session %s went backwards (%s). The server's counter or event store restarted "+
@@ -247,6 +252,11 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 	c := s.calls.at(m.ID)
 	if c != nil && c.answered {
 		if replay || !ex.once(onceDupResponse) {
+			return
+		}
+		if ex.gap || d.gapSince(s.firstSeen, ex.conn) {
+			// Lost bytes can pair a response with the wrong request.
+			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, m.ID)
 			return
 		}
 		same := "the same result"

@@ -153,7 +153,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
 		rs.unverifiable = ReasonLimitPrefix + s.indexLimit
-	case s.gap || ex.gap:
+	case s.gap || ex.gap || d.gapSince(s.firstSeen, ex.conn):
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
 		rs.unverifiable = "resume answered without a stream"
@@ -223,8 +223,13 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 		if p := parseEventID(ev.ID); p.shape == shapeGoSDK && p.prefix == rs.goPrefix {
 			n := int64(p.num)
 			switch {
-			case n <= rs.goCursor && !known && ex.once(onceReplayed):
-				d.replayed(ex, s, o, fmt.Sprintf("go-sdk index %d is not after the cursor's index %d", n, rs.goCursor))
+			case n == rs.goCursor && ex.once(onceReplayed):
+				d.replayed(ex, s, o, "the stream delivered the id the client resumed from again")
+			case n < rs.goCursor && !known && ex.once(onceReset):
+				// Ordered before the cursor, yet never delivered in this
+				// capture: the ids went backwards. Calling it a replay
+				// would claim a delivery the capture does not show.
+				d.eventIDReset(ex, s, ex.stream, o, fmt.Sprintf("go-sdk index %d after resuming from index %d, an id this capture never saw delivered", n, rs.goCursor))
 			case n > rs.goNext && !ex.gap && rs.unverifiable != ReasonCaptureGap && ex.once(onceIncomplete):
 				d.incomplete(ex, s, o, fmt.Sprintf("go-sdk ids are dense per stream: after %s_%d came %s, so %d event(s) were never delivered", rs.goPrefix, rs.goNext-1, ev.ID, n-rs.goNext))
 			}
