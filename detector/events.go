@@ -112,6 +112,12 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 		return false // on a resumed stream: judged by resumeEvent against the cursor
 	}
 	if ref.data == data && ex.once(onceDupEvent) {
+		if ex.gap || d.gapSince(s.firstSeen, ex.conn) {
+			// The request that opened this stream may be the one the
+			// capture lost (a resume with Last-Event-ID looks the same).
+			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, ev.ID)
+			return false
+		}
 		d.violation(&Violation{
 			Kind: KindDuplicateDelivery, Time: o.Time, FirstEventID: ev.ID, StreamID: streamName(first),
 			Explanation: fmt.Sprintf("Session %s delivered event %s a second time on a stream that was not a resume. "+
