@@ -2,49 +2,19 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
-type packet struct {
-	ci   gopacket.CaptureInfo
-	data []byte
-}
-
-func readPackets(t *testing.T, path string) ([]packet, layers.LinkType) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pkts []packet
-	for {
-		data, ci, err := r.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		pkts = append(pkts, packet{ci, data})
-	}
-	return pkts, r.LinkType()
-}
-
-func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []packet) {
+func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []pcaprec.Packet) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -56,31 +26,30 @@ func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []packet) 
 		t.Fatal(err)
 	}
 	for _, p := range pkts {
-		if err := w.WritePacket(p.ci, p.data); err != nil {
+		if err := w.WritePacket(p.CI, p.Data); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
 // direction names a packet's TCP direction when it carries payload, else "".
-func direction(p packet) string {
-	pkt := gopacket.NewPacket(p.data, layers.LayerTypeEthernet, gopacket.NoCopy)
-	tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+func direction(p pcaprec.Packet, lt layers.LinkType) string {
+	tcp := p.TCP(lt)
 	if tcp == nil || len(tcp.Payload) == 0 {
 		return ""
 	}
-	return pkt.NetworkLayer().NetworkFlow().String() + tcp.TransportFlow().String()
+	return fmt.Sprintf("%v>%v", tcp.SrcPort, tcp.DstPort)
 }
 
 // losableSegments lists the data packets whose loss the capture can see:
 // more data follows in the same direction. (A lost last segment followed only
 // by a FIN is not yet reported as a gap by capture: gopacket's assembler
 // waits for the hole; see the issue notes.)
-func losableSegments(pkts []packet) []int {
+func losableSegments(pkts []pcaprec.Packet, lt layers.LinkType) []int {
 	var out []int
 	dirs := make([]string, len(pkts))
 	for i, p := range pkts {
-		dirs[i] = direction(p)
+		dirs[i] = direction(p, lt)
 	}
 	for i, d := range dirs {
 		if d != "" && slices.Contains(dirs[i+1:], d) {
@@ -118,11 +87,14 @@ func TestNoViolationFromIncompleteEvidence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			recs, _, _ := analyzeJSON(t, nil, fx)
 			allowed := violationKinds(recs)
-			pkts, lt := readPackets(t, fx)
-			payload := losableSegments(pkts)
+			pkts, lt, err := pcaprec.ReadPackets(fx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			payload := losableSegments(pkts, lt)
 			type variant struct {
 				name string
-				pkts []packet
+				pkts []pcaprec.Packet
 			}
 			var variants []variant
 			// Capture started late, at every packet: connections and

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
@@ -134,24 +130,13 @@ func recordSplitID(t *testing.T, path string) string {
 // hold: valid IPv4 and TCP checksums and non-decreasing timestamps.
 func checkCapture(t *testing.T, path string) (packets int) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, _, err := pcaprec.ReadPackets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var last time.Time
-	for {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return packets
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, pk := range pkts {
+		data, ci := pk.Data, pk.CI
 		packets++
 		if ci.Timestamp.Before(last) {
 			t.Fatalf("packet %d: time goes back from %s to %s", packets, last, ci.Timestamp)
@@ -174,6 +159,7 @@ func checkCapture(t *testing.T, path string) (packets int) {
 			t.Fatalf("packet %d: TCP checksum does not verify (%#04x)", packets, c)
 		}
 	}
+	return packets
 }
 
 // TestReplicateRewritesSplitSessionIDs checks the rewriting where it is

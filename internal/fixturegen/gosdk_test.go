@@ -15,10 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
-
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
@@ -246,19 +242,13 @@ func TestDuplicateDeliveryCapture(t *testing.T) {
 // pcapPayload concatenates every TCP payload in a capture, in file order.
 func pcapPayload(t *testing.T, path string) string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, lt, err := pcaprec.ReadPackets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	src := gopacket.NewPacketSource(r, layers.LinkTypeEthernet)
-	for p := range src.Packets() {
-		if tcp, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
+	for _, p := range pkts {
+		if tcp := p.TCP(lt); tcp != nil {
 			b.Write(tcp.Payload)
 		}
 	}

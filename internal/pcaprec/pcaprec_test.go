@@ -5,14 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // TestProxyRecordsBothDirections sends a real HTTP exchange through the proxy
@@ -52,27 +49,14 @@ func TestProxyRecordsBothDirections(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, lt, err := ReadPackets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var syns int
 	var toServer, toClient strings.Builder
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		pkt := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
-		tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	for _, pk := range pkts {
+		tcp := pk.TCP(lt)
 		if tcp == nil {
 			t.Fatal("packet without TCP")
 		}
@@ -152,24 +136,18 @@ func TestServerCutRecordsServerFINFirst(t *testing.T) {
 	p.Close()
 	rec.Close()
 
-	f, _ := os.Open(path)
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	pkts, lt, err := ReadPackets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxyPort := layers.TCPPort(mustPort(t, p.Addr()))
-	for {
-		data, _, err := r.ReadPacketData()
-		if err != nil {
-			t.Fatal("no FIN recorded")
-		}
-		tcp, _ := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP)
-		if tcp != nil && tcp.FIN {
+	for _, pk := range pkts {
+		if tcp := pk.TCP(lt); tcp != nil && tcp.FIN {
 			if tcp.SrcPort != proxyPort {
 				t.Fatalf("first FIN from port %d (the client), want the server side %d", tcp.SrcPort, proxyPort)
 			}
 			return
 		}
 	}
+	t.Fatal("no FIN recorded")
 }

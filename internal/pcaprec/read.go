@@ -1,0 +1,50 @@
+package pcaprec
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// Packet is one record of a capture file.
+type Packet struct {
+	CI   gopacket.CaptureInfo
+	Data []byte
+}
+
+// ReadPackets reads a whole (small) pcap file back, for tests that check
+// what a recording holds or damage it on purpose. Large captures should be
+// streamed instead.
+func ReadPackets(path string) ([]Packet, layers.LinkType, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	var pkts []Packet
+	for {
+		data, ci, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return pkts, r.LinkType(), nil
+		}
+		if err != nil {
+			return pkts, r.LinkType(), err
+		}
+		pkts = append(pkts, Packet{CI: ci, Data: data})
+	}
+}
+
+// TCP decodes a recorded packet's TCP layer (nil when it has none).
+func (p Packet) TCP(lt layers.LinkType) *layers.TCP {
+	pkt := gopacket.NewPacket(p.Data, lt, gopacket.NoCopy)
+	tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	return tcp
+}
