@@ -508,7 +508,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	if ex.isInit && ex.hasRespSession {
 		d.onInitialized(ex, o)
 		s = ex.sess
-	} else if s != nil && ex.hasRespSession && ex.respSession != s.id && (ex.gap || d.gapSince(s.firstSeen, ex.conn)) {
+	} else if s != nil && ex.hasRespSession && ex.respSession != s.id && (d.gapped(ex, s.firstSeen)) {
 		// Lost bytes between this client and server can shift the pairing
 		// of requests and responses (a whole request may be gone), so this
 		// response may not answer the request that carried s.
@@ -577,6 +577,12 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 			s.prev, s.linkConf = l.id, conf
 		}
 	}
+}
+
+// gapped reports whether ex's own bytes, or any between its client address
+// and server since t, were lost.
+func (d *Detector) gapped(ex *exchange, t time.Time) bool {
+	return ex.gap || d.gapSince(t, ex.conn)
 }
 
 // gapSince reports whether the capture lost bytes between conn's client

@@ -112,7 +112,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 		return false // on a resumed stream: judged by resumeEvent against the cursor
 	}
 	if ref.data == data && ex.once(onceDupEvent) {
-		if ex.gap || d.gapSince(s.firstSeen, ex.conn) {
+		if d.gapped(ex, s.firstSeen) {
 			// The request that opened this stream may be the one the
 			// capture lost (a resume with Last-Event-ID looks the same).
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, ev.ID)
@@ -260,7 +260,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 		if replay || !ex.once(onceDupResponse) {
 			return
 		}
-		if ex.gap || d.gapSince(s.firstSeen, ex.conn) {
+		if d.gapped(ex, s.firstSeen) {
 			// Lost bytes can pair a response with the wrong request.
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, m.ID)
 			return

@@ -263,7 +263,7 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if l == nil || l.reinitFlagged {
 		return
 	}
-	if ex.method == "" || ex.gap || d.gapSince(l.lostAt, ex.conn) {
+	if ex.method == "" || d.gapped(ex, l.lostAt) {
 		// The request was not captured, or bytes were lost since the 404:
 		// whether it really went without a session id is unknown.
 		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", ReasonCaptureGap, "form3")

@@ -153,7 +153,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
 		rs.unverifiable = ReasonLimitPrefix + s.indexLimit
-	case s.gap || ex.gap || d.gapSince(s.firstSeen, ex.conn):
+	case s.gap || d.gapped(ex, s.firstSeen):
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
 		rs.unverifiable = "resume answered without a stream"
