@@ -32,6 +32,9 @@ func revAtLeast(rev, min string) bool {
 type Detector struct {
 	cfg  Config
 	sink Sink
+	// events is sink when it also takes every SSE event (EventSink); nil
+	// otherwise, and then no per-event record is built.
+	events EventSink
 
 	sessions         map[string]*session
 	lruHead, lruTail *session
@@ -59,9 +62,11 @@ type Detector struct {
 // defaults.
 func New(cfg Config, sink Sink) *Detector {
 	cfg = cfg.withDefaults()
+	events, _ := sink.(EventSink)
 	return &Detector{
 		cfg:             cfg,
 		sink:            sink,
+		events:          events,
 		sessions:        map[string]*session{},
 		exchanges:       map[exKey]*exchange{},
 		openByConn:      map[uint64]*exchange{},
@@ -114,6 +119,7 @@ type exchange struct {
 	// afterDelete: the request carried the id of a session already
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
+	seq         int // ordinal among the exchanges bound to sess
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }

@@ -2,6 +2,7 @@ package detector
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/replaywatch/replaywatch/decode"
 )
@@ -84,6 +85,47 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 		d.resumeEvent(ex, o, known, reused, ref)
 	}
 	d.onMessages(ex, o, ev.Messages, known)
+	if d.events != nil {
+		d.emitStreamEvent(ex, s, o, known || reused, priming)
+	}
+}
+
+// emitStreamEvent hands one delivered event to an EventSink. again says the
+// id was issued before in this session (a replay, a duplicate or a reset).
+func (d *Detector) emitStreamEvent(ex *exchange, s *session, o *decode.Observation, again, priming bool) {
+	ev := o.Event
+	se := &StreamEvent{
+		Time: o.Time, SessionID: s.id, EventID: ev.ID, Position: -1, Delivery: 1,
+		Resumed: ex.resume != nil, Priming: priming, Messages: len(ev.Messages),
+		DataBytes: ev.DataBytes, DataHash: ev.DataHash, Client: ex.conn.Client.String(), Server: ex.conn.Server.String(),
+	}
+	if len(ev.Messages) > 0 {
+		se.Method, se.JSONRPCID = ev.Messages[0].Method, ev.Messages[0].ID
+	}
+	// A session id seen again after its session ended names a new life of
+	// it, with ids of its own.
+	life := strconv.FormatInt(s.firstSeen.UnixNano(), 10)
+	ref, indexed := eventRef{}, false
+	if ev.HasID && ev.ID != "" {
+		ref, indexed = s.events[ev.ID]
+	}
+	if indexed {
+		se.StreamID, se.Position = streamName(s.streams[ref.stream]), ref.pos
+		if again {
+			if s.redelivered == nil {
+				s.redelivered = map[string]int{}
+			}
+			s.redelivered[ev.ID]++
+			se.Delivery += s.redelivered[ev.ID]
+		}
+		se.ID = findingID("stream_event", s.id, life, ev.ID, strconv.Itoa(se.Delivery))
+	} else {
+		// No id (or one the index had no room for): the event is named by
+		// its place, the session's exchange ordinal and its index there.
+		se.StreamID = streamName(ex.stream)
+		se.ID = findingID("stream_event", s.id, life, ev.ID, "exchange", strconv.Itoa(ex.seq), strconv.Itoa(ex.events))
+	}
+	d.events.StreamEvent(se)
 }
 
 // knownEvent handles an id the session already issued. It reports whether

@@ -159,3 +159,40 @@ type Sink interface {
 	UnknownOutcome(*UnknownOutcome)
 	Unverifiable(*Unverifiable)
 }
+
+// StreamEvent is one SSE event delivered on a session's stream: the
+// session's timeline, event by event. Only sinks that implement EventSink get
+// them (the ClickHouse sink's stream_events table); the payload is kept as a
+// hash only.
+type StreamEvent struct {
+	// ID is deterministic: the session, the event id and which delivery of
+	// it this is; for an event without an id (or beyond the event index),
+	// the session, the ordinal of its exchange in the session and its
+	// index in the response. The same capture always gives the same ids.
+	ID        string
+	Time      time.Time
+	SessionID string
+	StreamID  string // the detector's name for the logical stream ("" unknown)
+	EventID   string
+	// Position is the event's place on its stream at first delivery; -1
+	// when it has no id or was not indexed.
+	Position int32
+	// Delivery is 1 for the first delivery of this id in the session, 2
+	// and on for replays and duplicates.
+	Delivery  int
+	Resumed   bool // on a stream opened with Last-Event-ID
+	Priming   bool // an empty event that only sets the id
+	Method    string
+	JSONRPCID string // of the first message; "" when none
+	Messages  int
+	DataBytes int
+	DataHash  string
+	Client    string
+	Server    string
+}
+
+// EventSink is a Sink that also takes every SSE event of every tracked
+// session. Calls come from the detector's goroutine.
+type EventSink interface {
+	StreamEvent(*StreamEvent)
+}

@@ -99,6 +99,7 @@ type session struct {
 	answered   int
 
 	requests, eventsN, resumes, violations int
+	bound                                  int // exchanges ever bound: their ordinal names id-less events
 
 	prev, linkConf string
 	lostAt         time.Time
@@ -127,6 +128,9 @@ type sessionState struct {
 	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
 	progress       smallMap[string, float64]
 	streamSlab     slab[stream]
+	// redelivered counts deliveries beyond the first per event id; only
+	// an EventSink needs it, and only replays and duplicates create it.
+	redelivered map[string]int
 }
 
 // toolKey identifies a tools/call by what it asks for: same tool, same
@@ -298,6 +302,8 @@ func (d *Detector) bind(ex *exchange, s *session) {
 	ex.sess = s
 	if s != nil {
 		s.open++
+		s.bound++
+		ex.seq = s.bound
 	}
 }
 

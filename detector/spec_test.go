@@ -22,6 +22,7 @@ type recorder struct {
 	sessions     []*SessionSummary
 	unknowns     []*UnknownOutcome
 	unverifiable []*Unverifiable
+	events       []*StreamEvent
 }
 
 func (r *recorder) Violation(v *Violation)           { r.violations = append(r.violations, v) }
@@ -29,6 +30,7 @@ func (r *recorder) Resume(a *ResumeAttempt)          { r.resumes = append(r.resu
 func (r *recorder) Session(s *SessionSummary)        { r.sessions = append(r.sessions, s) }
 func (r *recorder) UnknownOutcome(u *UnknownOutcome) { r.unknowns = append(r.unknowns, u) }
 func (r *recorder) Unverifiable(u *Unverifiable)     { r.unverifiable = append(r.unverifiable, u) }
+func (r *recorder) StreamEvent(e *StreamEvent)       { r.events = append(r.events, e) }
 
 // specBase is time 0 of every .test file.
 var specBase = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -544,7 +546,7 @@ func (r *specRun) expect(n int, raw string, args []string) error {
 			return fmt.Errorf("expect no WHAT")
 		}
 		e.kind, rest = rest[0], nil
-	case "resume", "unknown_outcome", "unverifiable":
+	case "resume", "unknown_outcome", "unverifiable", "stream_event":
 	default:
 		return fmt.Errorf("unknown expectation %q", e.what)
 	}
@@ -572,6 +574,9 @@ func fieldsOf(rec any) map[string]string {
 		f["session"], f["jsonrpc_id"], f["method"], f["tool"], f["reason"], f["reissued"] = v.SessionID, v.JSONRPCID, v.Method, v.Tool, v.Reason, v.ReissuedInSession
 	case *Unverifiable:
 		f["session"], f["reason"], f["check"] = v.SessionID, v.Reason, v.Check
+	case *StreamEvent:
+		f["session"], f["stream"], f["event_id"], f["position"] = v.SessionID, v.StreamID, v.EventID, strconv.Itoa(int(v.Position))
+		f["delivery"], f["resumed"], f["priming"], f["method"], f["jsonrpc_id"] = strconv.Itoa(v.Delivery), strconv.FormatBool(v.Resumed), strconv.FormatBool(v.Priming), v.Method, v.JSONRPCID
 	}
 	return f
 }
@@ -621,6 +626,9 @@ func runSpec(t *testing.T, path string) {
 	}
 	for _, v := range rec.unverifiable {
 		groups["unverifiable"] = append(groups["unverifiable"], v)
+	}
+	for _, v := range rec.events {
+		groups["stream_event"] = append(groups["stream_event"], v)
 	}
 	used := map[any]bool{}
 	for _, e := range r.expects {
@@ -676,6 +684,15 @@ func checkRecords(t *testing.T, file string, rec *recorder) {
 		if a.ID == "" || a.Outcome == "" || a.Reason == "" {
 			t.Errorf("%s: incomplete resume %+v", file, a)
 		}
+	}
+	// Stream events are stored under their ids: two events of one run
+	// sharing an id would collapse into one row.
+	ids := map[string]*StreamEvent{}
+	for _, e := range rec.events {
+		if prev, dup := ids[e.ID]; dup || len(e.ID) != 32 || e.SessionID == "" || e.Time.IsZero() || e.Delivery < 1 {
+			t.Errorf("%s: stream event %+v (id also used by %+v)", file, e, prev)
+		}
+		ids[e.ID] = e
 	}
 }
 
