@@ -129,6 +129,10 @@ type UnknownOutcome struct {
 	Method    string
 	Tool      string
 	ArgsHash  string
+	// Arguments is the call's arguments as JSON text, only when the
+	// operator opted in to keeping them (decode.Config.KeepToolArguments);
+	// "" otherwise.
+	Arguments string
 	CalledAt  time.Time
 	Client    string
 	Server    string

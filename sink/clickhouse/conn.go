@@ -1,0 +1,206 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// PasswordEnv is the environment variable a password is read from when
+// neither the DSN nor a password file gives one.
+const PasswordEnv = "REPLAYWATCH_CLICKHOUSE_PASSWORD"
+
+// ConnectOptions says where the database is and how to log in.
+type ConnectOptions struct {
+	// DSN is clickhouse://[user[:password]@]host:port[,host:port]/database[?options]
+	// (clickhouse-go's DSN options apply, e.g. secure=true, dial_timeout=5s).
+	DSN string
+	// PasswordFile, when set, holds the password (trailing newline
+	// ignored). It wins over the DSN and PasswordEnv, and keeps the
+	// password out of process listings.
+	PasswordFile string
+	// Cluster: see Dialect.Cluster.
+	Cluster       string
+	RetentionDays int
+	DialTimeout   time.Duration
+}
+
+// Conn is a native-protocol connection that knows the server's dialect.
+type Conn struct {
+	native  driver.Conn
+	dialect Dialect
+	where   string // the DSN without its password, for messages
+}
+
+// Redact returns dsn with any password replaced by "xxxxx", for messages
+// and logs.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return u.Redacted()
+}
+
+// Connect opens a connection, checks the server answers and detects its
+// version. Errors never contain the password.
+func Connect(ctx context.Context, o ConnectOptions) (*Conn, error) {
+	where := Redact(o.DSN)
+	opts, err := ch.ParseDSN(o.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse DSN %s: %v", where, redactErr(err, o.DSN))
+	}
+	if opts.Auth.Database == "" {
+		opts.Auth.Database = "replaywatch"
+	}
+	database := opts.Auth.Database
+	// The database may not exist yet (schema apply creates it): log in to
+	// default and name the database in every statement.
+	opts.Auth.Database = "default"
+	switch {
+	case o.PasswordFile != "":
+		b, err := os.ReadFile(o.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse password file: %w", err)
+		}
+		opts.Auth.Password = strings.TrimRight(string(b), "\r\n")
+	case opts.Auth.Password == "" && os.Getenv(PasswordEnv) != "":
+		opts.Auth.Password = os.Getenv(PasswordEnv)
+	}
+	if o.DialTimeout > 0 {
+		opts.DialTimeout = o.DialTimeout
+	}
+	native, err := ch.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse %s: %v", where, err)
+	}
+	c := &Conn{native: native, where: where}
+	if err := native.Ping(ctx); err != nil {
+		native.Close()
+		return nil, fmt.Errorf("clickhouse %s: %w", where, err)
+	}
+	sv, err := native.ServerVersion()
+	if err != nil {
+		native.Close()
+		return nil, fmt.Errorf("clickhouse %s: server version: %w", where, err)
+	}
+	c.dialect = Dialect{
+		Version:  Version{Major: int(sv.Version.Major), Minor: int(sv.Version.Minor), Patch: int(sv.Version.Patch)},
+		Database: database, Cluster: o.Cluster, RetentionDays: o.RetentionDays,
+	}
+	if err := c.dialect.validate(); err != nil {
+		native.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func redactErr(err error, dsn string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// Dialect is the detected server dialect.
+func (c *Conn) Dialect() Dialect { return c.dialect }
+
+// String names the server without credentials.
+func (c *Conn) String() string { return c.where }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.native.Close() }
+
+// Exec runs a statement; args are bound by the driver, never spliced.
+func (c *Conn) Exec(ctx context.Context, query string, args ...any) error {
+	return c.native.Exec(ctx, query, args...)
+}
+
+// QueryStrings runs a query whose columns are all String.
+func (c *Conn) QueryStrings(ctx context.Context, query string, args ...any) ([][]string, error) {
+	rows, err := c.native.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	n := len(rows.Columns())
+	var out [][]string
+	for rows.Next() {
+		row := make([]string, n)
+		ptrs := make([]any, n)
+		for i := range row {
+			ptrs[i] = &row[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
+}
+
+// withDDLSettings adds the settings DDL needs on this server.
+func withDDLSettings(ctx context.Context, d Dialect) context.Context {
+	s := d.ddlSettings()
+	if len(s) == 0 {
+		return ctx
+	}
+	settings := ch.Settings{}
+	for k, v := range s {
+		settings[k] = v
+	}
+	return ch.Context(ctx, ch.WithSettings(settings))
+}
+
+// insert sends one batch with the driver's columnar append.
+func (c *Conn) insert(ctx context.Context, b *batch) error {
+	if c.dialect.Cluster != "" {
+		// Confirm only once every shard has the rows: an asynchronous
+		// Distributed insert would report success for rows still queued
+		// on this server's disk.
+		ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"insert_distributed_sync": 1}))
+	}
+	pb, err := c.native.PrepareBatch(ctx, fmt.Sprintf("INSERT INTO %s (%s)", c.dialect.InsertTable(b.table.name), b.table.columnList(b.version)))
+	if err != nil {
+		return err
+	}
+	for i, col := range b.cols {
+		if err := pb.Column(i).Append(col); err != nil {
+			pb.Abort()
+			return fmt.Errorf("column %d of %s: %w", i, b.table.name, err)
+		}
+	}
+	return pb.Send()
+}
+
+// errPermanent marks an insert error that retrying cannot fix (the server
+// rejected the data or the schema): the batch goes to the spool at once and
+// the error is reported.
+var errPermanent = errors.New("permanent")
+
+// classify tells transient failures (network, server down or overloaded)
+// from permanent ones (a ClickHouse exception about the query itself).
+func classify(err error) error {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case 202, 203, 209, 210, 241, 242, 252, 159, 425, 999:
+			// too many simultaneous queries, no free connection, socket
+			// timeout, network error, memory limit, table read-only, too
+			// many parts, timeout, system error, keeper exception
+			return err
+		}
+		return fmt.Errorf("%w: %w", errPermanent, err)
+	}
+	return err
+}

@@ -1,0 +1,506 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/replaywatch/replaywatch/detector"
+)
+
+// Delivery defaults, sized for ClickHouse's advice of large, infrequent
+// inserts (at least ~1000 rows per insert, about one insert per second or
+// fewer per table): a batch goes when it holds DefaultBatchRows rows or
+// DefaultBatchBytes bytes, or DefaultFlushInterval after the last send.
+const (
+	DefaultBatchRows       = 50_000
+	DefaultBatchBytes      = 16 << 20
+	DefaultFlushInterval   = 5 * time.Second
+	DefaultMaxRetries      = 4
+	DefaultRetryBackoff    = 250 * time.Millisecond
+	DefaultMaxRetryBackoff = 10 * time.Second
+	DefaultInsertTimeout   = time.Minute
+	DefaultCloseTimeout    = 30 * time.Second
+	// DefaultQueueBatches full batches may wait for the sender before the
+	// detector is made to wait (back-pressure, never loss).
+	DefaultQueueBatches = 4
+)
+
+// Config says how the sink batches, retries and spools.
+type Config struct {
+	// Node names the agent or host writing (the node column); Source what
+	// it reads (a capture file, an interface).
+	Node, Source string
+
+	BatchRows     int
+	BatchBytes    int
+	FlushInterval time.Duration
+	// MaxRetries is how many times a failed insert is retried, with
+	// exponential backoff from RetryBackoff up to MaxRetryBackoff, before
+	// the batch goes to the spool.
+	MaxRetries      int
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	InsertTimeout   time.Duration
+	QueueBatches    int
+
+	// SpoolDir holds batches the server could not take; required. Batches
+	// left there by an earlier run are sent first.
+	SpoolDir string
+	// MaxSpoolBytes bounds the spool (DefaultMaxSpoolBytes). When it is
+	// full, the sink stops taking records until the server drains it:
+	// back-pressure, never loss. Only the final flush at Close may pass
+	// the bound, so that a shutdown loses nothing either.
+	MaxSpoolBytes int64
+	// CloseTimeout bounds how long Close keeps trying to empty the spool
+	// before leaving it for the next run.
+	CloseTimeout time.Duration
+
+	// StoreArguments stores tool arguments in clear (unknown_outcomes.
+	// arguments). Off by default: only their hash is stored.
+	StoreArguments bool
+
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.BatchRows, DefaultBatchRows)
+	def(&c.BatchBytes, DefaultBatchBytes)
+	def(&c.QueueBatches, DefaultQueueBatches)
+	if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	} else if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	defDur(&c.FlushInterval, DefaultFlushInterval)
+	defDur(&c.RetryBackoff, DefaultRetryBackoff)
+	defDur(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
+	defDur(&c.InsertTimeout, DefaultInsertTimeout)
+	defDur(&c.CloseTimeout, DefaultCloseTimeout)
+	if c.MaxSpoolBytes <= 0 {
+		c.MaxSpoolBytes = DefaultMaxSpoolBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// inserter sends one batch; *Conn in production.
+type inserter interface {
+	insert(ctx context.Context, b *batch) error
+}
+
+// Sink writes the detector's findings, resume attempts, sessions and stream
+// events to ClickHouse. It implements detector.Sink and detector.EventSink.
+//
+// Records are appended column-wise to one pending batch per table (under a
+// mutex: the detector calls from its goroutine, a timer flushes from
+// another). Full batches go through a bounded queue to one sender goroutine
+// that inserts with retries, or spools to disk when the server cannot take
+// them; while the spool holds anything, new batches queue behind it, so rows
+// reach the server in the order they were accepted.
+type Sink struct {
+	cfg     Config
+	ins     inserter
+	version int
+	sp      *spool
+	m       *metrics
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	pending map[*table]*batch
+	closed  bool
+
+	queue     chan *batch
+	stopTimer chan struct{}
+	timerDone chan struct{}
+	done      chan struct{}
+
+	closing                    atomic.Bool
+	written, spooled, replayed atomic.Int64
+	failures                   atomic.Int64
+	lastErr                    atomic.Value // string
+	down                       bool         // sender goroutine only: last insert failed
+}
+
+// New checks that the database is at this build's schema version and
+// starts a sink writing to it.
+func New(ctx context.Context, conn *Conn, cfg Config) (*Sink, error) {
+	if err := CheckSchema(ctx, conn, conn.Dialect()); err != nil {
+		return nil, err
+	}
+	return newSink(conn, SchemaVersion, cfg)
+}
+
+func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	if cfg.SpoolDir == "" {
+		return nil, errors.New("clickhouse sink: no spool directory")
+	}
+	sp, err := openSpool(cfg.SpoolDir, cfg.MaxSpoolBytes)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.MeterProvider, sp)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg: cfg, ins: ins, version: version, sp: sp, m: m, log: cfg.Logger,
+		pending:   map[*table]*batch{},
+		queue:     make(chan *batch, cfg.QueueBatches),
+		stopTimer: make(chan struct{}),
+		timerDone: make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if st := sp.stats(); st.batches > 0 {
+		s.log.Info("clickhouse sink: spool from an earlier run will be sent first", "dir", cfg.SpoolDir, "batches", st.batches, "rows", st.rows)
+	}
+	go s.send()
+	go s.flushEvery()
+	return s, nil
+}
+
+// pendingFor returns the pending batch of t; s.mu held.
+func (s *Sink) pendingFor(t *table) *batch {
+	b := s.pending[t]
+	if b == nil {
+		b = newBatch(t, s.version, min(s.cfg.BatchRows, 1024))
+		s.pending[t] = b
+	}
+	return b
+}
+
+// appended hands b to the sender when full; s.mu held. The queue send may
+// block: that is the back-pressure.
+func (s *Sink) appended(b *batch) {
+	if b.rows >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
+		delete(s.pending, b.table)
+		s.queue <- b
+	}
+}
+
+// Violation implements detector.Sink.
+func (s *Sink) Violation(v *detector.Violation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(violationsTable)
+	appendViolation(b, v, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// Resume implements detector.Sink.
+func (s *Sink) Resume(a *detector.ResumeAttempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(resumesTable)
+	appendResume(b, a, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// Session implements detector.Sink.
+func (s *Sink) Session(ss *detector.SessionSummary) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(sessionsTable)
+	appendSession(b, ss, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// UnknownOutcome implements detector.Sink.
+func (s *Sink) UnknownOutcome(u *detector.UnknownOutcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(unknownOutcomesTable)
+	appendUnknownOutcome(b, u, s.cfg.StoreArguments, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// Unverifiable implements detector.Sink.
+func (s *Sink) Unverifiable(u *detector.Unverifiable) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(unverifiableTable)
+	appendUnverifiable(b, u, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// StreamEvent implements detector.EventSink.
+func (s *Sink) StreamEvent(e *detector.StreamEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	b := s.pendingFor(streamEventsTable)
+	appendStreamEvent(b, e, s.cfg.Node, s.cfg.Source)
+	s.appended(b)
+}
+
+// Flush hands every pending batch to the sender now.
+func (s *Sink) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushLocked()
+}
+
+func (s *Sink) flushLocked() {
+	for _, t := range tables { // table order: findings before events
+		if b := s.pending[t]; b != nil && b.rows > 0 {
+			delete(s.pending, t)
+			s.queue <- b
+		}
+	}
+}
+
+func (s *Sink) flushEvery() {
+	defer close(s.timerDone)
+	tick := time.NewTicker(s.cfg.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			s.Flush()
+		case <-s.stopTimer:
+			return
+		}
+	}
+}
+
+// send is the sender goroutine: spool first, then the queue.
+func (s *Sink) send() {
+	defer close(s.done)
+	backoff := s.cfg.RetryBackoff
+	var wait <-chan time.Time
+	for {
+		if wait == nil && s.sp.stats().batches > 0 {
+			if s.replayHead() {
+				backoff = s.cfg.RetryBackoff
+				continue
+			}
+			wait = time.After(backoff)
+			backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
+		}
+		select {
+		case b, ok := <-s.queue:
+			if !ok {
+				return
+			}
+			s.deliver(b)
+		case <-wait:
+			wait = nil
+		}
+	}
+}
+
+// deliver inserts b, or spools it when the server cannot take it or when
+// older batches wait in the spool (order is kept).
+func (s *Sink) deliver(b *batch) {
+	if s.sp.stats().batches == 0 {
+		if err := s.insertWithRetry(b, s.cfg.MaxRetries); err == nil {
+			s.written.Add(int64(b.rows))
+			s.m.addRows(b.table.name, "written", b.rows)
+			return
+		}
+	}
+	s.spoolPut(b)
+}
+
+// spoolPut writes b to the spool. When the spool is full it drains the head
+// into the server first, waiting as long as that takes, except while
+// closing: then the bound gives way, so that a shutdown loses nothing.
+func (s *Sink) spoolPut(b *batch) {
+	backoff := s.cfg.RetryBackoff
+	for {
+		err := s.sp.put(b)
+		if err == nil {
+			s.spooled.Add(int64(b.rows))
+			s.m.addRows(b.table.name, "spooled", b.rows)
+			return
+		}
+		if errors.Is(err, errSpoolFull) {
+			if s.closing.Load() {
+				s.sp.unbound()
+				continue
+			}
+			if s.replayHead() {
+				continue
+			}
+			s.log.Warn("clickhouse sink: spool full, waiting for the server", "spool_bytes", s.sp.stats().bytes)
+		} else {
+			// The disk failed; keep trying, the rows stay in memory.
+			s.noteErr(err)
+			s.log.Error("clickhouse sink: cannot write spool", "err", err)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
+	}
+}
+
+// replayHead sends the spool's oldest batch; true when it was delivered (or
+// unreadable and set aside) and the next can follow at once.
+func (s *Sink) replayHead() bool {
+	b, f, err := s.sp.head()
+	if err != nil {
+		s.m.corrupt.Add(context.Background(), 1)
+		s.noteErr(err)
+		s.log.Error("clickhouse sink: unreadable spool file set aside", "err", err)
+		return true
+	}
+	if b == nil {
+		return true
+	}
+	if err := s.insertWithRetry(b, 0); err != nil {
+		return false
+	}
+	if err := s.sp.pop(f); err != nil {
+		s.log.Error("clickhouse sink: cannot remove delivered spool file; it will be sent again (the table collapses duplicates)", "err", err)
+	}
+	s.written.Add(int64(b.rows))
+	s.replayed.Add(int64(b.rows))
+	s.m.addRows(b.table.name, "written", b.rows)
+	s.m.addRows(b.table.name, "replayed", b.rows)
+	if s.sp.stats().batches == 0 {
+		s.log.Info("clickhouse sink: spool drained")
+	}
+	return true
+}
+
+// insertWithRetry inserts b, retrying transient failures up to retries
+// times with exponential backoff.
+func (s *Sink) insertWithRetry(b *batch, retries int) error {
+	backoff := s.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.InsertTimeout)
+		start := time.Now()
+		err := s.ins.insert(ctx, b)
+		cancel()
+		if err == nil {
+			s.m.insertTook(b.table.name, time.Since(start))
+			s.m.batch(b.table.name, "ok")
+			if s.down {
+				s.down = false
+				s.log.Info("clickhouse sink: server reachable again")
+			}
+			return nil
+		}
+		s.m.batch(b.table.name, "failed")
+		s.noteErr(err)
+		if !s.down {
+			s.down = true
+			s.log.Warn("clickhouse sink: insert failed; retrying, then spooling to disk", "table", b.table.name, "rows", b.rows, "err", err)
+		}
+		if attempt >= retries || errors.Is(classify(err), errPermanent) {
+			return err
+		}
+		s.m.retry(b.table.name)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
+	}
+}
+
+func (s *Sink) noteErr(err error) {
+	s.failures.Add(1)
+	s.lastErr.Store(err.Error())
+}
+
+// Report is what a sink did, for the end of a run.
+type Report struct {
+	Written  int64 // rows the server confirmed (including replayed ones)
+	Replayed int64 // of which came from the spool
+	Spooled  int64 // rows written to the spool at some point
+	// Left is what stays in the spool for the next run.
+	LeftRows    int64
+	LeftBatches int
+	SpoolDir    string
+	Failures    int64
+	LastError   string
+}
+
+// Close flushes everything, waits for the sender, and tries for up to
+// CloseTimeout to empty the spool. Nothing accepted is lost: what the server
+// did not take stays in the spool for the next run, and Report says so.
+func (s *Sink) Close() Report {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.report()
+	}
+	s.closed = true
+	close(s.stopTimer)
+	<-s.timerDone
+	s.closing.Store(true)
+	s.flushLocked()
+	s.mu.Unlock()
+	close(s.queue)
+	<-s.done
+	deadline := time.Now().Add(s.cfg.CloseTimeout)
+	backoff := s.cfg.RetryBackoff
+	for s.sp.stats().batches > 0 && time.Now().Before(deadline) {
+		if !s.replayHead() {
+			time.Sleep(min(backoff, time.Until(deadline)))
+			backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
+		}
+	}
+	s.m.reg.Unregister()
+	return s.report()
+}
+
+func (s *Sink) report() Report {
+	st := s.sp.stats()
+	r := Report{
+		Written: s.written.Load(), Replayed: s.replayed.Load(), Spooled: s.spooled.Load(),
+		LeftRows: st.rows, LeftBatches: st.batches, SpoolDir: s.cfg.SpoolDir, Failures: s.failures.Load(),
+	}
+	if e, ok := s.lastErr.Load().(string); ok {
+		r.LastError = e
+	}
+	return r
+}
+
+func (r Report) String() string {
+	msg := fmt.Sprintf("%d rows written to ClickHouse", r.Written)
+	if r.Replayed > 0 {
+		msg += fmt.Sprintf(" (%d of them from the spool of an earlier run or outage)", r.Replayed)
+	}
+	if r.LeftRows > 0 {
+		msg += fmt.Sprintf("; %d rows in %d batches kept in the spool %s and sent on the next run (last error: %s)", r.LeftRows, r.LeftBatches, r.SpoolDir, r.LastError)
+	}
+	return msg
+}
+
+func sliceLen(v any) int { return reflect.ValueOf(v).Len() }

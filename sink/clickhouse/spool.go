@@ -1,0 +1,344 @@
+package clickhouse
+
+import (
+	"bufio"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultMaxSpoolBytes bounds the on-disk spool: at ClickHouse's row sizes
+// here (~150-400 bytes of column data) 1 GiB holds a few million rows, hours
+// of a busy node's findings and events, while staying small next to a
+// node's disk.
+const DefaultMaxSpoolBytes = 1 << 30
+
+// spoolMagic starts every spool file: format and version.
+const spoolMagic = "replaywatch-spool-1\n"
+
+// spool is a durable FIFO of batches on disk, one file per batch named by a
+// sequence number, so replay order is file name order. A file is written to
+// a temporary name, synced and renamed: after a crash a file is either
+// whole or absent.
+type spool struct {
+	dir      string
+	maxBytes int64
+
+	mu      sync.Mutex
+	files   []spoolFile // oldest first
+	bytes   int64
+	rows    int64
+	nextSeq uint64
+}
+
+type spoolFile struct {
+	seq     uint64
+	path    string
+	bytes   int64
+	rows    int
+	created time.Time
+}
+
+// spoolHeader precedes the columns in a spool file.
+type spoolHeader struct {
+	Table   string
+	Version int
+	Rows    int
+	Bytes   int
+	Created time.Time
+}
+
+func init() {
+	// The column slice types a batch holds (colType.goType).
+	for _, v := range []any{[]string(nil), []time.Time(nil), []uint8(nil), []uint16(nil), []uint32(nil), []int32(nil), [][]string(nil)} {
+		gob.Register(v)
+	}
+}
+
+// openSpool opens (creating) dir and indexes the batches left there by an
+// earlier run. Leftover temporary files are removed.
+func openSpool(dir string, maxBytes int64) (*spool, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxSpoolBytes
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s := &spool{dir: dir, maxBytes: maxBytes, nextSeq: 1}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		seqText, ok := strings.CutSuffix(name, ".batch")
+		if !ok {
+			continue
+		}
+		seq, err := strconv.ParseUint(seqText, 10, 64)
+		if err != nil {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, fmt.Errorf("spool: %w", err)
+		}
+		f := spoolFile{seq: seq, path: filepath.Join(dir, name), bytes: info.Size(), created: info.ModTime()}
+		if h, err := readSpoolHeader(f.path); err == nil {
+			f.rows, f.created = h.Rows, h.Created
+		}
+		s.files = append(s.files, f)
+		s.bytes += f.bytes
+		s.rows += int64(f.rows)
+		s.nextSeq = max(s.nextSeq, seq+1)
+	}
+	slices.SortFunc(s.files, func(a, b spoolFile) int { return compareUint(a.seq, b.seq) })
+	return s, nil
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// errSpoolFull says a batch does not fit under the spool's bound.
+var errSpoolFull = errors.New("spool full")
+
+// put writes b durably at the tail. It fails with errSpoolFull when the
+// bound would be passed (the caller waits for the head to drain).
+func (s *spool) put(b *batch) error {
+	s.mu.Lock()
+	seq := s.nextSeq
+	s.nextSeq++
+	full := s.bytes > 0 && s.bytes+int64(b.bytes) > s.maxBytes
+	s.mu.Unlock()
+	if full {
+		return errSpoolFull
+	}
+	path := filepath.Join(s.dir, fmt.Sprintf("%020d.batch", seq))
+	tmp := path + ".tmp"
+	size, err := writeSpoolFile(tmp, b)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("spool: %w", err)
+	}
+	s.mu.Lock()
+	s.files = append(s.files, spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now()})
+	s.bytes += size
+	s.rows += int64(b.rows)
+	s.mu.Unlock()
+	return nil
+}
+
+func writeSpoolFile(path string, b *batch) (int64, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	w := bufio.NewWriterSize(f, 1<<16)
+	w.WriteString(spoolMagic)
+	enc := gob.NewEncoder(w)
+	err = enc.Encode(spoolHeader{Table: b.table.name, Version: b.version, Rows: b.rows, Bytes: b.bytes, Created: time.Now()})
+	if err == nil {
+		err = enc.Encode(b.cols)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	var size int64
+	if err == nil {
+		var st os.FileInfo
+		if st, err = f.Stat(); err == nil {
+			size = st.Size()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return size, err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func readSpoolHeader(path string) (spoolHeader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return spoolHeader{}, err
+	}
+	defer f.Close()
+	var h spoolHeader
+	r := bufio.NewReader(f)
+	if err := readMagic(r); err != nil {
+		return h, err
+	}
+	err = gob.NewDecoder(r).Decode(&h)
+	return h, err
+}
+
+func readMagic(r io.Reader) error {
+	magic := make([]byte, len(spoolMagic))
+	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != spoolMagic {
+		return errors.New("not a replaywatch spool file")
+	}
+	return nil
+}
+
+// head returns the oldest batch without removing it; nil when empty. A file
+// that cannot be read back is renamed *.corrupt (kept for a human) and
+// reported; the next one is returned.
+func (s *spool) head() (*batch, spoolFile, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.files) == 0 {
+		return nil, spoolFile{}, nil
+	}
+	f := s.files[0]
+	b, err := readSpoolFile(f.path)
+	if err != nil {
+		os.Rename(f.path, f.path+".corrupt")
+		s.dropHeadLocked()
+		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s.corrupt)", f.path, err, filepath.Base(f.path))
+	}
+	return b, f, nil
+}
+
+func readSpoolFile(path string) (*batch, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	r := bufio.NewReaderSize(fh, 1<<16)
+	if err := readMagic(r); err != nil {
+		return nil, err
+	}
+	dec := gob.NewDecoder(r)
+	var h spoolHeader
+	if err := dec.Decode(&h); err != nil {
+		return nil, err
+	}
+	t := tableNamed(h.Table)
+	if t == nil {
+		return nil, fmt.Errorf("unknown table %q", h.Table)
+	}
+	if h.Version < 1 || h.Version > SchemaVersion {
+		return nil, fmt.Errorf("schema version %d", h.Version)
+	}
+	b := &batch{table: t, version: h.Version, rows: h.Rows, bytes: h.Bytes}
+	if err := dec.Decode(&b.cols); err != nil {
+		return nil, err
+	}
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// check verifies a batch read back has the shape of its table.
+func (b *batch) check() error {
+	cols := b.table.insertColumns(b.version)
+	if len(cols) != len(b.cols) {
+		return fmt.Errorf("%s: %d columns, want %d", b.table.name, len(b.cols), len(cols))
+	}
+	for i, c := range cols {
+		v := b.cols[i]
+		if v == nil { // gob leaves an empty slice nil
+			if b.rows != 0 {
+				return fmt.Errorf("%s.%s: missing", b.table.name, c.name)
+			}
+			continue
+		}
+		if n := sliceLen(v); n != b.rows {
+			return fmt.Errorf("%s.%s: %d values for %d rows", b.table.name, c.name, n, b.rows)
+		}
+	}
+	return nil
+}
+
+func tableNamed(name string) *table {
+	for _, t := range tables {
+		if t.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// pop removes the head after it was delivered.
+func (s *spool) pop(f spoolFile) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.files) == 0 || s.files[0].seq != f.seq {
+		return nil
+	}
+	s.dropHeadLocked()
+	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+func (s *spool) dropHeadLocked() {
+	f := s.files[0]
+	s.files = s.files[1:]
+	s.bytes -= f.bytes
+	s.rows -= int64(f.rows)
+}
+
+// unbound lifts the size bound (for the final flush at shutdown).
+func (s *spool) unbound() {
+	s.mu.Lock()
+	s.maxBytes = 1 << 62
+	s.mu.Unlock()
+}
+
+// spoolStats is the spool's state for metrics and reports.
+type spoolStats struct {
+	batches int
+	rows    int64
+	bytes   int64
+	oldest  time.Time
+}
+
+func (s *spool) stats() spoolStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := spoolStats{batches: len(s.files), rows: s.rows, bytes: s.bytes}
+	if len(s.files) > 0 {
+		st.oldest = s.files[0].created
+	}
+	return st
+}
