@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestPeekJSONRPC(t *testing.T) {
@@ -186,7 +187,12 @@ func FuzzJSONRPC(f *testing.F) {
 		if err != nil || !bytes.Equal(again, canon) {
 			t.Fatalf("canonical form is not a fixed point:\n%s\n%s (%v)", canon, again, err)
 		}
-		if !reflect.DeepEqual(decodeAny(t, b), decodeAny(t, canon)) {
+		// encoding/json decodes every invalid UTF-8 key to U+FFFD, so
+		// distinct keys collide and the last one wins; the canonical form
+		// keeps them distinct and sorts them by their bytes, which changes
+		// which one is last. Such input has no encoding/json value to
+		// compare with.
+		if utf8.Valid(b) && !reflect.DeepEqual(decodeAny(t, b), decodeAny(t, canon)) {
 			t.Fatalf("canonical form changed the value:\n%s\n%s", b, canon)
 		}
 	})
