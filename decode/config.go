@@ -23,6 +23,14 @@ const (
 	DefaultReorderWindow = 2 * time.Second
 	// DefaultMaxBufferedObservations bounds the merger's heap.
 	DefaultMaxBufferedObservations = 1 << 20
+	// DefaultMaxArgumentBytes bounds the tool arguments kept of one
+	// tools/call request when KeepToolArguments is set. 64 KiB keeps the
+	// arguments of ordinary calls (queries, paths, ids, a few paragraphs of
+	// text) whole, while a call that uploads a document keeps a readable
+	// prefix instead of making its stored row carry up to MaxBodyBytes
+	// (1 MiB): the kept text lives as long as its observation, and the
+	// sink writes it once per call.
+	DefaultMaxArgumentBytes = 64 << 10
 )
 
 // Fixed limits that are not worth a knob.
@@ -43,7 +51,8 @@ const (
 	MaxPipelinedRequests = 256
 )
 
-// Config holds the decoder's limits and the merger's reorder window.
+// Config holds the decoder's limits, the merger's reorder window and what
+// the decoder may keep of tool calls.
 type Config struct {
 	MaxHeaderBytes          int
 	MaxBodyBytes            int
@@ -51,6 +60,17 @@ type Config struct {
 	MaxEventBytes           int
 	ReorderWindow           time.Duration
 	MaxBufferedObservations int
+
+	// KeepToolArguments keeps params.arguments of each tools/call request
+	// in Message.Arguments. Off by default: captured traffic is sensitive,
+	// and without it argument values are only hashed (Message.ParamsHash),
+	// never kept.
+	KeepToolArguments bool
+	// MaxArgumentBytes bounds Message.Arguments (after compaction); longer
+	// arguments are cut and Message.ArgumentsTruncated is set. Arguments
+	// of a body over MaxBodyBytes are not seen at all (the body is not
+	// peeked). Unused unless KeepToolArguments is set.
+	MaxArgumentBytes int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -62,6 +82,7 @@ func DefaultConfig() Config {
 		MaxEventBytes:           DefaultMaxEventBytes,
 		ReorderWindow:           DefaultReorderWindow,
 		MaxBufferedObservations: DefaultMaxBufferedObservations,
+		MaxArgumentBytes:        DefaultMaxArgumentBytes,
 	}
 }
 
@@ -80,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decode: ReorderWindow %s is negative", c.ReorderWindow)
 	case c.MaxBufferedObservations < 1:
 		return fmt.Errorf("decode: MaxBufferedObservations %d is below 1", c.MaxBufferedObservations)
+	case c.MaxArgumentBytes < 0:
+		return fmt.Errorf("decode: MaxArgumentBytes %d is negative", c.MaxArgumentBytes)
 	}
 	return nil
 }

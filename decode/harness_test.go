@@ -25,6 +25,7 @@ var update = flag.Bool("update", false, "rewrite decode/testdata/golden from the
 //	fin c|s             FIN from one side
 //	close fin|reset|eof|idle
 //	limit header|body|line|event N   set a Config limit for this script
+//	arguments N         keep tool arguments, at most N bytes (0: the default)
 //
 // Escapes: \r \n \t \\ \xHH. Each step is 1ms after the previous one. The
 // client is endpoint A unless the first data step is from the server.
@@ -86,6 +87,12 @@ func parseScript(t testing.TB, text string) script {
 				t.Fatalf("line %d: unknown limit %q", line, f[1])
 			}
 			*limits[f[1]] = n
+		case f[0] == "arguments" && len(f) == 2:
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("line %d: %v", line, err)
+			}
+			sc.cfg.KeepToolArguments, sc.cfg.MaxArgumentBytes = true, n
 		case f[0] == "fin" && len(f) == 2:
 			sc.steps = append(sc.steps, step{op: "fin", fromA: sides[f[1]]})
 		case f[0] == "close" && len(f) == 2:
@@ -227,6 +234,12 @@ func renderMessages(b *strings.Builder, msgs []Message) {
 		}
 		if m.ParamsHash != "" {
 			fmt.Fprintf(b, " params=%s", short(m.ParamsHash))
+		}
+		if m.Arguments != "" {
+			fmt.Fprintf(b, " args=%q", m.Arguments)
+		}
+		if m.ArgumentsTruncated {
+			b.WriteString(" args-truncated")
 		}
 		if m.ProgressToken != "" {
 			fmt.Fprintf(b, " progressToken=%s", m.ProgressToken)

@@ -7,19 +7,28 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Peeker classifies JSON-RPC messages. It keeps scratch buffers between
 // calls, so it is not safe for concurrent use; each worker has its own.
 type Peeker struct {
+	// KeepToolArguments and MaxArgumentBytes are Config's: the zero Peeker
+	// keeps no argument values, and MaxArgumentBytes <= 0 means
+	// DefaultMaxArgumentBytes.
+	KeepToolArguments bool
+	MaxArgumentBytes  int
+
 	canon   []byte
 	members []canonMember
+	args    []byte // compacted arguments, before they are copied out
 }
 
 // PeekJSONRPC classifies the JSON-RPC message or batch in b. isJSON is false
 // when b is not a JSON object or array at all. A JSON value that is not
 // JSON-RPC 2.0 gives a MsgInvalid message. Argument and result values are
-// only hashed, never kept.
+// only hashed, never kept, unless KeepToolArguments is set: then a tools/call
+// request's arguments are kept in Message.Arguments.
 func (pk *Peeker) PeekJSONRPC(b []byte) (msgs []Message, batch bool, isJSON bool) {
 	return pk.peekInto(nil, b)
 }
@@ -131,7 +140,7 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 			if m.Type == MsgRequest {
 				m.ParamsHash = pk.hash(f.params)
 			}
-			peekParams(&m, f.params)
+			pk.peekParams(&m, f.params)
 		}
 	case f.errObj != nil:
 		m.Type = MsgError
@@ -156,10 +165,12 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 	return m, true
 }
 
-// peekParams reads the tool name, protocol version and progress fields, and
-// only walks params when one of them can be there.
-func peekParams(m *Message, params []byte) {
+// peekParams reads the tool name (and, when kept, the arguments), protocol
+// version and progress fields, and only walks params when one of them can be
+// there.
+func (pk *Peeker) peekParams(m *Message, params []byte) {
 	wantName := m.Method == "tools/call"
+	wantArgs := wantName && pk.KeepToolArguments && m.Type == MsgRequest
 	wantVersion := m.Method == "initialize"
 	progress := m.Method == "notifications/progress"
 	wantMeta := m.Type == MsgRequest && bytes.Contains(params, []byte(`"progressToken"`))
@@ -170,6 +181,8 @@ func peekParams(m *Message, params []byte) {
 		switch {
 		case wantName && keyIs(key, "name"):
 			m.Tool, _ = jsonString(value)
+		case wantArgs && keyIs(key, "arguments"):
+			m.Arguments, m.ArgumentsTruncated = pk.keepArguments(value)
 		case wantVersion && keyIs(key, "protocolVersion"):
 			m.ProtocolVersion, _ = jsonString(value)
 		case progress && keyIs(key, "progressToken"):
@@ -186,6 +199,63 @@ func peekParams(m *Message, params []byte) {
 			})
 		}
 	})
+}
+
+// keepArguments returns the arguments value raw (valid JSON: the scanner
+// checked it) without insignificant whitespace, cut to MaxArgumentBytes;
+// truncated says it was cut. Escapes, key order and numbers stay as sent.
+// The text is copied out: raw lives in a buffer that is reused.
+func (pk *Peeker) keepArguments(raw []byte) (args string, truncated bool) {
+	limit := pk.MaxArgumentBytes
+	if limit <= 0 {
+		limit = DefaultMaxArgumentBytes
+	}
+	if len(raw) <= limit && !hasSpace(raw) {
+		return string(raw), false
+	}
+	out := pk.args[:0]
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			continue
+		case c == '"':
+			inString = true
+		}
+		if len(out) == limit {
+			out = out[:utf8Cut(out)]
+			truncated = true
+			break
+		}
+		out = append(out, c)
+	}
+	pk.args = out[:0]
+	return string(out), truncated
+}
+
+// utf8Cut returns how much of b to keep so that it does not end in the
+// first bytes of a multi-byte UTF-8 sequence. It looks at the last
+// utf8.UTFMax-1 bytes only: input that is not UTF-8 (JSON strings on the
+// wire need not be) is cut as it is and may stay invalid.
+func utf8Cut(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i > len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
 }
 
 // isVersion20 says whether a raw jsonrpc member is the string "2.0" however

@@ -163,14 +163,17 @@ func TestPeekKeepsNoValues(t *testing.T) {
 
 // FuzzJSONRPC checks the hand-written scanner against encoding/json: the
 // same inputs are JSON, and the canonical form means the same value and is a
-// fixed point.
+// fixed point. Each input is peeked with tool arguments kept and not (see
+// checkArguments).
 func FuzzJSONRPC(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","b":[1,2.5e3,{"d":null,"c":true}]}}`))
 	f.Add([]byte(`[{"jsonrpc":"2.0","id":"\u00e9","result":{"z":"\"","a":-0}}, 3]`))
 	f.Add([]byte(`{"a":1,"a":2}`))
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{ "q" : "a \" b\\" , "n" : [ 1 , 2 ] , "u" : "é😀é" }}}]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var pk Peeker
-		_, _, isJSON := pk.PeekJSONRPC(b)
+		msgs, _, isJSON := pk.PeekJSONRPC(b)
+		checkArguments(t, b, msgs)
 		trimmed := bytes.TrimLeft(b, " \t\r\n")
 		structured := len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[')
 		if valid := json.Valid(b); isJSON != (valid && structured) {
@@ -196,6 +199,79 @@ func FuzzJSONRPC(f *testing.F) {
 			t.Fatalf("canonical form changed the value:\n%s\n%s", b, canon)
 		}
 	})
+}
+
+// checkArguments holds Message.Arguments to encoding/json: off (msgs, from
+// the zero Peeker) nothing is kept; on, each tools/call request keeps
+// json.Compact of its params.arguments, cut at the limit on a rune boundary,
+// and nothing else in any message differs.
+func checkArguments(t *testing.T, b []byte, msgs []Message) {
+	t.Helper()
+	for i, m := range msgs {
+		if m.Arguments != "" || m.ArgumentsTruncated {
+			t.Fatalf("message %d: Arguments %q kept with KeepToolArguments off", i, m.Arguments)
+		}
+	}
+	if msgs == nil {
+		return
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(b, &elems) != nil {
+		elems = []json.RawMessage{b}
+	}
+	for _, limit := range []int{0, 16} {
+		pk := Peeker{KeepToolArguments: true, MaxArgumentBytes: limit}
+		on, _, _ := pk.PeekJSONRPC(b)
+		if len(on) != len(msgs) {
+			t.Fatalf("limit %d: %d messages kept, %d off", limit, len(on), len(msgs))
+		}
+		if limit == 0 {
+			limit = DefaultMaxArgumentBytes
+		}
+		for i, m := range on {
+			want := "" // an empty batch gives one message and no element
+			if i < len(elems) {
+				want = refArguments(elems[i])
+			}
+			switch {
+			case len(want) <= limit:
+				if m.Arguments != want || m.ArgumentsTruncated {
+					t.Fatalf("limit %d message %d: Arguments %q truncated=%v, want %q", limit, i, m.Arguments, m.ArgumentsTruncated, want)
+				}
+			case !m.ArgumentsTruncated || !strings.HasPrefix(want, m.Arguments) || len(m.Arguments) > limit ||
+				len(m.Arguments) <= limit-utf8.UTFMax || (utf8.ValidString(want) && !utf8.ValidString(m.Arguments)):
+				t.Fatalf("limit %d message %d: Arguments %q truncated=%v, want a cut of %q", limit, i, m.Arguments, m.ArgumentsTruncated, want)
+			}
+			m.Arguments, m.ArgumentsTruncated = "", false
+			if m != msgs[i] {
+				t.Fatalf("limit %d message %d differs beyond the arguments:\n on %+v\noff %+v", limit, i, m, msgs[i])
+			}
+		}
+	}
+}
+
+// refArguments is what Message.Arguments should hold for one message,
+// found with encoding/json: "" unless it is a tools/call request with
+// params.arguments.
+func refArguments(raw []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return ""
+	}
+	var version, method string
+	if json.Unmarshal(m["jsonrpc"], &version) != nil || version != "2.0" ||
+		json.Unmarshal(m["method"], &method) != nil || method != "tools/call" || m["id"] == nil {
+		return ""
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(m["params"], &params) != nil || params["arguments"] == nil {
+		return ""
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, params["arguments"]) != nil {
+		return ""
+	}
+	return out.String()
 }
 
 func decodeAny(t *testing.T, b []byte) any {

@@ -298,7 +298,8 @@ func (t MsgType) String() string {
 }
 
 // Message is what the pipeline keeps of one JSON-RPC message: its shape and
-// hashes, never argument or result values.
+// hashes, never result values, and argument values only when
+// Config.KeepToolArguments is set (Arguments).
 type Message struct {
 	Type   MsgType
 	ID     string // the id as compact JSON text (`1`, `"abc"`); "" when absent
@@ -314,6 +315,19 @@ type Message struct {
 	ProgressToken string
 	Progress      float64
 	HasProgress   bool
+	// ArgumentsTruncated says Arguments was cut at MaxArgumentBytes. (It
+	// precedes Arguments to fill HasProgress's padding: a larger Message
+	// would move an event's allocation up a size class.)
+	ArgumentsTruncated bool
+	// Arguments is params.arguments of a tools/call request as JSON text:
+	// as sent, without insignificant whitespace (escapes, key order and
+	// numbers unchanged), cut to Config.MaxArgumentBytes at a UTF-8
+	// boundary (a cut text is a prefix, not JSON to parse). It is not
+	// re-encoded, so it is valid UTF-8 only if the sender's bytes were.
+	// Only with Config.KeepToolArguments; "" without it, for other
+	// messages and when arguments is absent (present but null gives
+	// "null").
+	Arguments string
 	// ProtocolVersion from initialize params (request) or result (response).
 	ProtocolVersion string
 	ErrorCode       int

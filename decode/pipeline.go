@@ -81,7 +81,8 @@ func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
 		free:     make(chan []*Observation, outQueueBatches+2),
 	}
 	for i := 0; i < workers; i++ {
-		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters)})
+		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters),
+			peeker: Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes}})
 	}
 	p.wg.Add(1)
 	go p.deliver()
@@ -108,6 +109,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.MaxBufferedObservations < 1 {
 		cfg.MaxBufferedObservations = def.MaxBufferedObservations
+	}
+	if cfg.MaxArgumentBytes <= 0 {
+		cfg.MaxArgumentBytes = def.MaxArgumentBytes
 	}
 	return cfg
 }
