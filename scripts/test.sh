@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone. Installs what the tests need when it
-# is missing (tshark from Debian, the TypeScript SDK from npm) and runs:
+# is missing (tshark from Debian, the TypeScript SDK from npm, chDB's
+# libchdb.so from npm, cached by scripts/fetch-chdb.sh) and runs:
 # gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
 # regeneration, binary end-to-end), and a short run of every fuzz target.
 #
@@ -36,6 +37,10 @@ if [ ! -d internal/fixturegen/ts/node_modules ] && [ -f internal/fixturegen/ts/p
 	log "installing the TypeScript MCP SDK (npm ci) for fixture regeneration"
 	(cd internal/fixturegen/ts && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+log "fetching chDB (npm @chdb/lib-linux-x64-gnu) for the ClickHouse SQL tests (internal/chdbtest; ~180 MB once, then cached)"
+REPLAYWATCH_CHDB_LIB=$(scripts/fetch-chdb.sh)
+export REPLAYWATCH_CHDB_LIB
 
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './internal/fixturegen/ts/node_modules/*'))
