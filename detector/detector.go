@@ -427,6 +427,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			// Only tools/calls are matched or reported by their
 			// arguments; other requests need not keep the hash.
 			c.paramsHash = m.ParamsHash
+			c.args = m.Arguments // "" unless the operator opted in
 		}
 		if old := s.calls.at(m.ID); old != nil && old.answered {
 			s.answered--

@@ -141,6 +141,7 @@ func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason strin
 		Method:    c.method,
 		Tool:      c.tool,
 		ArgsHash:  c.paramsHash,
+		Arguments: c.args,
 		CalledAt:  c.at,
 		Client:    s.client.String(),
 		Server:    s.server.String(),

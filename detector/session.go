@@ -54,6 +54,7 @@ func (st *stream) isPriming(pos int32) bool {
 // (with its decoded request) alive as long.
 type call struct {
 	id, method, tool, paramsHash, token string
+	args                                string // arguments in clear: only on opt-in (decode.Config.KeepToolArguments)
 	at                                  time.Time
 	ex                                  uint64 // exchange.serial of the request
 	// Where the request was seen, for evidence.

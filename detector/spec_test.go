@@ -493,6 +493,8 @@ func parseMessages(s string) ([]decode.Message, error) {
 				m.Tool = v
 			case "args":
 				m.ParamsHash = fakeHash(v)
+			case "argtext": // what the decoder keeps on opt-in
+				m.Arguments = v
 			case "token":
 				m.ProgressToken = v
 			case "progress":
@@ -572,6 +574,7 @@ func fieldsOf(rec any) map[string]string {
 		f["start_seen"], f["resumes"], f["violations"], f["requests"], f["events"], f["streams"] = strconv.FormatBool(v.StartSeen), strconv.Itoa(v.Resumes), strconv.Itoa(v.Violations), strconv.Itoa(v.Requests), strconv.Itoa(v.Events), strconv.Itoa(v.Streams)
 	case *UnknownOutcome:
 		f["session"], f["jsonrpc_id"], f["method"], f["tool"], f["reason"], f["reissued"] = v.SessionID, v.JSONRPCID, v.Method, v.Tool, v.Reason, v.ReissuedInSession
+		f["arguments"] = v.Arguments
 	case *Unverifiable:
 		f["session"], f["reason"], f["check"] = v.SessionID, v.Reason, v.Check
 	case *StreamEvent:

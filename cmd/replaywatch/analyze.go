@@ -18,6 +18,7 @@ import (
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/internal/progress"
 	"github.com/replaywatch/replaywatch/sink"
+	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
 	"github.com/replaywatch/replaywatch/sink/jsonl"
 	"github.com/replaywatch/replaywatch/sink/text"
 )
@@ -27,6 +28,11 @@ const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
 Reads pcap or pcapng captures (several files are read in order as one
 capture; "-" reads standard input), rebuilds the HTTP/SSE exchanges of MCP
 Streamable HTTP traffic and reports every resume that broke its contract.
+
+With --clickhouse, everything found (violations, resume attempts, sessions,
+unknown outcomes, unverifiable places and every SSE event) is also stored in
+ClickHouse; run "replaywatch schema apply" first. Rows ClickHouse cannot take
+are kept in an on-disk spool and sent first on the next run.
 
 Output: --format text (default) prints a summary and each finding with its
 explanation and evidence; --format json prints JSON Lines (see README,
@@ -44,6 +50,7 @@ type analyzeConfig struct {
 	capture    capture.Config
 	decode     decode.Config
 	detect     detector.Config
+	clickhouse clickhouseFlags
 }
 
 func (c *analyzeConfig) register(fs *flag.FlagSet) {
@@ -67,6 +74,8 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.detect.SessionIdleTimeout, "session-idle-timeout", c.detect.SessionIdleTimeout, "forget a session after this much capture time without traffic (recorded as expired, never as a 404)")
 	fs.DurationVar(&c.detect.LinkWindow, "link-window", c.detect.LinkWindow, "link a new session to a lost one from the same client address within this window")
 	fs.IntVar(&c.detect.MaxSessions, "max-sessions", c.detect.MaxSessions, "MCP sessions tracked at once")
+	c.clickhouse.registerConnect(fs)
+	c.clickhouse.registerSink(fs)
 	fs.IntVar(&c.detect.MaxEventsIndexedPerSession, "max-events-per-session", c.detect.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
 }
 
@@ -132,8 +141,36 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	var store *chsink.Sink
+	if cfg.clickhouse.enabled() {
+		var conn *chsink.Conn
+		var err error
+		store, conn, err = cfg.clickhouse.openSink(ctx, strings.Join(fs.Args(), ","), stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+			return exitError
+		}
+		defer conn.Close()
+		if dropped, err := chsink.DropExpiredPartitions(ctx, conn, conn.Dialect(), time.Now()); err != nil {
+			fmt.Fprintf(stderr, "replaywatch analyze: warning: retention: %v\n", err)
+		} else if len(dropped) > 0 {
+			fmt.Fprintf(stderr, "replaywatch analyze: retention: dropped %d expired partitions\n", len(dropped))
+		}
+		out = sink.Tee(out, store)
+		// The decoder keeps arguments only when they are to be stored.
+		cfg.decode.KeepToolArguments = cfg.clickhouse.sink.StoreArguments
+	}
 	summary, err := analyze(ctx, fs.Args(), &cfg, out)
 	bar.Done()
+	if store != nil {
+		// Close even after a failed analysis: what was accepted is
+		// written or spooled, never dropped.
+		report := store.Close()
+		fmt.Fprintf(stderr, "replaywatch analyze: %s\n", report)
+		if report.LeftRows > 0 {
+			fmt.Fprintf(stderr, "replaywatch analyze: warning: ClickHouse did not take every row; they are safe in the spool\n")
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 		return exitError
@@ -173,6 +210,9 @@ func (c *analyzeConfig) validate(files []string) error {
 	case "auto", "always", "never":
 	default:
 		return fmt.Errorf("--progress %q: want auto, always or never", c.progress)
+	}
+	if err := c.clickhouse.validate(); err != nil {
+		return err
 	}
 	var bad []string
 	for name, v := range map[string]int{

@@ -2,6 +2,7 @@
 // every session resume kept its contract.
 //
 //	replaywatch analyze [flags] FILE.pcap...   offline analysis of captures
+//	replaywatch schema apply|status|print      the ClickHouse schema
 //	replaywatch version
 //
 // Exit codes: 0 nothing found, 1 violations found, 2 error (bad file, bad
@@ -26,6 +27,7 @@ const usage = `replaywatch: find MCP session-resume corruption in HTTP/SSE traff
 
 Usage:
   replaywatch analyze [flags] FILE...   analyse pcap/pcapng captures ("-" reads standard input)
+  replaywatch schema apply|status|print create, migrate or show the ClickHouse schema
   replaywatch version                   print the version
   replaywatch help [COMMAND]            show help
 
@@ -46,6 +48,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "analyze":
 		return runAnalyze(args[1:], stdin, stdout, stderr)
+	case "schema":
+		return runSchema(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "replaywatch", version())
 		return exitOK

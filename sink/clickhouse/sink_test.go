@@ -1,0 +1,262 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/replaywatch/replaywatch/detector"
+)
+
+// fakeServer is an inserter that keeps what it is sent and can be made to
+// fail: the unit-test seam (the real server is exercised in server_test.go).
+type fakeServer struct {
+	mu      sync.Mutex
+	down    bool
+	batches []*batch
+	calls   int
+}
+
+func (f *fakeServer) insert(_ context.Context, b *batch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.down {
+		return errors.New("connection refused")
+	}
+	f.batches = append(f.batches, b)
+	return nil
+}
+
+func (f *fakeServer) setDown(v bool) { f.mu.Lock(); f.down = v; f.mu.Unlock() }
+
+// ids is every stream event id the server got, in order.
+func (f *fakeServer) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, b := range f.batches {
+		if b.table == streamEventsTable {
+			out = append(out, b.cols[0].([]string)...)
+		}
+	}
+	return out
+}
+
+func testConfig(t *testing.T) Config {
+	return Config{SpoolDir: t.TempDir(), RetryBackoff: time.Millisecond, MaxRetryBackoff: 5 * time.Millisecond,
+		FlushInterval: time.Hour, CloseTimeout: time.Second, MaxRetries: 2}
+}
+
+func event(i int) *detector.StreamEvent {
+	return &detector.StreamEvent{ID: fmt.Sprintf("e%05d", i), Time: time.Unix(1764460800, int64(i)), SessionID: "S", Position: int32(i), Delivery: 1}
+}
+
+func TestBatchesBySize(t *testing.T) {
+	srv := &fakeServer{}
+	cfg := testConfig(t)
+	cfg.BatchRows = 10
+	s, err := newSink(srv, SchemaVersion, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 25 {
+		s.StreamEvent(event(i))
+	}
+	r := s.Close()
+	if len(srv.batches) != 3 || srv.batches[0].rows != 10 || srv.batches[2].rows != 5 || r.Written != 25 {
+		t.Fatalf("batches %d, report %+v", len(srv.batches), r)
+	}
+}
+
+func TestFlushesOnInterval(t *testing.T) {
+	srv := &fakeServer{}
+	cfg := testConfig(t)
+	cfg.FlushInterval = 20 * time.Millisecond
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	defer s.Close()
+	s.Violation(sampleRecords("S", time.Now())[0].(*detector.Violation))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv.mu.Lock()
+		n := len(srv.batches)
+		srv.mu.Unlock()
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a pending row was not sent by the flush interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOutageSpoolsAndReplaysInOrder: the server goes away mid-stream; the
+// sink retries, spools, and when the server returns sends everything once,
+// in the order accepted.
+func TestOutageSpoolsAndReplaysInOrder(t *testing.T) {
+	srv := &fakeServer{}
+	cfg := testConfig(t)
+	cfg.BatchRows = 10
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	for i := range 30 {
+		s.StreamEvent(event(i))
+	}
+	waitFor(t, func() bool { return len(srv.ids()) == 30 })
+	srv.setDown(true)
+	for i := 30; i < 70; i++ {
+		s.StreamEvent(event(i))
+	}
+	waitFor(t, func() bool { return s.sp.stats().rows == 40 })
+	srv.setDown(false)
+	for i := 70; i < 100; i++ {
+		s.StreamEvent(event(i))
+	}
+	r := s.Close()
+	got := srv.ids()
+	if len(got) != 100 || r.LeftRows != 0 || r.Written != 100 || r.Replayed < 40 {
+		t.Fatalf("got %d rows, report %+v", len(got), r)
+	}
+	for i, id := range got {
+		if id != fmt.Sprintf("e%05d", i) {
+			t.Fatalf("row %d is %s: order not kept", i, id)
+		}
+	}
+}
+
+// TestRestartWithSpool: a run ends while the server is down; its rows stay
+// on disk and the next run (a new process: a new sink on the same
+// directory) sends them first.
+func TestRestartWithSpool(t *testing.T) {
+	srv := &fakeServer{down: true}
+	cfg := testConfig(t)
+	cfg.CloseTimeout = 10 * time.Millisecond
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	for i := range 5 {
+		s.StreamEvent(event(i))
+	}
+	r := s.Close()
+	if r.LeftRows != 5 || r.Written != 0 {
+		t.Fatalf("first run: %+v", r)
+	}
+	srv.setDown(false)
+	s2, _ := newSink(srv, SchemaVersion, cfg)
+	s2.StreamEvent(event(5))
+	r = s2.Close()
+	if got := srv.ids(); len(got) != 6 || got[0] != "e00000" || got[5] != "e00005" || r.LeftRows != 0 || r.Replayed != 5 {
+		t.Fatalf("second run: %v %+v", got, r)
+	}
+}
+
+// TestSpoolFullIsBackPressure: with the server down and the spool full,
+// the sink makes the caller wait instead of dropping; rows flow again when
+// the server returns.
+func TestSpoolFullIsBackPressure(t *testing.T) {
+	srv := &fakeServer{down: true}
+	cfg := testConfig(t)
+	cfg.BatchRows, cfg.QueueBatches, cfg.MaxSpoolBytes = 1, 1, 1
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	done := make(chan struct{})
+	go func() {
+		for i := range 10 {
+			s.StreamEvent(event(i))
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("10 batches accepted with room for ~3 (spool, queue, sender)")
+	case <-time.After(100 * time.Millisecond):
+	}
+	srv.setDown(false)
+	<-done
+	s.Close()
+	if got := srv.ids(); len(got) != 10 {
+		t.Fatalf("%d rows delivered, want 10", len(got))
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	srv := &fakeServer{}
+	cfg := testConfig(t)
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg.BatchRows = 2
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	s.StreamEvent(event(0))
+	s.StreamEvent(event(1))
+	waitFor(t, func() bool { return len(srv.ids()) == 2 })
+	srv.setDown(true)
+	s.StreamEvent(event(2))
+	s.StreamEvent(event(3))
+	waitFor(t, func() bool { return s.sp.stats().rows == 2 })
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					key := m.Name
+					if r, ok := p.Attributes.Value("result"); ok {
+						key += "/" + r.AsString()
+					}
+					got[key] += float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					got[m.Name] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					got[m.Name] = p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					got[m.Name] += float64(p.Count)
+				}
+			}
+		}
+	}
+	want := map[string]float64{
+		"replaywatch.sink.rows/written": 2, "replaywatch.sink.rows/spooled": 2, "replaywatch.sink.batches/ok": 1,
+		"replaywatch.sink.retries": 2, "replaywatch.sink.insert.duration": 1,
+		"replaywatch.sink.spool.rows": 2, "replaywatch.sink.spool.batches": 1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	// Three attempts of the batch (two retries), and maybe already a
+	// first replay attempt from the spool.
+	if f := got["replaywatch.sink.batches/failed"]; f < 3 {
+		t.Errorf("failed batches %v, want at least 3", f)
+	}
+	if got["replaywatch.sink.spool.bytes"] <= 0 || got["replaywatch.sink.spool.oldest_age"] <= 0 {
+		t.Errorf("spool gauges: %v", got)
+	}
+	srv.setDown(false)
+	s.Close()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,106 @@
+package clickhouse
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func eventBatch(t *testing.T, sessions ...string) *batch {
+	t.Helper()
+	b := newBatch(streamEventsTable, SchemaVersion, len(sessions))
+	for _, s := range sessions {
+		appendRecord(map[*table]*batch{streamEventsTable: b}, SchemaVersion, sampleRecords(s, time.Unix(1764460800, 123456789))[5], false)
+	}
+	return b
+}
+
+func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := "S'\"\n\\\xff\xfe" // quotes, newline, backslash, invalid UTF-8
+	for _, s := range []string{"A", "B", hostile} {
+		if err := sp.put(eventBatch(t, s, s+"2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "00000000000000000099.batch.tmp"), []byte("half"), 0o600) // a crash mid-write
+	// A new process opens the same directory.
+	sp, err = openSpool(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := sp.stats(); st.batches != 3 || st.rows != 6 {
+		t.Fatalf("after reopen: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "00000000000000000099.batch.tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("temporary file of an interrupted write not removed")
+	}
+	for _, want := range []string{"A", "B", hostile} {
+		b, f, err := sp.head()
+		if err != nil || b == nil {
+			t.Fatalf("head: %v %v", b, err)
+		}
+		orig := eventBatch(t, want, want+"2")
+		if !reflect.DeepEqual(b.cols, orig.cols) || b.rows != 2 || b.table != streamEventsTable {
+			t.Fatalf("read back %v, want %v", b.cols[2], orig.cols[2])
+		}
+		if err := sp.pop(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := sp.stats(); st.batches != 0 || st.bytes != 0 {
+		t.Fatalf("not empty: %+v", st)
+	}
+	// New batches after a reopen continue the sequence.
+	if err := sp.put(eventBatch(t, "C")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := sp.head(); b.cols[2].([]string)[0] != "C" {
+		t.Fatal("wrong head")
+	}
+}
+
+func TestSpoolBound(t *testing.T) {
+	sp, err := openSpool(t.TempDir(), 1) // one byte: the first batch always fits
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.put(eventBatch(t, "A")); err != nil {
+		t.Fatalf("first batch must fit an empty spool: %v", err)
+	}
+	if err := sp.put(eventBatch(t, "B")); !errors.Is(err, errSpoolFull) {
+		t.Fatalf("second batch: %v, want errSpoolFull", err)
+	}
+	sp.unbound()
+	if err := sp.put(eventBatch(t, "B")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSpoolSetsCorruptFileAside(t *testing.T) {
+	dir := t.TempDir()
+	sp, _ := openSpool(dir, 0)
+	sp.put(eventBatch(t, "A"))
+	sp.put(eventBatch(t, "B"))
+	first := sp.files[0].path
+	if err := os.WriteFile(first, []byte(spoolMagic+"garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sp.head(); err == nil {
+		t.Fatal("corrupt file read without error")
+	}
+	if _, err := os.Stat(first + ".corrupt"); err != nil {
+		t.Fatalf("corrupt file not kept: %v", err)
+	}
+	b, _, err := sp.head()
+	if err != nil || b.cols[2].([]string)[0] != "B" {
+		t.Fatalf("next batch after a corrupt one: %v %v", b, err)
+	}
+}
