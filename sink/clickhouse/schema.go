@@ -68,7 +68,7 @@ func (v Version) atLeast(major, minor int) bool {
 func ParseVersion(s string) (Version, error) {
 	parts := strings.Split(strings.TrimSpace(s), ".")
 	if len(parts) < 2 {
-		return Version{}, fmt.Errorf("server version %q: want MAJOR.MINOR...", s)
+		return Version{}, fmt.Errorf("server version %q: want MAJOR.MINOR[.PATCH]", s)
 	}
 	var v Version
 	for i, p := range []*int{&v.Major, &v.Minor, &v.Patch} {
