@@ -69,6 +69,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.decode.MaxHeaderBytes, "max-header-bytes", c.decode.MaxHeaderBytes, "largest HTTP head parsed")
 	fs.IntVar(&c.decode.MaxBodyBytes, "max-body-bytes", c.decode.MaxBodyBytes, "largest JSON body buffered for JSON-RPC inspection")
 	fs.IntVar(&c.decode.MaxSSELineBytes, "max-sse-line-bytes", c.decode.MaxSSELineBytes, "longest SSE line buffered")
+	fs.IntVar(&c.decode.MaxArgumentBytes, "max-argument-bytes", c.decode.MaxArgumentBytes, "with --store-arguments: longest tool-argument text kept (cut beyond)")
 	fs.IntVar(&c.decode.MaxEventBytes, "max-event-bytes", c.decode.MaxEventBytes, "largest SSE event data buffered")
 	fs.DurationVar(&c.decode.ReorderWindow, "reorder-window", c.decode.ReorderWindow, "how long observations from different connections are held to merge them in capture-time order")
 	fs.DurationVar(&c.detect.SessionIdleTimeout, "session-idle-timeout", c.detect.SessionIdleTimeout, "forget a session after this much capture time without traffic (recorded as expired, never as a 404)")
@@ -219,7 +220,7 @@ func (c *analyzeConfig) validate(files []string) error {
 		"--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
 		"--max-pages-total":          c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
 		"--max-header-bytes": c.decode.MaxHeaderBytes, "--max-body-bytes": c.decode.MaxBodyBytes,
-		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-event-bytes": c.decode.MaxEventBytes,
+		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-argument-bytes": c.decode.MaxArgumentBytes, "--max-event-bytes": c.decode.MaxEventBytes,
 		"--max-sessions": c.detect.MaxSessions, "--max-events-per-session": c.detect.MaxEventsIndexedPerSession,
 	} {
 		if v <= 0 {
