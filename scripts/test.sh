@@ -33,6 +33,26 @@ if ! command -v tshark >/dev/null; then
 	apt_install tshark
 fi
 
+if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-server ] ||
+	! command -v clickhouse-client >/dev/null; then
+	log "installing clickhouse-server and clickhouse-client (Debian packages) for the ClickHouse tests"
+	apt_install clickhouse-server clickhouse-client
+	# internal/chtest starts its own servers. The package's postinst starts
+	# its service only where an init system allows it (not in containers
+	# without one); stop that one, matched by its clickhouse user.
+	if [ -d /run/systemd/system ]; then
+		as_root systemctl disable --now clickhouse-server >/dev/null 2>&1 || true
+	else
+		as_root start-stop-daemon --stop --quiet --oknodo --retry=TERM/30/KILL/5 \
+			--user clickhouse --exec /usr/sbin/clickhouse-server || true
+	fi
+fi
+
+if [ ! -d /usr/share/zookeeper ]; then
+	log "installing zookeeper (Debian package, pulls a Java runtime) for the ClickHouse cluster tests"
+	apt_install zookeeper
+fi
+
 if [ ! -d internal/fixturegen/ts/node_modules ] && [ -f internal/fixturegen/ts/package-lock.json ]; then
 	log "installing the TypeScript MCP SDK (npm ci) for fixture regeneration"
 	(cd internal/fixturegen/ts && npm ci --no-audit --no-fund --loglevel=error)
