@@ -151,11 +151,13 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 			return exitError
 		}
-		defer conn.Close()
-		if dropped, err := chsink.DropExpiredPartitions(ctx, conn, conn.Dialect(), time.Now()); err != nil {
-			fmt.Fprintf(stderr, "replaywatch analyze: warning: retention: %v\n", err)
-		} else if len(dropped) > 0 {
-			fmt.Fprintf(stderr, "replaywatch analyze: retention: dropped %d expired partitions\n", len(dropped))
+		if conn != nil {
+			defer conn.Close()
+			if dropped, err := chsink.DropExpiredPartitions(ctx, conn, conn.Dialect(), time.Now()); err != nil {
+				fmt.Fprintf(stderr, "replaywatch analyze: warning: retention: %v\n", err)
+			} else if len(dropped) > 0 {
+				fmt.Fprintf(stderr, "replaywatch analyze: retention: dropped %d expired partitions\n", len(dropped))
+			}
 		}
 		out = sink.Tee(out, store)
 		// The decoder keeps arguments only when they are to be stored.

@@ -78,7 +78,7 @@ var unsafePath = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // defaultSpoolDir is per server and database, so two destinations never
 // share a spool; under XDG_STATE_HOME (not a cache: it holds data).
-func defaultSpoolDir(conn *chsink.Conn) (string, error) {
+func defaultSpoolDir(dsn string) (string, error) {
 	base := os.Getenv("XDG_STATE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -87,7 +87,7 @@ func defaultSpoolDir(conn *chsink.Conn) (string, error) {
 		}
 		base = filepath.Join(home, ".local", "state")
 	}
-	where := strings.TrimPrefix(conn.String(), "clickhouse://")
+	where := strings.TrimPrefix(chsink.Redact(dsn), "clickhouse://")
 	if i := strings.IndexByte(where, '@'); i >= 0 {
 		where = where[i+1:]
 	}
@@ -97,21 +97,29 @@ func defaultSpoolDir(conn *chsink.Conn) (string, error) {
 	return filepath.Join(base, "replaywatch", "spool", unsafePath.ReplaceAllString(where, "_")), nil
 }
 
-// openSink connects, checks the schema and starts the sink.
+// openSink connects, checks the schema and starts the sink. When the server
+// cannot be reached, the sink starts anyway and spools until it can (conn is
+// nil then); a wrong schema or bad credentials are errors.
 func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io.Writer) (*chsink.Sink, *chsink.Conn, error) {
-	conn, err := chsink.Connect(ctx, c.connect)
-	if err != nil {
-		return nil, nil, err
-	}
 	cfg := c.sink
 	cfg.Source = source
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if cfg.SpoolDir == "" {
-		if cfg.SpoolDir, err = defaultSpoolDir(conn); err != nil {
-			conn.Close()
+		dir, err := defaultSpoolDir(c.connect.DSN)
+		if err != nil {
 			return nil, nil, err
 		}
+		cfg.SpoolDir = dir
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conn, err := chsink.Connect(ctx, c.connect)
+	if err != nil {
+		if !chsink.Unreachable(err) {
+			return nil, nil, err
+		}
+		fmt.Fprintf(stderr, "replaywatch: warning: %v\nreplaywatch: findings are kept in the spool %s and sent when ClickHouse is back\n", err, cfg.SpoolDir)
+		s, err := chsink.NewDeferred(c.connect, cfg)
+		return s, nil, err
+	}
 	s, err := chsink.New(ctx, conn, cfg)
 	if err != nil {
 		conn.Close()

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
@@ -174,13 +176,42 @@ func (c *Conn) insert(ctx context.Context, b *batch) error {
 	if err != nil {
 		return err
 	}
-	for i, col := range b.cols {
+	for i, col := range b.values() {
 		if err := pb.Column(i).Append(col); err != nil {
 			pb.Abort()
 			return fmt.Errorf("column %d of %s: %w", i, b.table.name, err)
 		}
 	}
 	return pb.Send()
+}
+
+// deferredConn connects on first use: a sink started while the server is
+// unreachable spools and connects (and checks the schema) when it can. Used
+// from the sender goroutine only.
+type deferredConn struct {
+	opts ConnectOptions
+	conn *Conn
+}
+
+func (l *deferredConn) insert(ctx context.Context, b *batch) error {
+	if l.conn == nil {
+		c, err := Connect(ctx, l.opts)
+		if err != nil {
+			return err
+		}
+		if err := CheckSchema(ctx, c, c.Dialect()); err != nil {
+			c.Close()
+			return err
+		}
+		l.conn = c
+	}
+	err := l.conn.insert(ctx, b)
+	if err != nil && !errors.Is(classify(err), errPermanent) {
+		// Start afresh after a network failure.
+		l.conn.Close()
+		l.conn = nil
+	}
+	return err
 }
 
 // errPermanent marks an insert error that retrying cannot fix (the server
@@ -203,4 +234,17 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", errPermanent, err)
 	}
 	return err
+}
+
+// Unreachable says err is about reaching the server (refused, timed out,
+// no route), not about what was asked of it: a sink can start anyway and
+// spool until the server is back.
+func Unreachable(err error) bool {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		return false
+	}
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ch.ErrAcquireConnTimeout)
 }

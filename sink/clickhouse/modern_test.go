@@ -71,7 +71,7 @@ func insertViaSQL(ctx context.Context, e chdbExecer, d Dialect, b *batch) error 
 	var rows []string
 	for r := 0; r < b.rows; r++ {
 		vals := make([]string, len(b.cols))
-		for c, col := range b.cols {
+		for c, col := range b.values() {
 			vals[c] = literal(reflect.ValueOf(col).Index(r).Interface())
 		}
 		rows = append(rows, "("+strings.Join(vals, ", ")+")")
@@ -144,17 +144,22 @@ func TestModernSchemaOnCurrentClickHouse(t *testing.T) {
 func checkColumns(ctx context.Context, t *testing.T, e Execer, d Dialect, name func(string) string) {
 	t.Helper()
 	for _, tb := range tables {
-		rows, err := e.QueryStrings(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ? AND name != 'inserted_at' ORDER BY position", d.Database, name(tb.name))
+		// 18.16's system.columns has no position: compare by name.
+		rows, err := e.QueryStrings(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = ? AND name != 'inserted_at'", d.Database, name(tb.name))
 		if err != nil {
 			t.Fatal(err)
 		}
+		have := map[string]string{}
+		for _, r := range rows {
+			have[r[0]] = r[1]
+		}
 		cols := tb.insertColumns(SchemaVersion)
-		if len(rows) != len(cols) {
+		if len(have) != len(cols) {
 			t.Fatalf("%s: server has %v, sink inserts %d columns", tb.name, rows, len(cols))
 		}
-		for i, c := range cols {
-			if rows[i][0] != c.name || rows[i][1] != d.sqlType(c.typ) {
-				t.Errorf("%s column %d: server %s %s, sink %s %s", tb.name, i, rows[i][0], rows[i][1], c.name, d.sqlType(c.typ))
+		for _, c := range cols {
+			if have[c.name] != d.sqlType(c.typ) {
+				t.Errorf("%s.%s: server has %q, sink wants %s", tb.name, c.name, have[c.name], d.sqlType(c.typ))
 			}
 		}
 	}

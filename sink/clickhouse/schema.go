@@ -86,9 +86,16 @@ func ParseVersion(s string) (Version, error) {
 
 // Features of the server version that the schema uses where present.
 func (d Dialect) lowCardinalityNative() bool { return d.Version.atLeast(19, 0) }
-func (d Dialect) lowCardinality() bool       { return d.Version.atLeast(18, 12) } // experimental before 19
-func (d Dialect) dateTime64() bool           { return d.Version.atLeast(20, 1) }
-func (d Dialect) ttl() bool                  { return d.Version.atLeast(19, 6) }
+
+// lowCardinality: experimental before 19, allowed by a setting of the DDL
+// query. ON CLUSTER DDL is run by each server's DDL worker with its own
+// profile, without the query's settings, so on such old clusters the
+// columns stay String.
+func (d Dialect) lowCardinality() bool {
+	return d.lowCardinalityNative() || d.Version.atLeast(18, 12) && d.Cluster == ""
+}
+func (d Dialect) dateTime64() bool { return d.Version.atLeast(20, 1) }
+func (d Dialect) ttl() bool        { return d.Version.atLeast(19, 6) }
 
 // HasTTL says whether retention is a table TTL (else the sink drops
 // partitions).
@@ -192,10 +199,15 @@ func (d Dialect) createTable(t *table, version int) []string {
 	}
 	stmts := []string{b.String()}
 	if d.Cluster != "" {
-		stmts = append(stmts, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s, %s)",
-			d.Database, t.name, d.onCluster(), d.Database, d.storageTable(t.name), d.Cluster, d.Database, d.storageTable(t.name), t.shardBy))
+		stmts = append(stmts, d.distributedTable(t))
 	}
 	return stmts
+}
+
+// distributedTable is the cluster-mode table inserts and reads go through.
+func (d Dialect) distributedTable(t *table) string {
+	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s AS %s.%s\nENGINE = Distributed(%s, %s, %s, %s)",
+		d.Database, t.name, d.onCluster(), d.Database, d.storageTable(t.name), d.Cluster, d.Database, d.storageTable(t.name), t.shardBy)
 }
 
 func (d Dialect) ttlTime(col string) string {
@@ -332,7 +344,15 @@ func (d Dialect) migrationStatements(ctx context.Context, db Execer, v int) ([]s
 				if err != nil {
 					return nil, err
 				}
-				if !has {
+				switch {
+				case has:
+				case name == t.name && d.Cluster != "":
+					// A Distributed table over replicated shards
+					// refuses ALTER ON CLUSTER; it holds no data
+					// (inserts are synchronous), so it is made again
+					// from the altered local table.
+					stmts = append(stmts, fmt.Sprintf("DROP TABLE IF EXISTS %s.%s%s", d.Database, t.name, d.onCluster()), d.distributedTable(t))
+				default:
 					// New columns go before the meta columns (node,
 					// source) that close every table.
 					stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s%s ADD COLUMN %s %s AFTER %s",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +148,14 @@ func New(ctx context.Context, conn *Conn, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	return newSink(conn, SchemaVersion, cfg)
+}
+
+// NewDeferred starts a sink for a server that could not be reached: every
+// batch goes to the spool until a connection (and a schema check) succeeds,
+// then the spool is sent in order. A run that starts during an outage loses
+// nothing either.
+func NewDeferred(o ConnectOptions, cfg Config) (*Sink, error) {
+	return newSink(&deferredConn{opts: o}, SchemaVersion, cfg)
 }
 
 func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
@@ -502,5 +509,3 @@ func (r Report) String() string {
 	}
 	return msg
 }
-
-func sliceLen(v any) int { return reflect.ValueOf(v).Len() }

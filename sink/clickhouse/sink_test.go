@@ -43,7 +43,7 @@ func (f *fakeServer) ids() []string {
 	var out []string
 	for _, b := range f.batches {
 		if b.table == streamEventsTable {
-			out = append(out, b.cols[0].([]string)...)
+			out = append(out, b.column(0).([]string)...)
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,7 +164,7 @@ func writeSpoolFile(path string, b *batch) (int64, error) {
 	enc := gob.NewEncoder(w)
 	err = enc.Encode(spoolHeader{Table: b.table.name, Version: b.version, Rows: b.rows, Bytes: b.bytes, Created: time.Now()})
 	if err == nil {
-		err = enc.Encode(b.cols)
+		err = enc.Encode(b.values())
 	}
 	if err == nil {
 		err = w.Flush()
@@ -258,8 +259,18 @@ func readSpoolFile(path string) (*batch, error) {
 		return nil, fmt.Errorf("schema version %d", h.Version)
 	}
 	b := &batch{table: t, version: h.Version, rows: h.Rows, bytes: h.Bytes}
-	if err := dec.Decode(&b.cols); err != nil {
+	var values []any
+	if err := dec.Decode(&values); err != nil {
 		return nil, err
+	}
+	b.cols = make([]any, len(values))
+	for i, v := range values {
+		if v == nil {
+			continue // check reports it
+		}
+		p := reflect.New(reflect.TypeOf(v))
+		p.Elem().Set(reflect.ValueOf(v))
+		b.cols[i] = p.Interface()
 	}
 	if err := b.check(); err != nil {
 		return nil, err
@@ -274,14 +285,17 @@ func (b *batch) check() error {
 		return fmt.Errorf("%s: %d columns, want %d", b.table.name, len(b.cols), len(cols))
 	}
 	for i, c := range cols {
-		v := b.cols[i]
-		if v == nil { // gob leaves an empty slice nil
+		if b.cols[i] == nil { // gob leaves an empty slice nil
 			if b.rows != 0 {
 				return fmt.Errorf("%s.%s: missing", b.table.name, c.name)
 			}
 			continue
 		}
-		if n := sliceLen(v); n != b.rows {
+		v := reflect.ValueOf(b.cols[i]).Elem()
+		if v.Type().Elem() != c.typ.goType() {
+			return fmt.Errorf("%s.%s: %v values, want %v", b.table.name, c.name, v.Type().Elem(), c.typ.goType())
+		}
+		if n := v.Len(); n != b.rows {
 			return fmt.Errorf("%s.%s: %d values for %d rows", b.table.name, c.name, n, b.rows)
 		}
 	}

@@ -48,8 +48,8 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 			t.Fatalf("head: %v %v", b, err)
 		}
 		orig := eventBatch(t, want, want+"2")
-		if !reflect.DeepEqual(b.cols, orig.cols) || b.rows != 2 || b.table != streamEventsTable {
-			t.Fatalf("read back %v, want %v", b.cols[2], orig.cols[2])
+		if !reflect.DeepEqual(b.values(), orig.values()) || b.rows != 2 || b.table != streamEventsTable {
+			t.Fatalf("read back %v, want %v", b.column(2), orig.column(2))
 		}
 		if err := sp.pop(f); err != nil {
 			t.Fatal(err)
@@ -62,7 +62,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	if err := sp.put(eventBatch(t, "C")); err != nil {
 		t.Fatal(err)
 	}
-	if b, _, _ := sp.head(); b.cols[2].([]string)[0] != "C" {
+	if b, _, _ := sp.head(); b.column(2).([]string)[0] != "C" {
 		t.Fatal("wrong head")
 	}
 }
@@ -100,7 +100,7 @@ func TestSpoolSetsCorruptFileAside(t *testing.T) {
 		t.Fatalf("corrupt file not kept: %v", err)
 	}
 	b, _, err := sp.head()
-	if err != nil || b.cols[2].([]string)[0] != "B" {
+	if err != nil || b.column(2).([]string)[0] != "B" {
 		t.Fatalf("next batch after a corrupt one: %v %v", b, err)
 	}
 }

@@ -209,19 +209,36 @@ func TableNames() []string {
 // faster than appending row by row.
 type batch struct {
 	table   *table
-	version int   // schema version the columns follow
-	cols    []any // one typed slice per insert column, meta columns last
-	rows    int
-	bytes   int // approximate payload, for size-based flushing and spool accounting
+	version int // schema version the columns follow
+	// cols holds a pointer to one typed slice per insert column (*[]string,
+	// *[]time.Time, ...), meta columns last. Pointers, because putting a
+	// grown slice back into an interface would allocate on every value.
+	cols  []any
+	rows  int
+	bytes int // approximate payload, for size-based flushing and spool accounting
 }
 
 func newBatch(t *table, version int, capacity int) *batch {
 	cols := t.insertColumns(version)
 	b := &batch{table: t, version: version, cols: make([]any, len(cols))}
 	for i, c := range cols {
-		b.cols[i] = reflect.MakeSlice(reflect.SliceOf(c.typ.goType()), 0, capacity).Interface()
+		p := reflect.New(reflect.SliceOf(c.typ.goType()))
+		p.Elem().Set(reflect.MakeSlice(p.Elem().Type(), 0, capacity))
+		b.cols[i] = p.Interface()
 	}
 	return b
+}
+
+// column is column i's values (a []string, []time.Time, ...).
+func (b *batch) column(i int) any { return reflect.ValueOf(b.cols[i]).Elem().Interface() }
+
+// values is every column's values, in insert order.
+func (b *batch) values() []any {
+	v := make([]any, len(b.cols))
+	for i := range b.cols {
+		v[i] = b.column(i)
+	}
+	return v
 }
 
 // rowWriter appends one row's values in column order.
@@ -231,13 +248,15 @@ type rowWriter struct {
 }
 
 func (w *rowWriter) str(s string) {
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]string), s)
+	p := w.b.cols[w.i].(*[]string)
+	*p = append(*p, s)
 	w.b.bytes += len(s)
 	w.i++
 }
 
 func (w *rowWriter) time(t time.Time) {
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]time.Time), t.UTC())
+	p := w.b.cols[w.i].(*[]time.Time)
+	*p = append(*p, t.UTC())
 	w.b.bytes += 8
 	w.i++
 }
@@ -247,25 +266,29 @@ func (w *rowWriter) u8(v bool) {
 	if v {
 		x = 1
 	}
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]uint8), x)
+	p := w.b.cols[w.i].(*[]uint8)
+	*p = append(*p, x)
 	w.b.bytes++
 	w.i++
 }
 
 func (w *rowWriter) u16(v int) {
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]uint16), uint16(clamp(v, 0, 1<<16-1)))
+	p := w.b.cols[w.i].(*[]uint16)
+	*p = append(*p, uint16(clamp(v, 0, 1<<16-1)))
 	w.b.bytes += 2
 	w.i++
 }
 
 func (w *rowWriter) u32(v int) {
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]uint32), uint32(clamp(v, 0, 1<<32-1)))
+	p := w.b.cols[w.i].(*[]uint32)
+	*p = append(*p, uint32(clamp(v, 0, 1<<32-1)))
 	w.b.bytes += 4
 	w.i++
 }
 
 func (w *rowWriter) i32(v int32) {
-	w.b.cols[w.i] = append(w.b.cols[w.i].([]int32), v)
+	p := w.b.cols[w.i].(*[]int32)
+	*p = append(*p, v)
 	w.b.bytes += 4
 	w.i++
 }
@@ -274,7 +297,8 @@ func (w *rowWriter) strs(v []string) {
 	if v == nil {
 		v = []string{}
 	}
-	w.b.cols[w.i] = append(w.b.cols[w.i].([][]string), v)
+	p := w.b.cols[w.i].(*[][]string)
+	*p = append(*p, v)
 	for _, s := range v {
 		w.b.bytes += len(s) + 1
 	}
@@ -429,4 +453,20 @@ func evidenceJSON(ev []detector.Evidence) string {
 		return "[]" // Evidence has only strings, ints and times: cannot fail
 	}
 	return string(b)
+}
+
+// InsertColumns names the columns an insert into table writes, in order, at
+// the current schema version (for tools that load the same rows another
+// way, such as the benchmark's clickhouse-client file); nil for an unknown
+// table.
+func InsertColumns(table string) []string {
+	t := tableNamed(table)
+	if t == nil {
+		return nil
+	}
+	var names []string
+	for _, c := range t.insertColumns(SchemaVersion) {
+		names = append(names, c.name)
+	}
+	return names
 }

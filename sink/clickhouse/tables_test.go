@@ -87,7 +87,7 @@ func TestAppendersMatchColumns(t *testing.T) {
 				t.Fatalf("v%d %s: %d values, %d columns", v, tb.name, len(b.cols), len(cols))
 			}
 			for i, c := range cols {
-				if got := reflect.TypeOf(b.cols[i]).Elem(); got != c.typ.goType() {
+				if got := reflect.TypeOf(b.column(i)).Elem(); got != c.typ.goType() {
 					t.Errorf("v%d %s.%s: appended %v, column wants %v", v, tb.name, c.name, got, c.typ.goType())
 				}
 			}
@@ -109,7 +109,7 @@ func TestArgumentsStoredOnlyOnOptIn(t *testing.T) {
 				idx = i
 			}
 		}
-		got := b.cols[idx].([]string)[0]
+		got := b.column(idx).([]string)[0]
 		if want := map[bool]string{false: "", true: u.Arguments}[store]; got != want {
 			t.Errorf("store=%v: arguments column %q, want %q", store, got, want)
 		}
