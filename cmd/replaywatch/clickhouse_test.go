@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/replaywatch/replaywatch/internal/chtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(chtest.Main(m)) }
+
+// runBin runs the real binary and returns its exit code, stdout and stderr.
+func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+func chCount(t *testing.T, srv *chtest.Server, query string) int {
+	t.Helper()
+	out, err := srv.Client(context.Background(), query, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	var n int
+	if _, err := fmt.Sscan(string(out), &n); err != nil {
+		t.Fatalf("%s: %q", query, out)
+	}
+	return n
+}
+
+// jsonIDs is the ids of the records of one type in analyze's JSON output.
+func jsonIDs(t *testing.T, out, typ string) map[string]bool {
+	ids := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
+		}
+		if rec["type"] == typ {
+			ids[fmt.Sprint(rec["id"])] = true
+		}
+	}
+	return ids
+}
+
+// TestClickHouseFromTheREADME does what the README tells a user: schema
+// apply, then analyze --clickhouse, on every fixture capture, twice. The
+// database holds exactly what analyze printed, once.
+func TestClickHouseFromTheREADME(t *testing.T) {
+	srv := chtest.Shared(t)
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	dsn := srv.DSN(db)
+	spool := t.TempDir()
+
+	code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn)
+	if code != 0 || !strings.Contains(out, "applied 3") {
+		t.Fatalf("schema apply: %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ = runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second schema apply: %d %s", code, out)
+	}
+	if code, out, _ = runBin(t, bin, "schema", "status", "--clickhouse", dsn); code != 0 || !strings.Contains(out, "schema version 3") {
+		t.Fatalf("schema status: %d %s", code, out)
+	}
+
+	fixtures, _ := filepath.Glob("testdata/fixtures/*.pcap")
+	if len(fixtures) < 20 {
+		t.Fatalf("only %d fixtures", len(fixtures))
+	}
+	want := map[string]map[string]bool{"violation": {}, "resume": {}, "unknown_outcome": {}, "unverifiable": {}}
+	for run := range 2 {
+		for _, f := range fixtures {
+			code, out, errOut := runBin(t, bin, "analyze", "--format", "json", "--clickhouse", dsn, "--spool-dir", spool, f)
+			if code == 2 || !strings.Contains(errOut, "rows written to ClickHouse") || strings.Contains(errOut, "spool") && strings.Contains(errOut, "kept") {
+				t.Fatalf("run %d %s: exit %d\n%s", run, f, code, errOut)
+			}
+			for typ := range want {
+				for id := range jsonIDs(t, out, typ) {
+					want[typ][id] = true
+				}
+			}
+		}
+	}
+	tables := map[string]string{"violation": "violations", "resume": "resumes", "unknown_outcome": "unknown_outcomes", "unverifiable": "unverifiable"}
+	for typ, ids := range want {
+		table := db + "." + tables[typ]
+		// Each row was written twice; background merges may already have
+		// collapsed some copies, FINAL collapses all.
+		final, raw := chCount(t, srv, "SELECT count() FROM "+table+" FINAL"), chCount(t, srv, "SELECT count() FROM "+table)
+		if final != len(ids) || raw < final || raw > 2*final {
+			t.Errorf("%s: %d rows after FINAL and %d stored, want %d after FINAL (analyze printed %d distinct)", table, final, raw, len(ids), len(ids))
+		}
+	}
+	if len(want["violation"]) < 12 {
+		t.Errorf("only %d violations over all fixtures", len(want["violation"]))
+	}
+	if n := chCount(t, srv, "SELECT count() FROM "+db+".stream_events FINAL"); n < 100 || n != chCount(t, srv, "SELECT uniqExact(id) FROM "+db+".stream_events") {
+		t.Errorf("stream_events: %d rows after FINAL", n)
+	}
+	// Tool arguments are not stored without --store-arguments.
+	if n := chCount(t, srv, "SELECT count() FROM "+db+".unknown_outcomes WHERE arguments != ''"); n != 0 {
+		t.Errorf("%d unknown outcomes with arguments in clear without --store-arguments", n)
+	}
+}
+
+// TestAnalyzeWithoutSchemaOrServer: a database without the schema is a
+// clear error; a bad password never shows in messages.
+func TestAnalyzeWithoutSchemaOrServer(t *testing.T) {
+	srv := chtest.Shared(t)
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	code, _, errOut := runBin(t, bin, "analyze", "--clickhouse", srv.DSN(db), "--spool-dir", t.TempDir(), samplePcap)
+	if code != 2 || !strings.Contains(errOut, "schema apply") {
+		t.Fatalf("no schema: exit %d\n%s", code, errOut)
+	}
+	dsn := strings.Replace(srv.DSN(db), "clickhouse://", "clickhouse://default:s3cr3t-value@", 1)
+	code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn)
+	if code != 2 || strings.Contains(out+errOut, "s3cr3t-value") {
+		t.Fatalf("wrong password: exit %d, output shows the password or succeeded:\n%s%s", code, out, errOut)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pw, []byte("from-a-file\n"), 0o600)
+	code, out, errOut = runBin(t, bin, "schema", "apply", "--clickhouse", srv.DSN(db), "--clickhouse-password-file", pw)
+	if code != 2 || strings.Contains(out+errOut, "from-a-file") {
+		t.Fatalf("password file: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestAnalyzeDuringOutageThenNextRun: analyze runs while ClickHouse is
+// down (its findings go to the spool), then a later run, with the server
+// back, sends the earlier run's rows first: both runs' findings are in the
+// database, once.
+func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
+	srv := chtest.Start(t, chtest.Options{})
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	dsn, spool := srv.DSN(db), t.TempDir()
+	if code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
+		t.Fatalf("schema apply: %s%s", out, errOut)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	code, out1, errOut := runBin(t, bin, "analyze", "--format", "json", "--clickhouse", dsn, "--spool-dir", spool, "--spool-drain-timeout", "100ms", samplePcap)
+	if code != 1 || !strings.Contains(errOut, "kept in the spool") {
+		t.Fatalf("analyze during the outage: exit %d\n%s", code, errOut)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join("testdata", "fixtures", "go-replayed-event.pcap")
+	code, out2, errOut := runBin(t, bin, "analyze", "--format", "json", "--clickhouse", dsn, "--spool-dir", spool, other)
+	if code == 2 || !strings.Contains(errOut, "from the spool") || strings.Contains(errOut, "kept in the spool") {
+		t.Fatalf("analyze after the outage: exit %d\n%s", code, errOut)
+	}
+	want := jsonIDs(t, out1, "violation")
+	for id := range jsonIDs(t, out2, "violation") {
+		want[id] = true
+	}
+	if len(want) < 2 {
+		t.Fatalf("fixtures give %d violations", len(want))
+	}
+	if n, raw := chCount(t, srv, "SELECT count() FROM "+db+".violations FINAL"), chCount(t, srv, "SELECT count() FROM "+db+".violations"); n != len(want) || raw != len(want) {
+		t.Fatalf("violations: %d (stored %d), want %d of both runs", n, raw, len(want))
+	}
+}
