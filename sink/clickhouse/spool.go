@@ -242,7 +242,19 @@ func readSpoolFile(path string) (*batch, error) {
 		return nil, err
 	}
 	defer fh.Close()
-	r := bufio.NewReaderSize(fh, 1<<16)
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return decodeSpool(bufio.NewReaderSize(fh, 1<<16), st.Size())
+}
+
+// decodeSpool reads a batch written by writeSpoolFile. size bounds what
+// the decoder may allocate: gob trusts the lengths in its input (up to
+// 1 GiB), so a damaged file could otherwise ask for far more memory than
+// it has bytes.
+func decodeSpool(r io.Reader, size int64) (*batch, error) {
+	r = &boundedReader{r: r, left: size}
 	if err := readMagic(r); err != nil {
 		return nil, err
 	}
@@ -355,4 +367,21 @@ func (s *spool) stats() spoolStats {
 		st.oldest = s.files[0].created
 	}
 	return st
+}
+
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
