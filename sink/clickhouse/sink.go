@@ -468,11 +468,13 @@ func (s *Sink) Close() Report {
 		return s.report()
 	}
 	s.closed = true
+	s.mu.Unlock()
+	// Stop the timer before taking the lock again: a tick may be waiting
+	// for it inside Flush.
 	close(s.stopTimer)
 	<-s.timerDone
 	s.closing.Store(true)
-	s.flushLocked()
-	s.mu.Unlock()
+	s.Flush()
 	close(s.queue)
 	<-s.done
 	deadline := time.Now().Add(s.cfg.CloseTimeout)

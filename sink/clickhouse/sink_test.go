@@ -260,3 +260,22 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestCloseWhileTimerFlushes: a regression test for a deadlock: Close held
+// the lock while waiting for the flush timer, which was waiting for the
+// lock.
+func TestCloseWhileTimerFlushes(t *testing.T) {
+	for range 200 {
+		cfg := testConfig(t)
+		cfg.FlushInterval = time.Microsecond
+		s, _ := newSink(&fakeServer{}, SchemaVersion, cfg)
+		s.StreamEvent(event(1))
+		done := make(chan struct{})
+		go func() { s.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close deadlocked with the flush timer")
+		}
+	}
+}
