@@ -124,6 +124,31 @@ type exchange struct {
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
 
+// Advance tells the detector that capture time has reached now although
+// no observation says so: a live agent calls it on a timer, so sessions
+// expire and pending findings are emitted on a quiet network too. The
+// caller must pass a time no observation still on its way can be older
+// than (the capture's reorder window behind the clock), and must not call
+// it concurrently with Observe.
+func (d *Detector) Advance(now time.Time) {
+	if !d.closed {
+		d.advance(now)
+	}
+}
+
+func (d *Detector) advance(t time.Time) {
+	if !t.After(d.now) {
+		return
+	}
+	d.now = t
+	d.expire(d.now)
+	d.tombs.expire(d.now, d.cfg.SessionIdleTimeout)
+	d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
+	if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
+		d.sweepExchanges()
+	}
+}
+
 // Observe consumes one observation.
 func (d *Detector) Observe(o *decode.Observation) {
 	if d.closed {
@@ -136,15 +161,7 @@ func (d *Detector) Observe(o *decode.Observation) {
 	}
 	d.cur = o
 	defer func() { d.cur = nil }()
-	if o.Time.After(d.now) {
-		d.now = o.Time
-		d.expire(d.now)
-		d.tombs.expire(d.now, d.cfg.SessionIdleTimeout)
-		d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
-		if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
-			d.sweepExchanges()
-		}
-	}
+	d.advance(o.Time)
 	switch o.Kind {
 	case decode.KindRequest:
 		d.onRequest(o)

@@ -409,3 +409,31 @@ func TestTombstonesExpireAndAreBounded(t *testing.T) {
 		t.Errorf("tombstones left after an hour: %v", ts.byID)
 	}
 }
+
+// TestAdvanceExpiresQuietSessions: on a live network that goes quiet, the
+// agent's clock (Advance) expires idle sessions; nothing else about them
+// changes.
+func TestAdvanceExpiresQuietSessions(t *testing.T) {
+	r := parseSpec(t, "testdata/session_expiry.test")
+	rec := &recorder{}
+	d := New(r.cfg, rec)
+	d.Observe(r.obs[0]) // S1's initialize request, at time 0
+	for _, o := range r.obs[1:4] {
+		if o.Time.Sub(r.obs[0].Time) < time.Second {
+			d.Observe(o)
+		}
+	}
+	d.Advance(specBase.Add(5 * time.Minute))
+	if len(rec.sessions) != 0 {
+		t.Fatalf("expired before the idle timeout: %+v", rec.sessions[0])
+	}
+	d.Advance(specBase.Add(11 * time.Minute))
+	if len(rec.sessions) != 1 || rec.sessions[0].SessionID != "S1" || rec.sessions[0].Ended != "expired" {
+		t.Fatalf("after the idle timeout: %d sessions %+v", len(rec.sessions), rec.sessions)
+	}
+	d.Advance(specBase) // time never goes back
+	d.Close(specBase.Add(12 * time.Minute))
+	if len(rec.violations) != 0 || len(rec.sessions) != 1 {
+		t.Fatalf("after close: %d violations, %d sessions", len(rec.violations), len(rec.sessions))
+	}
+}
