@@ -65,7 +65,7 @@ func (w *Writer) Finish(s *sink.Summary) error {
 	var b strings.Builder
 	writeSummary(&b, s)
 	for i, v := range w.violations {
-		writeViolation(&b, i+1, len(w.violations), v)
+		writeViolation(&b, fmt.Sprintf("%d/%d", i+1, len(w.violations)), v)
 	}
 	if len(w.unknown) > 0 {
 		fmt.Fprintf(&b, "\nTool calls with unknown outcome (%d): the client must reconcile these before re-running them\n", len(w.unknown))
@@ -124,8 +124,10 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	}
 }
 
-func writeViolation(b *strings.Builder, i, n int, v *detector.Violation) {
-	fmt.Fprintf(b, "\n[%d/%d] %s  %s  %s\n", i, n, strings.ToUpper(string(v.Severity)), v.Kind, stamp(v.Time))
+// writeViolation prints one finding; number is its place ("3/7", or "3"
+// while the total is unknown).
+func writeViolation(b *strings.Builder, number string, v *detector.Violation) {
+	fmt.Fprintf(b, "\n[%s] %s  %s  %s\n", number, strings.ToUpper(string(v.Severity)), v.Kind, stamp(v.Time))
 	sess := orDash(v.SessionID)
 	if v.NewSessionID != "" {
 		sess += " -> " + v.NewSessionID

@@ -65,3 +65,16 @@ func TestListsAreBounded(t *testing.T) {
 		t.Error("clean summary missing")
 	}
 }
+
+func TestStreamPrintsAtOnce(t *testing.T) {
+	var b strings.Builder
+	s := NewStream(&b)
+	s.Violation(&detector.Violation{ID: "abc", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, SessionID: "S1", NewSessionID: "S2", Explanation: "swapped"})
+	if out := b.String(); !strings.Contains(out, "[1] CRITICAL  session_swap") || !strings.Contains(out, "S1 -> S2") || !strings.Contains(out, "id        abc") {
+		t.Fatalf("violation not printed at once:\n%s", out)
+	}
+	s.UnknownOutcome(&detector.UnknownOutcome{SessionID: "S1", Method: "tools/call", JSONRPCID: "2", Tool: "t", Reason: "session lost"})
+	if !strings.Contains(b.String(), "UNKNOWN OUTCOME") {
+		t.Fatal("unknown outcome not printed")
+	}
+}
