@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -75,6 +76,12 @@ func (k *flowKey) hash() uint64 {
 	h *= 0x94d049bb133111eb
 	h ^= h >> 31
 	return h
+}
+
+// worker is the index, among n workers, of the worker that follows the
+// connection: the same for both directions.
+func (k *flowKey) worker(n int) int {
+	return int(k.hash() % uint64(n))
 }
 
 // endpoints returns the addresses and ports of the side that sends in a
@@ -227,6 +234,10 @@ type worker struct {
 	// closed holds recently ended connections (see closedTTL), at most
 	// limits.maxConns of them.
 	closed map[flowKey]time.Time
+	// ids, when set (Live), numbers connections across the run's workers
+	// instead of the ordinal of their first packet, which Live's several
+	// readers do not share.
+	ids *atomic.Uint64
 }
 
 func newWorker(cfg Config, factory decode.StreamFactory) *worker {
@@ -320,7 +331,11 @@ func (w *worker) open(s *tcpSeg) *conn {
 		}
 	}
 	src, dst := s.key.endpoints(s.fromLo)
-	meta := decode.ConnMeta{ID: s.ord, A: src, B: dst, Start: s.ts, SawSYN: syn}
+	id := s.ord
+	if w.ids != nil {
+		id = w.ids.Add(1)
+	}
+	meta := decode.ConnMeta{ID: id, A: src, B: dst, Start: s.ts, SawSYN: syn}
 	// A SYN-ACK first means the client's SYN was missed: A is still the
 	// client, the receiver of this packet.
 	swapped := syn && s.flags&flagACK != 0

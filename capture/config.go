@@ -1,10 +1,12 @@
 // Package capture reads packet captures (pcap and pcapng files, or standard
-// input), reassembles their TCP connections (in-order segments itself, the
-// rest with gopacket's reassembly package) and hands each connection's bytes
-// to a decode.StreamFactory.
+// input) or captures packets live (Live: AF_PACKET on Linux), reassembles
+// their TCP connections (in-order segments itself, the rest with gopacket's
+// reassembly package) and hands each connection's bytes to a
+// decode.StreamFactory.
 //
-// The per-packet path (pipeline.handlePacket) knows nothing about files, so a
-// live packet source can feed it the same way the file reader does.
+// The workers (worker: connection table, in-order path, assembler) know
+// nothing about where packets come from: the file reader and Live's socket
+// readers decode packets and hand them the segments in batches (feeder).
 package capture
 
 import (

@@ -39,8 +39,10 @@ type packetDecoder struct {
 	parsers []*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
 	// src and dst are the addresses of the last IP layer decoded (4 or 16
-	// bytes, aliasing the packet).
+	// bytes, aliasing the packet), ipID its IPv4 identification (0 for
+	// IPv6).
 	src, dst []byte
+	ipID     uint16
 }
 
 func newPacketDecoder() *packetDecoder {
@@ -140,6 +142,7 @@ func (d *packetDecoder) decodeCommon(data []byte, first gopacket.LayerType) (net
 		return net, v, false
 	}
 	d.src, d.dst = ip[12:16], ip[16:20]
+	d.ipID = binary.BigEndian.Uint16(ip[4:6])
 	net = gopacket.NewFlow(layers.EndpointIPv4, d.src, d.dst)
 	if d.tcp.DecodeFromBytes(ip[20:n], gopacket.NilDecodeFeedback) != nil {
 		return net, verdictUndecodable, true
@@ -155,10 +158,10 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 		switch t {
 		case layers.LayerTypeIPv4:
 			sawIP, net = true, d.ip4.NetworkFlow()
-			d.src, d.dst = d.ip4.SrcIP, d.ip4.DstIP
+			d.src, d.dst, d.ipID = d.ip4.SrcIP, d.ip4.DstIP, d.ip4.Id
 		case layers.LayerTypeIPv6:
 			sawIP, net = true, d.ip6.NetworkFlow()
-			d.src, d.dst = d.ip6.SrcIP, d.ip6.DstIP
+			d.src, d.dst, d.ipID = d.ip6.SrcIP, d.ip6.DstIP, 0
 		case layers.LayerTypeTCP:
 			// The payload layer after TCP never fails, so a decoded TCP
 			// layer is a usable segment whatever err says.

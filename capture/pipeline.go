@@ -44,6 +44,7 @@ type segment struct {
 	key            flowKey
 	fromLo         bool
 	flags          uint8
+	ipID           uint16 // the IPv4 identification (0 for IPv6), for Live's duplicate check
 	seq            uint32
 	nsec           int32
 	zoned          int32 // 1 + index of the time in batch.times; 0: sec and nsec
@@ -55,8 +56,13 @@ type segment struct {
 type batch struct {
 	segs  []segment
 	arena []byte
-	times []time.Time // segment times that sec and nsec cannot rebuild
-	now   time.Time   // the reader's capture time when the batch was sent
+	times []time.Time   // segment times that sec and nsec cannot rebuild
+	now   time.Time     // the reader's capture time when the batch was sent
+	home  chan<- *batch // the free pool the batch goes back to once handled
+}
+
+func newBatch(home chan<- *batch) *batch {
+	return &batch{segs: make([]segment, 0, batchSegments), arena: make([]byte, 0, batchArenaBytes), home: home}
 }
 
 func (b *batch) full() bool {
@@ -88,6 +94,107 @@ func (b *batch) reset() {
 	b.times = b.times[:0]
 }
 
+// release empties the batch and returns it to its pool.
+func (b *batch) release() {
+	b.reset()
+	b.home <- b
+}
+
+// feeder is the sending side of the workers' queues: a partly filled batch
+// per worker and a pool of free batches. ReadFiles' reader has one; each of
+// Live's socket readers has its own, all sending to the same queues.
+type feeder struct {
+	queues  []chan *batch
+	pending []*batch
+	// free holds the batches handed back; up to cap(free) are made, as
+	// they are first needed. Waiting for a free one bounds memory when
+	// the workers are slower than the reader.
+	free chan *batch
+	made int
+	now  time.Time // the reader's latest capture time, sent with each batch
+}
+
+func newFeeder(queues []chan *batch, batches int) *feeder {
+	return &feeder{queues: queues, pending: make([]*batch, len(queues)), free: make(chan *batch, batches)}
+}
+
+// add copies a segment into worker i's batch, and sends the batch when it is
+// full.
+func (f *feeder) add(i int, key flowKey, fromLo bool, tcp *layers.TCP, ipID uint16, ts time.Time, ord uint64) {
+	b := f.batchFor(i)
+	off := len(b.arena)
+	body := off + len(tcp.Contents)
+	if seg, ok := contiguous(tcp.Contents, tcp.Payload); ok {
+		// The usual case: the payload follows the header in the packet,
+		// so one copy takes both.
+		b.arena = append(b.arena, seg...)
+	} else {
+		b.arena = append(b.arena, tcp.Contents...)
+		b.arena = append(b.arena, tcp.Payload...)
+	}
+	b.segs = append(b.segs, segment{key: key, fromLo: fromLo, flags: tcpFlags(tcp), ipID: ipID, seq: tcp.Seq,
+		ord: ord, off: off, body: body, end: len(b.arena)})
+	b.setTime(&b.segs[len(b.segs)-1], ts)
+	if b.full() {
+		f.send(i)
+	}
+}
+
+func (f *feeder) batchFor(i int) *batch {
+	if f.pending[i] == nil {
+		select {
+		case f.pending[i] = <-f.free:
+		default:
+			if f.made < cap(f.free) {
+				f.made++
+				f.pending[i] = newBatch(f.free)
+			} else {
+				f.pending[i] = <-f.free
+			}
+		}
+	}
+	return f.pending[i]
+}
+
+func (f *feeder) send(i int) {
+	b := f.batchFor(i)
+	b.now = f.now
+	f.pending[i] = nil
+	f.queues[i] <- b
+}
+
+// sync sends every worker its pending batch (even an empty one), so all of
+// them see the time.
+func (f *feeder) sync() {
+	for i := range f.queues {
+		f.send(i)
+	}
+}
+
+// flush sends the batches that hold segments.
+func (f *feeder) flush() {
+	for i, b := range f.pending {
+		if b != nil && len(b.segs) > 0 {
+			f.send(i)
+		}
+	}
+}
+
+// runBatch hands a batch's segments to the worker. dup, when not nil, drops
+// the copies of segments it has already seen (Live).
+func (w *worker) runBatch(b *batch, dup *dupWindow) {
+	var seg tcpSeg
+	for i := range b.segs {
+		s := &b.segs[i]
+		if dup != nil && dup.seen(b, s) {
+			continue
+		}
+		seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, flags: s.flags,
+			payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: b.time(s), ord: s.ord}
+		w.handleSeg(&seg)
+	}
+}
+
 // pipeline is the per-packet path shared by every packet source: decode the
 // frame, then hand the TCP segment to the worker that owns its connection.
 type pipeline struct {
@@ -97,11 +204,8 @@ type pipeline struct {
 	now   time.Time
 
 	workers []*worker
-	// Workers > 1: one channel per worker, a partly filled batch per
-	// worker, and the pool of free batches.
-	queues    []chan *batch
-	pending   []*batch
-	free      chan *batch
+	// Workers > 1: the workers' queues and their batches.
+	feed      *feeder
 	sinceSync int
 	wg        sync.WaitGroup
 }
@@ -114,34 +218,23 @@ func newPipeline(cfg Config, newFactory func(worker int) decode.StreamFactory) *
 	if cfg.Workers == 1 {
 		return p
 	}
-	p.free = make(chan *batch, cfg.Workers*batchesPerWorker)
-	for range cap(p.free) {
-		p.free <- &batch{segs: make([]segment, 0, batchSegments), arena: make([]byte, 0, batchArenaBytes)}
-	}
-	p.pending = make([]*batch, cfg.Workers)
-	for _, w := range p.workers {
-		q := make(chan *batch, batchesPerWorker)
-		p.queues = append(p.queues, q)
+	queues := make([]chan *batch, cfg.Workers)
+	for i, w := range p.workers {
+		queues[i] = make(chan *batch, batchesPerWorker)
 		p.wg.Add(1)
-		go p.run(w, q)
+		go p.run(w, queues[i])
 	}
+	p.feed = newFeeder(queues, cfg.Workers*batchesPerWorker)
 	return p
 }
 
 // run is a worker goroutine.
 func (p *pipeline) run(w *worker, q <-chan *batch) {
 	defer p.wg.Done()
-	var seg tcpSeg
 	for b := range q {
-		for i := range b.segs {
-			s := &b.segs[i]
-			seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, flags: s.flags,
-				payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: b.time(s), ord: s.ord}
-			w.handleSeg(&seg)
-		}
+		w.runBatch(b, nil)
 		w.tick(b.now)
-		b.reset()
-		p.free <- b
+		b.release()
 	}
 	w.finish()
 }
@@ -172,6 +265,9 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 	p.ord++
 	if ci.Timestamp.After(p.now) {
 		p.now = ci.Timestamp
+		if p.feed != nil {
+			p.feed.now = p.now
+		}
 	}
 	if _, ok := p.dec.classify(&p.stats, data, lt); ok {
 		p.dispatch(&p.dec.tcp, ci.Timestamp)
@@ -197,24 +293,7 @@ func (p *pipeline) dispatch(tcp *layers.TCP, ts time.Time) {
 	}
 	// The key is the same for both directions, so both go to the same
 	// worker.
-	i := int(key.hash() % uint64(len(p.workers)))
-	b := p.batchFor(i)
-	off := len(b.arena)
-	body := off + len(tcp.Contents)
-	if seg, ok := contiguous(tcp.Contents, tcp.Payload); ok {
-		// The usual case: the payload follows the header in the packet,
-		// so one copy takes both.
-		b.arena = append(b.arena, seg...)
-	} else {
-		b.arena = append(b.arena, tcp.Contents...)
-		b.arena = append(b.arena, tcp.Payload...)
-	}
-	b.segs = append(b.segs, segment{key: key, fromLo: fromLo, flags: tcpFlags(tcp), seq: tcp.Seq,
-		ord: p.ord, off: off, body: body, end: len(b.arena)})
-	b.setTime(&b.segs[len(b.segs)-1], ts)
-	if b.full() {
-		p.send(i)
-	}
+	p.feed.add(key.worker(len(p.workers)), key, fromLo, tcp, p.dec.ipID, ts, p.ord)
 }
 
 // contiguous returns head and tail as one slice when tail starts where head
@@ -234,26 +313,10 @@ func contiguous(head, tail []byte) ([]byte, bool) {
 	return whole, true
 }
 
-func (p *pipeline) batchFor(i int) *batch {
-	if p.pending[i] == nil {
-		p.pending[i] = <-p.free
-	}
-	return p.pending[i]
-}
-
-func (p *pipeline) send(i int) {
-	b := p.batchFor(i)
-	b.now = p.now
-	p.pending[i] = nil
-	p.queues[i] <- b
-}
-
 // sync sends every worker its pending batch, so all of them see the time.
 func (p *pipeline) sync() {
 	p.sinceSync = 0
-	for i := range p.workers {
-		p.send(i)
-	}
+	p.feed.sync()
 }
 
 // close delivers what is pending, closes every connection still open and
@@ -264,7 +327,7 @@ func (p *pipeline) close() Stats {
 		p.workers[0].finish()
 	} else {
 		p.sync()
-		for _, q := range p.queues {
+		for _, q := range p.feed.queues {
 			close(q)
 		}
 		p.wg.Wait()
