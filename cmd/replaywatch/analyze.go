@@ -62,22 +62,28 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the analysis to this file (for performance work)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile taken at the end of the analysis to this file")
 	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers, connections sharded by flow hash (0: one per core)")
-	fs.IntVar(&c.capture.MaxBufferedPagesPerConnection, "max-pages-per-connection", c.capture.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
-	fs.IntVar(&c.capture.MaxBufferedPagesTotal, "max-pages-total", c.capture.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
-	fs.IntVar(&c.capture.MaxConnections, "max-connections", c.capture.MaxConnections, "TCP connections followed at once; the idlest is flushed beyond it")
-	fs.DurationVar(&c.capture.IdleTimeout, "connection-idle-timeout", c.capture.IdleTimeout, "flush a TCP connection after this much capture time without packets")
-	fs.IntVar(&c.decode.MaxHeaderBytes, "max-header-bytes", c.decode.MaxHeaderBytes, "largest HTTP head parsed")
-	fs.IntVar(&c.decode.MaxBodyBytes, "max-body-bytes", c.decode.MaxBodyBytes, "largest JSON body buffered for JSON-RPC inspection")
-	fs.IntVar(&c.decode.MaxSSELineBytes, "max-sse-line-bytes", c.decode.MaxSSELineBytes, "longest SSE line buffered")
-	fs.IntVar(&c.decode.MaxArgumentBytes, "max-argument-bytes", c.decode.MaxArgumentBytes, "with --store-arguments: longest tool-argument text kept (cut beyond)")
-	fs.IntVar(&c.decode.MaxEventBytes, "max-event-bytes", c.decode.MaxEventBytes, "largest SSE event data buffered")
-	fs.DurationVar(&c.decode.ReorderWindow, "reorder-window", c.decode.ReorderWindow, "how long observations from different connections are held to merge them in capture-time order")
-	fs.DurationVar(&c.detect.SessionIdleTimeout, "session-idle-timeout", c.detect.SessionIdleTimeout, "forget a session after this much capture time without traffic (recorded as expired, never as a 404)")
-	fs.DurationVar(&c.detect.LinkWindow, "link-window", c.detect.LinkWindow, "link a new session to a lost one from the same client address within this window")
-	fs.IntVar(&c.detect.MaxSessions, "max-sessions", c.detect.MaxSessions, "MCP sessions tracked at once")
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
-	fs.IntVar(&c.detect.MaxEventsIndexedPerSession, "max-events-per-session", c.detect.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
+	registerLimits(fs, &c.capture, &c.decode, &c.detect)
+}
+
+// registerLimits adds the memory bounds and timeouts shared by analyze and
+// agent: every named limit of capture, decode and detector.
+func registerLimits(fs *flag.FlagSet, cp *capture.Config, dc *decode.Config, dt *detector.Config) {
+	fs.IntVar(&cp.MaxBufferedPagesPerConnection, "max-pages-per-connection", cp.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
+	fs.IntVar(&cp.MaxBufferedPagesTotal, "max-pages-total", cp.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
+	fs.IntVar(&cp.MaxConnections, "max-connections", cp.MaxConnections, "TCP connections followed at once; the idlest is flushed beyond it")
+	fs.DurationVar(&cp.IdleTimeout, "connection-idle-timeout", cp.IdleTimeout, "flush a TCP connection after this much capture time without packets")
+	fs.IntVar(&dc.MaxHeaderBytes, "max-header-bytes", dc.MaxHeaderBytes, "largest HTTP head parsed")
+	fs.IntVar(&dc.MaxBodyBytes, "max-body-bytes", dc.MaxBodyBytes, "largest JSON body buffered for JSON-RPC inspection")
+	fs.IntVar(&dc.MaxSSELineBytes, "max-sse-line-bytes", dc.MaxSSELineBytes, "longest SSE line buffered")
+	fs.IntVar(&dc.MaxArgumentBytes, "max-argument-bytes", dc.MaxArgumentBytes, "with --store-arguments: longest tool-argument text kept (cut beyond)")
+	fs.IntVar(&dc.MaxEventBytes, "max-event-bytes", dc.MaxEventBytes, "largest SSE event data buffered")
+	fs.DurationVar(&dc.ReorderWindow, "reorder-window", dc.ReorderWindow, "how long observations from different connections are held to merge them in capture-time order")
+	fs.DurationVar(&dt.SessionIdleTimeout, "session-idle-timeout", dt.SessionIdleTimeout, "forget a session after this much capture time without traffic (recorded as expired, never as a 404)")
+	fs.DurationVar(&dt.LinkWindow, "link-window", dt.LinkWindow, "link a new session to a lost one from the same client address within this window")
+	fs.IntVar(&dt.MaxSessions, "max-sessions", dt.MaxSessions, "MCP sessions tracked at once")
+	fs.IntVar(&dt.MaxEventsIndexedPerSession, "max-events-per-session", dt.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
 }
 
 func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("analyze", flag.ContinueOnError) }
@@ -217,30 +223,35 @@ func (c *analyzeConfig) validate(files []string) error {
 	if err := c.clickhouse.validate(); err != nil {
 		return err
 	}
+	return validateLimits(&c.capture, &c.decode, &c.detect)
+}
+
+// validateLimits checks the flags registerLimits added.
+func validateLimits(cp *capture.Config, dc *decode.Config, dt *detector.Config) error {
 	var bad []string
 	for name, v := range map[string]int{
-		"--max-pages-per-connection": c.capture.MaxBufferedPagesPerConnection,
-		"--max-pages-total":          c.capture.MaxBufferedPagesTotal, "--max-connections": c.capture.MaxConnections,
-		"--max-header-bytes": c.decode.MaxHeaderBytes, "--max-body-bytes": c.decode.MaxBodyBytes,
-		"--max-sse-line-bytes": c.decode.MaxSSELineBytes, "--max-argument-bytes": c.decode.MaxArgumentBytes, "--max-event-bytes": c.decode.MaxEventBytes,
-		"--max-sessions": c.detect.MaxSessions, "--max-events-per-session": c.detect.MaxEventsIndexedPerSession,
+		"--max-pages-per-connection": cp.MaxBufferedPagesPerConnection,
+		"--max-pages-total":          cp.MaxBufferedPagesTotal, "--max-connections": cp.MaxConnections,
+		"--max-header-bytes": dc.MaxHeaderBytes, "--max-body-bytes": dc.MaxBodyBytes,
+		"--max-sse-line-bytes": dc.MaxSSELineBytes, "--max-argument-bytes": dc.MaxArgumentBytes, "--max-event-bytes": dc.MaxEventBytes,
+		"--max-sessions": dt.MaxSessions, "--max-events-per-session": dt.MaxEventsIndexedPerSession,
 	} {
 		if v <= 0 {
 			bad = append(bad, name)
 		}
 	}
 	for name, v := range map[string]time.Duration{
-		"--connection-idle-timeout": c.capture.IdleTimeout, "--session-idle-timeout": c.detect.SessionIdleTimeout,
-		"--link-window": c.detect.LinkWindow,
+		"--connection-idle-timeout": cp.IdleTimeout, "--session-idle-timeout": dt.SessionIdleTimeout,
+		"--link-window": dt.LinkWindow,
 	} {
 		if v <= 0 {
 			bad = append(bad, name)
 		}
 	}
-	if c.capture.Workers < 0 {
+	if cp.Workers < 0 {
 		bad = append(bad, "--workers")
 	}
-	if c.decode.ReorderWindow < 0 {
+	if dc.ReorderWindow < 0 {
 		bad = append(bad, "--reorder-window")
 	}
 	if len(bad) > 0 {

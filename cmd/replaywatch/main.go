@@ -2,6 +2,7 @@
 // every session resume kept its contract.
 //
 //	replaywatch analyze [flags] FILE.pcap...   offline analysis of captures
+//	replaywatch agent [flags]                  live capture on a node
 //	replaywatch schema apply|status|print      the ClickHouse schema
 //	replaywatch version
 //
@@ -27,6 +28,7 @@ const usage = `replaywatch: find MCP session-resume corruption in HTTP/SSE traff
 
 Usage:
   replaywatch analyze [flags] FILE...   analyse pcap/pcapng captures ("-" reads standard input)
+  replaywatch agent [flags]             capture live on this node (AF_PACKET) and report continuously
   replaywatch schema apply|status|print create, migrate or show the ClickHouse schema
   replaywatch version                   print the version
   replaywatch help [COMMAND]            show help
@@ -48,14 +50,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "analyze":
 		return runAnalyze(args[1:], stdin, stdout, stderr)
+	case "agent":
+		return runAgent(args[1:], stdout, stderr)
 	case "schema":
 		return runSchema(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "replaywatch", version())
 		return exitOK
 	case "help", "-h", "--help", "-help":
-		if len(args) > 1 && args[1] == "analyze" {
-			return runAnalyze([]string{"--help"}, stdin, stdout, stderr)
+		if len(args) > 1 {
+			switch args[1] {
+			case "analyze":
+				return runAnalyze([]string{"--help"}, stdin, stdout, stderr)
+			case "agent":
+				return runAgent([]string{"--help"}, stdout, stderr)
+			case "schema":
+				return runSchema([]string{"--help"}, stdout, stderr)
+			}
 		}
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/internal/telemetry"
+	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
+	"github.com/replaywatch/replaywatch/sink/jsonl"
+	"github.com/replaywatch/replaywatch/sink/text"
+)
+
+const agentUsage = `Usage: replaywatch agent [flags]
+
+Captures MCP Streamable HTTP traffic live (AF_PACKET, no cgo; needs
+CAP_NET_RAW), runs the same decoder and detector as analyze continuously, and
+writes what it finds to ClickHouse (--clickhouse) or, without one, prints it
+on standard output (--format text|json, the analyze contract). Serves
+/metrics (Prometheus), /healthz and /readyz on --listen. SIGTERM or SIGINT
+flush everything (findings, the sink's batches, the spool) and stop.
+
+Configuration: defaults < --config YAML file (or REPLAYWATCH_CONFIG) <
+environment REPLAYWATCH_<FLAG> (e.g. REPLAYWATCH_INTERFACE=eth0) < flags.
+Kubernetes metadata comes from NODE_NAME, POD_NAME and POD_NAMESPACE.
+
+Flags:
+`
+
+// agentConfig is everything the agent can be told.
+type agentConfig struct {
+	configFile      string
+	interfaces      string
+	ports           string
+	filter          string
+	listen          string
+	format          string
+	logLevel        string
+	applySchema     bool
+	shutdownTimeout time.Duration
+	live            capture.LiveConfig
+	decode          decode.Config
+	detect          detector.Config
+	clickhouse      clickhouseFlags
+}
+
+func (c *agentConfig) register(fs *flag.FlagSet) {
+	c.live.Config = capture.DefaultConfig()
+	c.decode = decode.DefaultConfig()
+	c.detect = detector.DefaultConfig()
+	fs.StringVar(&c.configFile, "config", "", "YAML configuration file (keys: see deploy/README.md)")
+	fs.StringVar(&c.interfaces, "interface", "any", `interfaces to capture on, comma-separated; "any" for all`)
+	fs.StringVar(&c.ports, "ports", "", "capture TCP traffic on these ports only (comma-separated; compiled to BPF here)")
+	fs.StringVar(&c.filter, "filter", "", "capture filter as a BPF expression instead of --ports (compiled with tcpdump -ddd)")
+	fs.IntVar(&c.live.Workers, "workers", 0, "capture and decode workers, connections sharded by the kernel's flow hash (0: one per core)")
+	fs.StringVar(&c.listen, "listen", ":9464", "address of /metrics, /healthz and /readyz")
+	fs.StringVar(&c.format, "format", "json", "without --clickhouse: print findings on standard output as json (JSON Lines) or text")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (structured logs on standard error)")
+	fs.BoolVar(&c.applySchema, "apply-schema", false, "create or migrate the ClickHouse schema at start")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 25*time.Second, "on SIGTERM, how long flushing may take (keep below the pod's grace period)")
+	c.clickhouse.registerConnect(fs)
+	c.clickhouse.registerSink(fs)
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		fs.Set("node", n)
+	}
+	registerLimits(fs, &c.live.Config, &c.decode, &c.detect)
+}
+
+func (c *agentConfig) validate() error {
+	switch c.format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--format %q: want text or json", c.format)
+	}
+	if _, err := parseLogLevel(c.logLevel); err != nil {
+		return err
+	}
+	c.live.Interfaces = splitList(c.interfaces)
+	c.live.Filter = c.filter
+	c.live.Ports = nil
+	for _, p := range splitList(c.ports) {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return fmt.Errorf("--ports: %q is not a port", p)
+		}
+		c.live.Ports = append(c.live.Ports, uint16(n))
+	}
+	if c.shutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
+	}
+	if err := c.clickhouse.validate(); err != nil {
+		return err
+	}
+	if err := validateLimits(&c.live.Config, &c.decode, &c.detect); err != nil {
+		return err
+	}
+	return c.live.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func runAgent(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg agentConfig
+	cfg.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), agentUsage)
+		fs.PrintDefaults()
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "replaywatch agent: %v\n", err)
+		return exitError
+	}
+	var file *agentFile
+	if path := configPath(args); path != "" {
+		f, err := loadAgentFile(path)
+		if err != nil {
+			return fail(err)
+		}
+		file = f
+	}
+	if err := applyFile(fs, file); err != nil {
+		return fail(err)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected arguments %q (the agent reads interfaces, not files: use analyze for captures)", fs.Args()))
+	}
+	if err := cfg.validate(); err != nil {
+		return fail(err)
+	}
+	level, _ := parseLogLevel(cfg.logLevel)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := agent(ctx, &cfg, stdout, stderr, log); err != nil {
+		log.Error("agent stopped", "err", err.Error())
+		return exitError
+	}
+	return exitOK
+}
+
+// agent runs until ctx is cancelled: capture -> decode -> detector -> out,
+// the same order as analyze, fed continuously.
+func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log *slog.Logger) error {
+	tel, err := telemetry.New(telemetry.Options{
+		Node: cfg.clickhouse.sink.Node, ServiceVersion: version(), PodName: os.Getenv("POD_NAME"), Namespace: os.Getenv("POD_NAMESPACE"),
+		ReadyConditions: []string{"capture", "output"}, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer tel.Close(context.Background())
+	ln, err := telemetry.Listen(cfg.listen)
+	if err != nil {
+		return err
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- tel.ServeListener(serveCtx, ln) }()
+	defer func() { stopServe(); <-served }()
+	log.Info("agent starting", "interfaces", cfg.live.Interfaces, "ports", cfg.live.Ports, "filter", cfg.live.Filter,
+		"listen", ln.Addr().String(), "node", cfg.clickhouse.sink.Node, "clickhouse", chsink.Redact(cfg.clickhouse.connect.DSN))
+
+	// Output: ClickHouse, or standard output.
+	var out detector.Sink
+	var store *chsink.Sink
+	var flushOut func()
+	if cfg.clickhouse.enabled() {
+		cfg.clickhouse.sink.MeterProvider = tel.MeterProvider()
+		if cfg.applySchema {
+			if err := applySchemaAtStart(ctx, cfg, log); err != nil {
+				return err
+			}
+		}
+		source := fmt.Sprintf("agent %s", strings.Join(cfg.live.Interfaces, ","))
+		if pod := os.Getenv("POD_NAME"); pod != "" {
+			source = fmt.Sprintf("%s/%s %s", os.Getenv("POD_NAMESPACE"), pod, source)
+		}
+		s, conn, err := cfg.clickhouse.openSink(ctx, source, stderr)
+		if err != nil {
+			return err
+		}
+		if conn != nil {
+			defer conn.Close()
+		}
+		store = s
+		out = s
+		cfg.decode.KeepToolArguments = cfg.clickhouse.sink.StoreArguments
+	} else if cfg.format == "json" {
+		w := jsonl.New(stdout)
+		out, flushOut = w, func() { w.Flush() }
+	} else {
+		out = text.NewStream(stdout)
+	}
+	tel.Ready("output")
+
+	cfg.live.Config = cfg.live.Config.WithDefaults()
+	workers := cfg.live.WithDefaults().Workers
+	// The detector is single-threaded: observations (from the decoder's
+	// merger) and the clock (Advance, below) take turns under mu.
+	var mu sync.Mutex
+	det := detector.New(cfg.detect, out)
+	var detStats telemetry.Latest[detector.Stats]
+	detStats.Store(det.Stats())
+	pipe := decode.NewPipeline(cfg.decode, workers, func(o *decode.Observation) {
+		mu.Lock()
+		det.Observe(o)
+		mu.Unlock()
+	})
+	live, err := capture.NewLive(cfg.live, func(i int) decode.StreamFactory { return pipe.Factory(i) })
+	if err != nil {
+		pipe.Close()
+		return err
+	}
+	reg, err := tel.RegisterPipeline(telemetry.PipelineSources{
+		Capture: func() capture.Stats { return live.Snapshot().Stats },
+		Kernel: func() telemetry.KernelStats {
+			s := live.Snapshot()
+			return telemetry.KernelStats{Packets: s.Kernel.Packets, Drops: s.Kernel.Drops, Duplicates: s.Duplicates}
+		},
+		Decode:   pipe.Stats,
+		Detector: detStats.Load,
+	})
+	if err != nil {
+		live.Close()
+		pipe.Close()
+		return err
+	}
+	defer reg.Unregister()
+	tel.Ready("capture")
+	log.Info("capturing", "workers", workers)
+
+	// The detector's clock: on a quiet network nothing else moves it.
+	// Observations can still be on their way for the reorder window, so the
+	// clock stays that far (and a tick) behind the wall.
+	clockDone := make(chan struct{})
+	clockStop := make(chan struct{})
+	beat := tel.Heartbeat("detector", 30*time.Second)
+	go func() {
+		defer close(clockDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-clockStop:
+				return
+			case now := <-tick.C:
+				mu.Lock()
+				det.Advance(now.Add(-cfg.decode.ReorderWindow - 2*time.Second))
+				detStats.Store(det.Stats())
+				if flushOut != nil {
+					flushOut()
+				}
+				mu.Unlock()
+				beat.Beat()
+			}
+		}
+	}()
+
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := live.Run(ctx)
+		runErr <- err
+	}()
+	var capErr error
+	select {
+	case capErr = <-runErr:
+	case <-ctx.Done():
+		log.Info("stopping: flushing findings", "timeout", cfg.shutdownTimeout.String())
+		capErr = <-runErr
+	}
+	// Shut down in pipeline order, within the shutdown timeout.
+	deadline := time.AfterFunc(cfg.shutdownTimeout, func() {
+		log.Error("shutdown took longer than --shutdown-timeout; exiting with what was flushed")
+		os.Exit(exitError)
+	})
+	defer deadline.Stop()
+	tel.NotReady("capture", "stopping")
+	pipe.Close()
+	close(clockStop)
+	<-clockDone
+	beat.Stop()
+	mu.Lock()
+	det.Close(time.Now())
+	detStats.Store(det.Stats())
+	mu.Unlock()
+	if flushOut != nil {
+		flushOut()
+	}
+	if store != nil {
+		r := store.Close()
+		log.Info("sink closed", "written", r.Written, "left_in_spool", r.LeftRows, "spool", r.SpoolDir)
+	}
+	if capErr != nil && !errors.Is(capErr, context.Canceled) {
+		return capErr
+	}
+	return nil
+}
+
+// applySchemaAtStart migrates the schema when the server is reachable; an
+// unreachable server is not an error (the sink spools until it returns).
+func applySchemaAtStart(ctx context.Context, cfg *agentConfig, log *slog.Logger) error {
+	conn, err := chsink.Connect(ctx, cfg.clickhouse.connect)
+	if err != nil {
+		if chsink.Unreachable(err) {
+			log.Warn("clickhouse unreachable: schema not applied now; findings are spooled", "err", err.Error())
+			return nil
+		}
+		return err
+	}
+	defer conn.Close()
+	applied, err := chsink.Apply(ctx, conn, conn.Dialect(), 0, "replaywatch "+version())
+	for _, a := range applied {
+		log.Info("schema migration applied", "version", a.Version, "name", a.Name)
+	}
+	return err
+}
