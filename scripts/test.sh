@@ -3,7 +3,9 @@
 # is missing (tshark from Debian, the TypeScript SDK from npm, chDB's
 # libchdb.so from npm, cached by scripts/fetch-chdb.sh) and runs:
 # gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
-# regeneration, binary end-to-end), and a short run of every fuzz target.
+# regeneration, binary end-to-end, ClickHouse servers, the live agent on
+# loopback and in network namespaces), and a short run of every fuzz target.
+# Live capture needs root (CAP_NET_RAW); CI runs as root.
 #
 # Environment:
 #   FUZZTIME   time per fuzz target (default 10s; 0 skips fuzzing)
@@ -51,6 +53,14 @@ fi
 if [ ! -d /usr/share/zookeeper ]; then
 	log "installing zookeeper (Debian package, pulls a Java runtime) for the ClickHouse cluster tests"
 	apt_install zookeeper
+fi
+
+missing=
+command -v tcpdump >/dev/null || missing="$missing tcpdump"
+command -v ip >/dev/null || missing="$missing iproute2"
+if [ -n "$missing" ]; then
+	log "installing$missing (Debian) for the live-capture tests: BPF filter compilation, network namespaces"
+	apt_install $missing
 fi
 
 if [ ! -d internal/fixturegen/ts/node_modules ] && [ -f internal/fixturegen/ts/package-lock.json ]; then

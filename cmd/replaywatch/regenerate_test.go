@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
 // TestRegeneratedFixtures records every fixture afresh from the real SDKs
@@ -24,8 +26,13 @@ func TestRegeneratedFixtures(t *testing.T) {
 		t.Skip("node not installed")
 	}
 	dir := t.TempDir()
+	// While the SDKs talk, the agent captures the same traffic live: the
+	// proxies listen on 127.0.0.2, so a filter keeps only the client-side
+	// leg (the proxy-to-backend leg carries the same bytes again).
+	agent := startLiveAgent(t, "host "+agentProxyHost)
 	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "")
 	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), pcaprec.ProxyHostEnv+"="+agentProxyHost)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("fixturegen: %v\n%s", err, out)
@@ -35,5 +42,11 @@ func TestRegeneratedFixtures(t *testing.T) {
 	if len(fresh) != len(committed) {
 		t.Errorf("generator wrote %d specs, %d are committed", len(fresh), len(committed))
 	}
-	runSpecs(t, dir)
+	t.Run("specs", func(t *testing.T) { runSpecs(t, dir) })
+	t.Run("agent_matches_analyze", func(t *testing.T) {
+		if agent == nil {
+			t.Skip("live capture needs root")
+		}
+		compareLiveWithOffline(t, agent.stop(t), dir)
+	})
 }

@@ -203,11 +203,21 @@ type Proxy struct {
 	conns    map[net.Conn]struct{}
 }
 
-// NewProxy listens on 127.0.0.1:0. upstream returns the address to dial for
-// the n-th accepted connection (0-based); hooks, if non-nil, returns that
-// connection's fault hooks.
+// ProxyHostEnv names the environment variable that moves every proxy to
+// another loopback address (default 127.0.0.1). A live capture of the same
+// traffic can then keep only the client-side leg with a filter on that
+// host: the proxy-to-backend leg carries the same bytes a second time.
+const ProxyHostEnv = "PCAPREC_PROXY_HOST"
+
+// NewProxy listens on 127.0.0.1:0 (or $PCAPREC_PROXY_HOST:0). upstream
+// returns the address to dial for the n-th accepted connection (0-based);
+// hooks, if non-nil, returns that connection's fault hooks.
 func NewProxy(rec *Recorder, upstream func(n int) string, hooks func(n int) Hooks) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	host := "127.0.0.1"
+	if h := os.Getenv(ProxyHostEnv); h != "" {
+		host = h
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}
