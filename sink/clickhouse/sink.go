@@ -125,9 +125,10 @@ type Sink struct {
 	m       *metrics
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	pending map[*table]*batch
-	closed  bool
+	mu       sync.Mutex
+	pending  map[*table]*batch
+	lastRows map[*table]int // rows of each table's last full batch
+	closed   bool
 
 	queue     chan *batch
 	stopTimer chan struct{}
@@ -174,6 +175,7 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg: cfg, ins: ins, version: version, sp: sp, m: m, log: cfg.Logger,
 		pending:   map[*table]*batch{},
+		lastRows:  map[*table]int{},
 		queue:     make(chan *batch, cfg.QueueBatches),
 		stopTimer: make(chan struct{}),
 		timerDone: make(chan struct{}),
@@ -191,7 +193,10 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 func (s *Sink) pendingFor(t *table) *batch {
 	b := s.pending[t]
 	if b == nil {
-		b = newBatch(t, s.version, min(s.cfg.BatchRows, 1024))
+		// Start at the size the table's last batch reached: growing a
+		// batch of tens of thousands of rows from small copies every
+		// column many times.
+		b = newBatch(t, s.version, max(min(s.cfg.BatchRows, 1024), s.lastRows[t]))
 		s.pending[t] = b
 	}
 	return b
@@ -202,6 +207,7 @@ func (s *Sink) pendingFor(t *table) *batch {
 func (s *Sink) appended(b *batch) {
 	if b.rows >= s.cfg.BatchRows || b.bytes >= s.cfg.BatchBytes {
 		delete(s.pending, b.table)
+		s.lastRows[b.table] = b.rows
 		s.queue <- b
 	}
 }
