@@ -247,7 +247,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	live, err := capture.NewLive(cfg.live, func(i int) decode.StreamFactory { return pipe.Factory(i) })
 	if err != nil {
 		pipe.Close()
-		return err
+		return err // capture says which capability is missing
 	}
 	reg, err := tel.RegisterPipeline(telemetry.PipelineSources{
 		Capture: func() capture.Stats { return live.Snapshot().Stats },
@@ -331,6 +331,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	if capErr != nil && !errors.Is(capErr, context.Canceled) {
 		return capErr
 	}
+	log.Info("agent stopped")
 	return nil
 }
 
