@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,9 +11,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
 // rewritesClientBytes names the fixtures whose proxy rewrites what the
@@ -30,8 +35,27 @@ const agentProxyHost = "127.0.0.2"
 
 type liveAgent struct {
 	cmd    *exec.Cmd
-	stdout *bytes.Buffer
-	stderr *bytes.Buffer
+	stdout *syncBuffer
+	stderr *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer the process's copier goroutine writes while
+// the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startLiveAgent runs the real binary as an agent on lo with a BPF filter,
@@ -46,20 +70,14 @@ func startLiveAgent(t *testing.T, filter string) *liveAgent {
 		return nil
 	}
 	bin := buildBinary(t)
-	a := &liveAgent{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	a := &liveAgent{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	a.cmd = exec.Command(bin, "agent", "--interface", "lo", "--filter", filter, "--format", "json", "--listen", "127.0.0.1:0")
 	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.cmd.Process.Kill() })
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(a.stderr.String(), `"msg":"capturing"`) {
-		if time.Now().After(deadline) || a.cmd.ProcessState != nil {
-			t.Fatalf("agent did not start:\n%s", a.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForLog(t, a.stderr, `"msg":"capturing"`)
 	return a
 }
 
@@ -188,4 +206,64 @@ func difference(a, b []string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestAgentToClickHouse runs the agent as the DaemonSet does (node and pod
+// from the downward API's variables, schema applied at start, findings to
+// ClickHouse) while a real go-sdk rolling deploy swaps a session, and
+// checks the finding is in the database with the node's and pod's names,
+// once, after a SIGTERM flush.
+func TestAgentToClickHouse(t *testing.T) {
+	srv := chtest.Shared(t)
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("the live agent tests need root (AF_PACKET); CI runs as root")
+		}
+		t.Skip("live capture needs root")
+	}
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	cmd := exec.Command(bin, "agent", "--interface", "lo", "--filter", "host "+agentProxyHost, "--listen", "127.0.0.1:0",
+		"--clickhouse", srv.DSN(db), "--apply-schema", "--spool-dir", t.TempDir(), "--flush-interval", "200ms")
+	cmd.Env = append(os.Environ(), "NODE_NAME=node-7", "POD_NAME=replaywatch-agent-x1", "POD_NAMESPACE=replaywatch")
+	a := &liveAgent{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	stderr := a.stderr
+	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitForLog(t, stderr, `"msg":"capturing"`)
+	if !strings.Contains(stderr.String(), "schema migration applied") {
+		t.Fatalf("schema not applied at start:\n%s", stderr.String())
+	}
+	gen := exec.Command("go", "run", "./internal/fixturegen", "-out", t.TempDir(), "-sample", "", "-only", "go-rolling-deploy-swap")
+	gen.Dir = filepath.Join("..", "..")
+	gen.Env = append(os.Environ(), pcaprec.ProxyHostEnv+"="+agentProxyHost)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("fixturegen: %v\n%s", err, out)
+	}
+	a.stop(t)
+	if !strings.Contains(stderr.String(), `"msg":"sink closed"`) || !strings.Contains(stderr.String(), `"left_in_spool":0`) {
+		t.Fatalf("sink not flushed on SIGTERM:\n%s", stderr.String())
+	}
+	q := "SELECT count() FROM " + db + ".violations FINAL WHERE kind = 'session_swap' AND node = 'node-7' AND source LIKE 'replaywatch/replaywatch-agent-x1 %'"
+	if n := chCount(t, srv, q); n != 1 {
+		out, _ := srv.Client(context.Background(), "SELECT kind, node, source FROM "+db+".violations", nil)
+		t.Fatalf("%d session_swap rows with the node and pod; table holds:\n%s\nagent log:\n%s", n, out, stderr.String())
+	}
+	if n := chCount(t, srv, "SELECT count() FROM "+db+".stream_events FINAL"); n == 0 {
+		t.Error("no stream events stored")
+	}
+}
+
+func waitForLog(t *testing.T, b *syncBuffer, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(b.String(), what) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in:\n%s", what, b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
