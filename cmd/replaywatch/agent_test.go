@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/internal/netnsrig"
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
@@ -265,5 +266,49 @@ func waitForLog(t *testing.T, b *syncBuffer, what string) {
 			t.Fatalf("no %s in:\n%s", what, b.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAgentSeesRollingDeployInNamespaces: a client, a load balancer and two
+// backends as separate hosts (network namespaces on a bridge); the load
+// balancer drains backend 1 in the middle of a tool call's stream, the
+// client's resume lands on backend 2, which answers 200 with a new session.
+// The agent, capturing on the client's interface, reports that session_swap
+// and nothing else.
+func TestAgentSeesRollingDeployInNamespaces(t *testing.T) {
+	if err := netnsrig.Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	rig := netnsrig.Setup(t)
+	bin := buildBinary(t)
+	a := &liveAgent{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a.cmd = rig.Exec(netnsrig.Client, bin, "agent", "--interface", rig.ClientIface(), "--ports", "8080", "--format", "json", "--listen", "127.0.0.1:0")
+	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill() })
+	waitForLog(t, a.stderr, `"msg":"capturing"`)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := rig.RollingDeploy(ctx)
+	if err != nil {
+		t.Fatalf("rolling deploy: %v\n%s", err, rig.Logs())
+	}
+	out := a.stop(t)
+	var kinds []string
+	for _, k := range findingKeys(t, out) {
+		if f := strings.Fields(k); f[0] == "violation" {
+			kinds = append(kinds, f[2])
+		}
+	}
+	if len(kinds) != 1 || kinds[0] != "session_swap" {
+		t.Fatalf("violations %v, want exactly one session_swap\nclient: %+v\nagent output:\n%s\nagent log:\n%s", kinds, res, out, a.stderr)
+	}
+	if !strings.Contains(out, `"outcome":"violated"`) || !strings.Contains(out, `"type":"unknown_outcome"`) {
+		t.Errorf("the swapped resume or the unknown outcome of the tool call is missing:\n%s", out)
 	}
 }
