@@ -1,0 +1,97 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// configFrom loads a config file and flags into an agentConfig the way
+// runAgent does, without starting anything.
+func configFrom(t *testing.T, file string, args ...string) (*agentConfig, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg agentConfig
+	cfg.register(fs)
+	f, err := loadAgentFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyFile(fs, f); err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return &cfg, cfg.validate()
+}
+
+func writeFile(t *testing.T, text string) string {
+	p := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDeployedAgentConfigLoads: the agent.yaml the Kubernetes ConfigMap
+// ships is read by the agent's own loader and passes its validation.
+func TestDeployedAgentConfigLoads(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "agent", "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configFrom(t, writeFile(t, cm.Data["agent.yaml"]))
+	if err != nil {
+		t.Fatalf("the deployed agent.yaml does not load: %v", err)
+	}
+	if cfg.listen != ":9464" || !cfg.clickhouse.enabled() || cfg.clickhouse.sink.SpoolDir != "/var/lib/replaywatch/spool" || len(cfg.live.Ports) == 0 {
+		t.Errorf("loaded %+v", cfg)
+	}
+}
+
+func TestAgentConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "interfaces: [eth0]\nports: [8080]\nlimits:\n  max_sessions: 77\n  session_idle_timeout: 90s\nclickhouse:\n  flush_interval: 2s\n")
+	t.Setenv("REPLAYWATCH_MAX_SESSIONS", "88")
+	cfg, err := configFrom(t, file, "--ports", "3000,8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.live.Interfaces, ",") != "eth0" || len(cfg.live.Ports) != 2 || cfg.live.Ports[0] != 3000 {
+		t.Errorf("file, then flags: interfaces %v ports %v", cfg.live.Interfaces, cfg.live.Ports)
+	}
+	if cfg.detect.MaxSessions != 88 || cfg.detect.SessionIdleTimeout != 90*time.Second || cfg.clickhouse.sink.FlushInterval != 2*time.Second {
+		t.Errorf("environment over file: max_sessions %d, idle %v, flush %v", cfg.detect.MaxSessions, cfg.detect.SessionIdleTimeout, cfg.clickhouse.sink.FlushInterval)
+	}
+}
+
+func TestAgentConfigErrors(t *testing.T) {
+	for name, c := range map[string]struct{ file, want string }{
+		"unknown key":  {"interfacez: [lo]\n", "interfacez"},
+		"bad type":     {"workers: many\n", "line 1: cannot unmarshal !!str `many`"},
+		"bad port":     {"ports: [70000]\n", "line 1: cannot unmarshal !!int `70000`"},
+		"bad duration": {"limits:\n  session_idle_timeout: soon\n", "line 2: cannot unmarshal !!str `soon`"},
+		"bad limit":    {"limits:\n  max_sessions: 0\n", "--max-sessions"},
+		"bad dsn":      {"clickhouse:\n  dsn: http://x\n", "clickhouse://"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := configFrom(t, writeFile(t, c.file))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one naming %q", err, c.want)
+			}
+		})
+	}
+}
