@@ -212,76 +212,47 @@ func (s *Sink) appended(b *batch) {
 	}
 }
 
-// Violation implements detector.Sink.
-func (s *Sink) Violation(v *detector.Violation) {
+// add appends one record to its table's pending batch (write does the
+// appending) and hands the batch on when full.
+func (s *Sink) add(t *table, write func(b *batch)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	b := s.pendingFor(violationsTable)
-	appendViolation(b, v, s.cfg.Node, s.cfg.Source)
+	b := s.pendingFor(t)
+	write(b)
 	s.appended(b)
+}
+
+// Violation implements detector.Sink.
+func (s *Sink) Violation(v *detector.Violation) {
+	s.add(violationsTable, func(b *batch) { appendViolation(b, v, s.cfg.Node, s.cfg.Source) })
 }
 
 // Resume implements detector.Sink.
 func (s *Sink) Resume(a *detector.ResumeAttempt) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	b := s.pendingFor(resumesTable)
-	appendResume(b, a, s.cfg.Node, s.cfg.Source)
-	s.appended(b)
+	s.add(resumesTable, func(b *batch) { appendResume(b, a, s.cfg.Node, s.cfg.Source) })
 }
 
 // Session implements detector.Sink.
 func (s *Sink) Session(ss *detector.SessionSummary) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	b := s.pendingFor(sessionsTable)
-	appendSession(b, ss, s.cfg.Node, s.cfg.Source)
-	s.appended(b)
+	s.add(sessionsTable, func(b *batch) { appendSession(b, ss, s.cfg.Node, s.cfg.Source) })
 }
 
 // UnknownOutcome implements detector.Sink.
 func (s *Sink) UnknownOutcome(u *detector.UnknownOutcome) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	b := s.pendingFor(unknownOutcomesTable)
-	appendUnknownOutcome(b, u, s.cfg.StoreArguments, s.cfg.Node, s.cfg.Source)
-	s.appended(b)
+	s.add(unknownOutcomesTable, func(b *batch) { appendUnknownOutcome(b, u, s.cfg.StoreArguments, s.cfg.Node, s.cfg.Source) })
 }
 
 // Unverifiable implements detector.Sink.
 func (s *Sink) Unverifiable(u *detector.Unverifiable) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	b := s.pendingFor(unverifiableTable)
-	appendUnverifiable(b, u, s.cfg.Node, s.cfg.Source)
-	s.appended(b)
+	s.add(unverifiableTable, func(b *batch) { appendUnverifiable(b, u, s.cfg.Node, s.cfg.Source) })
 }
 
 // StreamEvent implements detector.EventSink.
 func (s *Sink) StreamEvent(e *detector.StreamEvent) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	b := s.pendingFor(streamEventsTable)
-	appendStreamEvent(b, e, s.cfg.Node, s.cfg.Source)
-	s.appended(b)
+	s.add(streamEventsTable, func(b *batch) { appendStreamEvent(b, e, s.cfg.Node, s.cfg.Source) })
 }
 
 // Flush hands every pending batch to the sender now.
