@@ -1,0 +1,135 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+)
+
+// The session dashboard's SQL: every query is about the session in
+// ${session} (its rows lead with session_id, so each is a few granules),
+// within the time range (links carry the range over).
+const (
+	sqlSessionPicker = `SELECT session_id
+FROM sessions FINAL
+WHERE $__timeFilter(last_seen)
+ORDER BY last_seen DESC
+LIMIT 1000`
+
+	sqlSessionEpochs = `SELECT first_seen, last_seen, session_id, previous_session_id, link_confidence, ended,
+    server, client, protocol_version, requests, events, streams, resumes, violations
+FROM sessions FINAL
+WHERE (session_id = '${session}'
+    OR previous_session_id = '${session}'
+    OR session_id IN (SELECT previous_session_id FROM sessions FINAL WHERE session_id = '${session}'))
+  AND $__timeFilter(last_seen)
+ORDER BY first_seen, session_id`
+
+	sqlSessionChanges = `SELECT time, session_id AS from_session, new_session_id AS to_session, kind AS cause,
+    severity, confidence, explanation
+FROM violations FINAL
+WHERE (session_id = '${session}' OR new_session_id = '${session}')
+  AND new_session_id != ''
+  AND $__timeFilter(time)
+ORDER BY time`
+
+	sqlSessionEventsPerStream = `SELECT $__timeInterval(time) AS t, stream_id, count() AS events
+FROM stream_events FINAL
+WHERE session_id = '${session}' AND $__timeFilter(time)
+GROUP BY t, stream_id
+ORDER BY t, stream_id`
+
+	sqlSessionEvents = `SELECT time, stream_id, position, event_id, delivery, resumed, priming, method, jsonrpc_id,
+    messages, data_bytes
+FROM stream_events FINAL
+WHERE session_id = '${session}' AND $__timeFilter(time)
+ORDER BY stream_id, time, delivery, position`
+
+	sqlSessionResumes = `SELECT time, stream_id, last_event_id, first_event_id, status, outcome, reason, replayed,
+    response_session_id, violation_ids
+FROM resumes FINAL
+WHERE session_id = '${session}' AND $__timeFilter(time)
+ORDER BY time`
+
+	sqlSessionFindings = `SELECT time, severity, kind, stream_id, last_event_id, first_event_id, new_session_id,
+    jsonrpc_ids, tool, confidence, explanation, evidence
+FROM violations FINAL
+WHERE (session_id = '${session}' OR new_session_id = '${session}') AND $__timeFilter(time)
+ORDER BY time, kind`
+
+	sqlSessionUnknown = `SELECT time, called_at, jsonrpc_id, method, tool, arguments_hash, reason, reissued_in_session
+FROM unknown_outcomes FINAL
+WHERE session_id = '${session}' AND $__timeFilter(time)
+ORDER BY time`
+
+	sqlSessionUnverifiable = `SELECT time, check_name, reason
+FROM unverifiable FINAL
+WHERE session_id = '${session}' AND $__timeFilter(time)
+ORDER BY time`
+
+	// The story in one list. The casts: older servers find no common type
+	// for String and LowCardinality(String) across UNION ALL.
+	sqlSessionTimeline = `SELECT time, what, stream_id, detail FROM (
+    SELECT time, 'event' AS what, stream_id,
+        concat(event_id, ' #', toString(position), ' delivery ', toString(delivery)) AS detail
+    FROM stream_events FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+    UNION ALL
+    SELECT time, CAST(concat('resume ', outcome) AS String) AS what, stream_id,
+        concat('Last-Event-ID ', last_event_id, ', status ', toString(status)) AS detail
+    FROM resumes FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+    UNION ALL
+    SELECT time, CAST(concat('finding ', kind) AS String) AS what, stream_id, explanation AS detail
+    FROM violations FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+)
+ORDER BY time, what`
+)
+
+func sessionVariable() *dashboard.QueryVariableBuilder {
+	return dashboard.NewQueryVariableBuilder(SessionVar).Label("Session").
+		Description("The MCP session id (Mcp-Session-Id). Sessions last seen in the time range are listed; any id may be typed.").
+		Datasource(clickHouseDS).
+		Query(dashboard.StringOrMap{Map: map[string]any{
+			"refId": "session", "editorType": "sql", "pluginVersion": PluginVersion,
+			"format": int(FormatTable), "queryType": string(QueryTypeTable), "rawSql": sqlSessionPicker,
+		}}).
+		Definition(sqlSessionPicker).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+		AllowCustomValue(true)
+}
+
+func session() *dashboard.DashboardBuilder {
+	ids := &panelIDs{}
+	return dashboard.NewDashboardBuilder("replaywatch: session").
+		Uid(SessionUID).
+		Description("One MCP session's story: its epochs, events per stream, resumes, and findings with their evidence.").
+		Tags([]string{"replaywatch", "mcp"}).
+		Editable().
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Time("now-24h", "now").
+		Refresh("5m").
+		Timezone(common.TimeZoneUtc).
+		WithVariable(clickHouseVariable()).
+		WithVariable(sessionVariable()).
+		Link(dashboardLink("Overview", OverviewUID)).
+		WithRow(row(ids, "Lifecycle")).
+		WithPanel(chTable(ids, meta{"Epochs", "The session, the session it follows and those that follow it (S1 -> S2): when each was seen, how it ended, and what it carried.", "none", 24, 6},
+			chQuery("A", sqlSessionEpochs)).DataLinks(sessionDataLink("session_id"))).
+		WithPanel(chTable(ids, meta{"Session id changes", "Where the session id changed under the client, and why (the finding's kind and explanation).", "none", 24, 5},
+			chQuery("A", sqlSessionChanges)).DataLinks(sessionDataLink("to_session"))).
+		WithRow(row(ids, "Streams")).
+		WithPanel(countBars(chTimeSeries(ids, meta{"SSE events per stream", "Events delivered per interval on each SSE stream of the session.", "none", 24, 7},
+			chQuery("A", sqlSessionEventsPerStream))).DisplayName("${__field.labels.stream_id}")).
+		WithPanel(chTable(ids, meta{"SSE events in order", "Every event by stream in the order delivered, with its position in the stream and the delivery (connection) it came on; a position that goes back is a replay.", "none", 24, 10},
+			chQuery("A", sqlSessionEvents))).
+		WithRow(row(ids, "Resumes and findings")).
+		WithPanel(chTable(ids, meta{"Resume attempts", "Requests that carried Last-Event-ID, what the server answered, and the outcome.", "none", 24, 7},
+			chQuery("A", sqlSessionResumes))).
+		WithPanel(chTable(ids, meta{"Findings", "The session's findings with their explanation and evidence (JSON).", "none", 24, 10},
+			chQuery("A", sqlSessionFindings))).
+		WithPanel(chTable(ids, meta{"Unknown outcomes", "Calls in flight when the session was lost; reissued_in_session names the session that sent the same call again.", "none", 12, 6},
+			chQuery("A", sqlSessionUnknown))).
+		WithPanel(chTable(ids, meta{"Unverifiable checks", "Checks the capture could not decide (gaps, limits).", "none", 12, 6},
+			chQuery("A", sqlSessionUnverifiable))).
+		WithRow(row(ids, "Timeline")).
+		WithPanel(chTable(ids, meta{"Timeline", "Events, resumes and findings in one list, in time order.", "none", 24, 12},
+			chQuery("A", sqlSessionTimeline)))
+}
