@@ -6,6 +6,7 @@ require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.51.0
 	github.com/chdb-io/chdb-go v1.11.0
 	github.com/gopacket/gopacket v1.7.0
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
