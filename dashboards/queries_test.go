@@ -1,0 +1,286 @@
+package dashboards_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/sink/clickhouse"
+)
+
+func TestMain(m *testing.M) { os.Exit(chtest.Main(m)) }
+
+// buildBinary builds cmd/replaywatch once per test binary.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "dashboards-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "replaywatch")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/replaywatch")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/replaywatch: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func replaywatch(t *testing.T, args ...string) {
+	t.Helper()
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = ".."
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil && !isFindingsExit(err) {
+		t.Fatalf("replaywatch %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+}
+
+// isFindingsExit: analyze exits 1 when it found violations, which the
+// fixtures are made to have.
+func isFindingsExit(err error) bool {
+	ee, ok := err.(*exec.ExitError)
+	return ok && ee.ExitCode() == 1
+}
+
+// realFindings runs the real pipeline on the fixture captures into the
+// real ClickHouse 18.16 server, then copies every table into a chDB
+// (ClickHouse 26.x) database laid out by the current schema, and returns
+// that session.
+func realFindings(t *testing.T) *chdbtest.Session {
+	t.Helper()
+	srv := chtest.Shared(t)
+	db := chtest.NewDatabase(t, srv)
+	dsn := srv.DSN(db)
+	pcaps, err := filepath.Glob("../cmd/replaywatch/testdata/fixtures/*.pcap")
+	if err != nil || len(pcaps) == 0 {
+		t.Fatalf("no fixture captures: %v", err)
+	}
+	for i := range pcaps {
+		pcaps[i] = strings.TrimPrefix(pcaps[i], "../")
+	}
+	replaywatch(t, "schema", "apply", "--clickhouse", dsn)
+	replaywatch(t, append([]string{"analyze", "--clickhouse", dsn, "--spool-dir", t.TempDir()}, pcaps...)...)
+
+	s := chdbtest.Open(t)
+	v, err := clickhouse.ParseVersion(s.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, stmt := range (clickhouse.Dialect{Version: v, Database: s.Database(), RetentionDays: 30}).Statements() {
+		if err := s.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	for _, table := range clickhouse.TableNames() {
+		// JSONEachRow carries every type across: 18.16's DateTime prints
+		// "YYYY-MM-DD hh:mm:ss", which DateTime64(9) reads.
+		out, err := srv.Client(ctx, "SELECT * FROM "+db+"."+table+" FORMAT JSONEachRow", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(out)) == 0 {
+			t.Logf("%s: no rows", table)
+			continue
+		}
+		if err := s.Exec(ctx, "INSERT INTO "+table+" FORMAT JSONEachRow\n"+string(out)); err != nil {
+			t.Fatalf("copying %s to chDB: %v", table, err)
+		}
+		t.Logf("%s: %d rows", table, bytes.Count(out, []byte("\n")))
+	}
+	return s
+}
+
+func queryOne(t *testing.T, s *chdbtest.Session, sql string) []any {
+	t.Helper()
+	r, err := s.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if len(r.Rows) != 1 {
+		t.Fatalf("%s: %d rows", sql, len(r.Rows))
+	}
+	return r.Rows[0]
+}
+
+// mayBeEmpty are the panels the fixtures give no rows, with the reason.
+var mayBeEmpty = map[string]string{
+	"Unverifiable checks": "the fixtures' captures are whole: nothing is unverifiable in the chosen session",
+}
+
+// TestEveryQueryRuns expands every ClickHouse panel query as Grafana and
+// the plugin do and runs it on ClickHouse 26.x over real findings: each
+// returns the columns its panel needs, and the panels that should show
+// data do.
+func TestEveryQueryRuns(t *testing.T) {
+	s := realFindings(t)
+	// The dashboards' time range: the data's, to the second, widened as the
+	// time picker would round it.
+	row := queryOne(t, s, `SELECT toUnixTimestamp(min(t)), toUnixTimestamp(max(t)) FROM (
+		SELECT time AS t FROM stream_events UNION ALL SELECT time FROM violations
+		UNION ALL SELECT first_seen FROM sessions UNION ALL SELECT last_seen FROM sessions)`)
+	from := time.Unix(int64(row[0].(uint64))-60, 0).UTC()
+	to := time.Unix(int64(row[1].(uint64))+60, 0).UTC()
+	row = queryOne(t, s, `SELECT any(session_id) FROM violations FINAL WHERE kind = 'session_swap'`)
+	session, _ := row[0].(string)
+	if session == "" {
+		t.Fatal("the fixtures hold no session_swap: the session dashboard has nothing to show")
+	}
+	t.Logf("time range %s to %s; session %s", from, to, session)
+	// Grafana's interval: the range over the panel's width in points,
+	// about 1000 here.
+	qc := dashboards.QueryContext{From: from, To: to, Interval: max(to.Sub(from)/1000, time.Second).Truncate(time.Second),
+		Vars: map[string]string{dashboards.SessionVar: session}}
+
+	ran := 0
+	for _, d := range loadDashboards(t) {
+		for _, p := range d.allPanels() {
+			for _, q := range p.Targets {
+				if q.RawSQL == "" {
+					continue
+				}
+				name := fmt.Sprintf("%s/%s/%s", d.UID, p.Title, q.RefID)
+				t.Run(name, func(t *testing.T) {
+					sql, err := dashboards.Expand(q.RawSQL, qc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if strings.Contains(sql, "$") {
+						t.Fatalf("unexpanded variable or macro left:\n%s", sql)
+					}
+					r, err := s.Query(context.Background(), sql)
+					if err != nil {
+						t.Fatalf("%v\n%s", err, sql)
+					}
+					checkShape(t, p.Type, r)
+					for _, l := range p.FieldConfig.Defaults.Links {
+						field := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(l.URL[strings.Index(l.URL, "${__data.fields."):], "${__data.fields."), "}", 2)[0], "}")
+						if !hasColumn(r, field) {
+							t.Errorf("data link reads field %s, which the query does not return", field)
+						}
+					}
+					if len(r.Rows) == 0 {
+						if why, ok := mayBeEmpty[p.Title]; ok {
+							t.Logf("no rows (%s)", why)
+						} else {
+							t.Errorf("no rows over the fixtures' findings:\n%s", sql)
+						}
+					}
+				})
+				ran++
+			}
+		}
+	}
+	// The session picker lists the session.
+	for _, d := range loadDashboards(t) {
+		for _, v := range d.Templating.List {
+			if v.Datasource == nil || v.Datasource.Type != dashboards.ClickHousePlugin {
+				continue
+			}
+			var vq struct {
+				RawSQL string `json:"rawSql"`
+			}
+			if err := json.Unmarshal(v.Query, &vq); err != nil || vq.RawSQL == "" {
+				t.Errorf("%s variable %s: query %s is no ClickHouse query (%v)", d.UID, v.Name, v.Query, err)
+				continue
+			}
+			sql, err := dashboards.Expand(vq.RawSQL, qc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Query(context.Background(), sql)
+			if err != nil {
+				t.Fatalf("variable %s: %v\n%s", v.Name, err, sql)
+			}
+			found := false
+			for _, row := range r.Rows {
+				found = found || row[0] == session
+			}
+			if !found {
+				t.Errorf("variable %s does not offer session %s (%d rows)", v.Name, session, len(r.Rows))
+			}
+			ran++
+		}
+	}
+	if ran < 25 {
+		t.Errorf("ran %d ClickHouse queries; the dashboards have more", ran)
+	}
+}
+
+func hasColumn(r *chdbtest.Result, name string) bool {
+	for _, c := range r.Columns {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func isNumeric(typ string) bool {
+	typ = strings.TrimPrefix(strings.TrimSuffix(strings.TrimPrefix(typ, "Nullable("), ")"), "LowCardinality(")
+	for _, p := range []string{"UInt", "Int", "Float", "Decimal"} {
+		if strings.HasPrefix(typ, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkShape: what each visualisation needs of its rows.
+func checkShape(t *testing.T, panelType string, r *chdbtest.Result) {
+	t.Helper()
+	if len(r.Columns) == 0 {
+		t.Fatal("no columns")
+	}
+	switch panelType {
+	case "timeseries":
+		// format 0: a time column first, label columns, numbers, sorted by
+		// time.
+		if !strings.HasPrefix(r.Columns[0].Type, "DateTime") {
+			t.Errorf("first column %s is %s, want a time", r.Columns[0].Name, r.Columns[0].Type)
+		}
+		nums := 0
+		for _, c := range r.Columns[1:] {
+			if isNumeric(c.Type) {
+				nums++
+			}
+		}
+		if nums == 0 {
+			t.Errorf("no numeric column in %v", r.Columns)
+		}
+		for i := 1; i < len(r.Rows); i++ {
+			if fmt.Sprint(r.Rows[i][0]) < fmt.Sprint(r.Rows[i-1][0]) {
+				t.Errorf("rows not sorted by time: %v after %v", r.Rows[i][0], r.Rows[i-1][0])
+				break
+			}
+		}
+	case "stat":
+		if len(r.Rows) > 1 {
+			t.Errorf("%d rows, want one", len(r.Rows))
+		}
+		for _, c := range r.Columns {
+			if !isNumeric(c.Type) {
+				t.Errorf("column %s is %s: a stat shows numbers", c.Name, c.Type)
+			}
+		}
+	}
+}
