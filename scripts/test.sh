@@ -55,6 +55,14 @@ if [ ! -d /usr/share/zookeeper ]; then
 	apt_install zookeeper
 fi
 
+if ! command -v promtool >/dev/null; then
+	log "installing prometheus (Debian package) for promtool: rules/prometheus check and unit tests"
+	apt_install prometheus
+	# The package's postinst may start a Prometheus server; the tests need
+	# only promtool. Stop that one where an init system started it.
+	if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+fi
+
 missing=
 command -v tcpdump >/dev/null || missing="$missing tcpdump"
 command -v ip >/dev/null || missing="$missing iproute2"
