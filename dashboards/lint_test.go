@@ -102,7 +102,9 @@ func TestLint(t *testing.T) {
 	}
 }
 
-func isVariable(uid string) bool { return strings.HasPrefix(uid, "${") && strings.HasSuffix(uid, "}") || strings.HasPrefix(uid, "$") }
+func isVariable(uid string) bool {
+	return strings.HasPrefix(uid, "${") && strings.HasSuffix(uid, "}") || strings.HasPrefix(uid, "$")
+}
 
 // TestSessionLinks: links into the session dashboard use the format
 // others rely on, /d/replaywatch-session?var-session=<id>.

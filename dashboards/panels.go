@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 Grafana provisions dashboards from files in the classic (v1) JSON model; dashboardv2 needs Grafana's new-layouts feature and API.
+
 package dashboards
 
 import (
@@ -87,7 +89,7 @@ func chTable(ids *panelIDs, m meta, qs ...*ClickHouseQueryBuilder) *table.PanelB
 func sessionDataLink(field string) []cog.Builder[dashboard.DashboardLink] {
 	return []cog.Builder[dashboard.DashboardLink]{
 		dashboard.NewDashboardLinkBuilder("Open this session").Type(dashboard.DashboardLinkTypeLink).
-			Url(sprintfLink("${__data.fields." + field + "}") + "&${__url_time_range}"),
+			Url(sprintfLink("${__data.fields."+field+"}") + "&${__url_time_range}"),
 	}
 }
 

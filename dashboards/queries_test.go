@@ -19,10 +19,22 @@ import (
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
-func TestMain(m *testing.M) { os.Exit(chtest.Main(m)) }
+func TestMain(m *testing.M) {
+	code := chtest.Main(m)
+	if binaryBuilt {
+		if bin, err := buildBinary(); err == nil {
+			os.RemoveAll(filepath.Dir(bin))
+		}
+	}
+	os.Exit(code)
+}
+
+// binaryBuilt says whether a test asked for the binary.
+var binaryBuilt bool
 
 // buildBinary builds cmd/replaywatch once per test binary.
 var buildBinary = sync.OnceValues(func() (string, error) {
+	binaryBuilt = true
 	dir, err := os.MkdirTemp("", "dashboards-bin-")
 	if err != nil {
 		return "", err
@@ -42,7 +54,6 @@ func replaywatch(t *testing.T, args ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)

@@ -10,9 +10,9 @@ import (
 // The tests read the dashboards as Grafana does: the generated JSON.
 
 type jsonDashboard struct {
-	UID        string      `json:"uid"`
-	Title      string      `json:"title"`
-	Refresh    string      `json:"refresh"`
+	UID        string `json:"uid"`
+	Title      string `json:"title"`
+	Refresh    string `json:"refresh"`
 	Time       *struct{ From, To string }
 	Panels     []jsonPanel `json:"panels"`
 	Templating struct {
