@@ -121,17 +121,7 @@ func scenarios(r *alertRule, window time.Duration, now time.Time) []scenario {
 // and the server.
 func TestClickHouseAlertQueries(t *testing.T) {
 	ctx := context.Background()
-	s := chdbtest.Open(t)
-	v, err := clickhouse.ParseVersion(s.Version())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := clickhouse.Dialect{Version: v, Database: s.Database(), RetentionDays: 30}
-	for _, stmt := range d.Statements() {
-		if err := s.Exec(ctx, stmt); err != nil {
-			t.Fatalf("schema: %v\n%s", err, stmt)
-		}
-	}
+	s := openSchema(t)
 	types := map[string]map[string]string{}
 	for _, table := range clickhouse.TableNames() {
 		res, err := s.Query(ctx, "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = "+lit(table))
@@ -218,6 +208,24 @@ func TestClickHouseAlertQueries(t *testing.T) {
 	if tested == 0 {
 		t.Fatal("no ClickHouse rules")
 	}
+}
+
+// openSchema opens a chDB session whose database has replaywatch's schema,
+// as the sink lays it out on this ClickHouse version.
+func openSchema(t *testing.T) *chdbtest.Session {
+	t.Helper()
+	s := chdbtest.Open(t)
+	v, err := clickhouse.ParseVersion(s.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := clickhouse.Dialect{Version: v, Database: s.Database(), RetentionDays: 30}
+	for _, stmt := range d.Statements() {
+		if err := s.Exec(context.Background(), stmt); err != nil {
+			t.Fatalf("schema: %v\n%s", err, stmt)
+		}
+	}
+	return s
 }
 
 // insertSQL writes one row as INSERT ... VALUES in the sink's column order

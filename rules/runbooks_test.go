@@ -7,9 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
-	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
 const runbookDir = "../docs/runbooks"
@@ -51,17 +48,7 @@ var sqlBlock = regexp.MustCompile("(?s)```sql\n(.*?)```")
 // on-call engineer to type must be real.
 func TestRunbookQueries(t *testing.T) {
 	ctx := context.Background()
-	s := chdbtest.Open(t)
-	v, err := clickhouse.ParseVersion(s.Version())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := clickhouse.Dialect{Version: v, Database: s.Database(), RetentionDays: 30}
-	for _, stmt := range d.Statements() {
-		if err := s.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := openSchema(t)
 	pages, _ := filepath.Glob(filepath.Join(runbookDir, "*.md"))
 	n := 0
 	for _, p := range pages {
