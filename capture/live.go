@@ -221,6 +221,8 @@ type LiveStats struct {
 	// BeforeStart is how many packets the rings held from before the
 	// filters were attached; they are dropped unread.
 	BeforeStart uint64
+	// OpenConnections is how many TCP connections the workers follow now.
+	OpenConnections int
 	// Kernel sums Sockets.
 	Kernel KernelStats
 	// Sockets has the kernel's counters per worker and interface.

@@ -101,11 +101,12 @@ type statsSlot struct {
 	st          Stats
 	duplicates  uint64
 	beforeStart uint64
+	open        int
 }
 
-func (s *statsSlot) set(st *Stats, duplicates, beforeStart uint64) {
+func (s *statsSlot) set(st *Stats, duplicates, beforeStart uint64, open int) {
 	s.mu.Lock()
-	s.st, s.duplicates, s.beforeStart = *st, duplicates, beforeStart
+	s.st, s.duplicates, s.beforeStart, s.open = *st, duplicates, beforeStart, open
 	s.mu.Unlock()
 }
 
@@ -114,6 +115,7 @@ func (s *statsSlot) addTo(ls *LiveStats) {
 	ls.Stats.add(s.st)
 	ls.Duplicates += s.duplicates
 	ls.BeforeStart += s.beforeStart
+	ls.OpenConnections += s.open
 	s.mu.Unlock()
 }
 
@@ -436,7 +438,7 @@ func (lw *liveWorker) run(tickEvery time.Duration) {
 		case b, ok := <-lw.q:
 			if !ok {
 				lw.w.finish()
-				lw.slot.set(&lw.w.stats, lw.dup.dropped, 0)
+				lw.slot.set(&lw.w.stats, lw.dup.dropped, 0, 0)
 				return
 			}
 			lw.w.runBatch(b, lw.dup)
@@ -445,7 +447,7 @@ func (lw *liveWorker) run(tickEvery time.Duration) {
 		case <-t.C:
 			lw.w.tick(wallTick())
 		}
-		lw.slot.set(&lw.w.stats, lw.dup.dropped, 0)
+		lw.slot.set(&lw.w.stats, lw.dup.dropped, 0, len(lw.w.byKey))
 	}
 }
 
@@ -578,7 +580,7 @@ func (r *liveReader) publish() {
 		return
 	}
 	r.nextPublish = now.Add(livePublishEvery)
-	r.slot.set(&r.stats, 0, r.beforeStart)
+	r.slot.set(&r.stats, 0, r.beforeStart, 0)
 	if now.After(r.nextKernel) {
 		r.nextKernel = now.Add(liveKernelStatsEvery)
 		r.s.pollKernel()
@@ -587,7 +589,7 @@ func (r *liveReader) publish() {
 
 func (r *liveReader) finish() {
 	r.flush()
-	r.slot.set(&r.stats, 0, r.beforeStart)
+	r.slot.set(&r.stats, 0, r.beforeStart, 0)
 	r.s.pollKernel()
 }
 

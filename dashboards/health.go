@@ -57,8 +57,8 @@ func health() *dashboard.DashboardBuilder {
 		WithPanel(promTimeSeries(ids, meta{"Kernel drops", "Packets the kernel dropped per second (ring or buffer full): traffic the agent never saw.", "pps", 8, 7},
 			promQuery{"A", rate("replaywatch_capture_kernel_drops_total"), "{{node}} dropped"},
 			promQuery{"B", rate("replaywatch_capture_duplicates_total"), "{{node}} duplicates"})).
-		WithPanel(promTimeSeries(ids, meta{"Reassembly pages", "Pages holding data behind a missing segment, now.", "none", 8, 7},
-			promQuery{"A", gauge("replaywatch_reassembly_pages"), "{{node}}"})).
+		WithPanel(promTimeSeries(ids, meta{"Reassembly page limit", "Times per second a connection's out-of-order data outgrew the reassembly page limits and was handed on after a gap (gopacket does not expose the pages in use).", "cps", 8, 7},
+			promQuery{"A", `sum by (node) (rate(replaywatch_limit_hits_total{limit="capture.MaxBufferedPages", node=~"$node"}[$__rate_interval]))`, "{{node}}"})).
 		WithPanel(promTimeSeries(ids, meta{"Stream gaps", "Holes in TCP byte streams handed on as gaps, per second, as the capture and the decoder count them.", "cps", 8, 7},
 			promQuery{"A", rate("replaywatch_capture_gaps_total"), "{{node}} gaps"},
 			promQuery{"B", rate("replaywatch_decode_gaps_total"), "{{node}} gaps at the decoder"})).

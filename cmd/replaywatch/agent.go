@@ -255,6 +255,9 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 			s := live.Snapshot()
 			return telemetry.KernelStats{Packets: s.Kernel.Packets, Drops: s.Kernel.Drops, Duplicates: s.Duplicates}
 		},
+		Levels: func() telemetry.CaptureLevels {
+			return telemetry.CaptureLevels{Connections: int64(live.Snapshot().OpenConnections)}
+		},
 		Decode:   pipe.Stats,
 		Detector: detStats.Load,
 	})

@@ -23,7 +23,6 @@ var metricNames = []string{
 	"replaywatch_capture_kernel_drops_total",
 	"replaywatch_capture_duplicates_total",
 	"replaywatch_capture_connections",
-	"replaywatch_reassembly_pages",
 	// every stage's named limits
 	"replaywatch_limit_hits_total",
 	// decode

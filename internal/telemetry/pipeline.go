@@ -30,10 +30,11 @@ type KernelStats struct {
 }
 
 // CaptureLevels are what a live capture holds right now (gauges, not
-// totals).
+// totals). Reassembly pages in use are not among them: gopacket's
+// reassembly does not expose its page count; the page limits' hits are
+// counted in replaywatch_limit_hits_total instead.
 type CaptureLevels struct {
-	Connections   int64 // connections open in the workers' tables
-	BufferedPages int64 // reassembly pages holding data behind a missing segment
+	Connections int64 // connections open in the workers' tables
 }
 
 // PipelineSources are snapshot functions, each called once per scrape from
@@ -210,7 +211,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		dups, limits, parseErrs    metric.Int64ObservableCounter
 		ended, resumes, violations metric.Int64ObservableCounter
 		unverifiable               metric.Int64ObservableCounter
-		openConns, pages, sessions metric.Int64ObservableGauge
+		openConns, sessions        metric.Int64ObservableGauge
 	)
 	if src.Capture != nil || src.Decode != nil || src.Detector != nil {
 		limits = b.counter("replaywatch.limit_hits", "{hit}", "Times a named limit was reached (limit = package.ConfigField); see the packages' READMEs for what each does")
@@ -226,7 +227,6 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 	}
 	if src.Levels != nil {
 		openConns = b.gauge("replaywatch.capture.connections", "{connection}", "TCP connections open in the capture's tables")
-		pages = b.gauge("replaywatch.reassembly.pages", "{page}", "Reassembly pages holding data behind a missing segment")
 	}
 	if src.Decode != nil {
 		decC = newStageCounters(b, decodeCounters)
@@ -268,7 +268,6 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		if src.Levels != nil {
 			l := src.Levels()
 			o.ObserveInt64(openConns, l.Connections)
-			o.ObserveInt64(pages, l.BufferedPages)
 		}
 		if src.Decode != nil {
 			s := src.Decode()

@@ -256,7 +256,7 @@ func fakeSources() PipelineSources {
 			}
 		},
 		Kernel: func() KernelStats { return KernelStats{Packets: 1010, Drops: 10, Duplicates: 13} },
-		Levels: func() CaptureLevels { return CaptureLevels{Connections: 17, BufferedPages: 250} },
+		Levels: func() CaptureLevels { return CaptureLevels{Connections: 17} },
 		Decode: func() decode.Stats {
 			return decode.Stats{
 				NonHTTPConnections: 2, HTTPExchanges: 100, MCPExchanges: 90, NonMCPExchanges: 10,
@@ -314,7 +314,6 @@ func TestMetrics(t *testing.T) {
 	check(t, fams, 10, "replaywatch_capture_kernel_drops_total")
 	check(t, fams, 13, "replaywatch_capture_duplicates_total")
 	check(t, fams, 17, "replaywatch_capture_connections")
-	check(t, fams, 250, "replaywatch_reassembly_pages")
 
 	check(t, fams, 8, "replaywatch_limit_hits_total", "limit", "capture.MaxConnections")
 	check(t, fams, 11, "replaywatch_limit_hits_total", "limit", "capture.MaxBufferedPages")
@@ -368,7 +367,7 @@ func TestMetrics(t *testing.T) {
 	if age := series(t, fams, "replaywatch_heartbeat_age_seconds", "loop", "capture"); age < 0 || age > 60 {
 		t.Errorf("heartbeat age %v", age)
 	}
-	for _, f := range []string{"replaywatch_capture_connections", "replaywatch_reassembly_pages", "replaywatch_detector_sessions", "replaywatch_sink_spool_bytes", "replaywatch_ready"} {
+	for _, f := range []string{"replaywatch_capture_connections", "replaywatch_detector_sessions", "replaywatch_sink_spool_bytes", "replaywatch_ready"} {
 		if ty := fams[f].GetType(); ty != dto.MetricType_GAUGE {
 			t.Errorf("%s is a %v, want a gauge", f, ty)
 		}
