@@ -1,22 +1,19 @@
 package dashboards_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
 	"github.com/replaywatch/replaywatch/internal/chdbtest"
 	"github.com/replaywatch/replaywatch/internal/chtest"
-	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
 func TestMain(m *testing.M) {
@@ -39,13 +36,7 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "replaywatch")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/replaywatch")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/replaywatch: %v\n%s", err, out)
-	}
-	return bin, nil
+	return dataset.BuildBinary("..", dir)
 })
 
 func replaywatch(t *testing.T, args ...string) {
@@ -54,83 +45,28 @@ func replaywatch(t *testing.T, args ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = ".."
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil && !isFindingsExit(err) {
-		t.Fatalf("replaywatch %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	if err := dataset.Run("..", bin, args...); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// isFindingsExit: analyze exits 1 when it found violations, which the
-// fixtures are made to have.
-func isFindingsExit(err error) bool {
-	ee, ok := err.(*exec.ExitError)
-	return ok && ee.ExitCode() == 1
 }
 
 // realFindings runs the real pipeline on the fixture captures into the
 // real ClickHouse 18.16 server, then copies every table into a chDB
 // (ClickHouse 26.x) database laid out by the current schema, and returns
-// that session.
-func realFindings(t *testing.T) *chdbtest.Session {
+// it with the time range and session the dashboards are opened with
+// (package dataset, which the pictures use too).
+func realFindings(t *testing.T) *dataset.Data {
 	t.Helper()
-	srv := chtest.Shared(t)
-	db := chtest.NewDatabase(t, srv)
-	dsn := srv.DSN(db)
-	pcaps, err := filepath.Glob("../cmd/replaywatch/testdata/fixtures/*.pcap")
-	if err != nil || len(pcaps) == 0 {
-		t.Fatalf("no fixture captures: %v", err)
-	}
-	for i := range pcaps {
-		pcaps[i] = strings.TrimPrefix(pcaps[i], "../")
-	}
-	replaywatch(t, "schema", "apply", "--clickhouse", dsn)
-	replaywatch(t, append([]string{"analyze", "--clickhouse", dsn, "--spool-dir", t.TempDir()}, pcaps...)...)
-
-	s := chdbtest.Open(t)
-	v, err := clickhouse.ParseVersion(s.Version())
+	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for _, stmt := range (clickhouse.Dialect{Version: v, Database: s.Database(), RetentionDays: 30}).Statements() {
-		if err := s.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	for _, table := range clickhouse.TableNames() {
-		// JSONEachRow carries every type across: 18.16's DateTime prints
-		// "YYYY-MM-DD hh:mm:ss", which DateTime64(9) reads.
-		out, err := srv.Client(ctx, "SELECT * FROM "+db+"."+table+" FORMAT JSONEachRow", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(bytes.TrimSpace(out)) == 0 {
-			t.Logf("%s: no rows", table)
-			continue
-		}
-		if err := s.Exec(ctx, "INSERT INTO "+table+" FORMAT JSONEachRow\n"+string(out)); err != nil {
-			t.Fatalf("copying %s to chDB: %v", table, err)
-		}
-		t.Logf("%s: %d rows", table, bytes.Count(out, []byte("\n")))
-	}
-	return s
-}
-
-func queryOne(t *testing.T, s *chdbtest.Session, sql string) []any {
-	t.Helper()
-	r, err := s.Query(context.Background(), sql)
+	srv := chtest.Shared(t)
+	d, err := dataset.Build(t, "..", bin, srv, chtest.NewDatabase(t, srv), t.Logf)
 	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
+		t.Fatal(err)
 	}
-	if len(r.Rows) != 1 {
-		t.Fatalf("%s: %d rows", sql, len(r.Rows))
-	}
-	return r.Rows[0]
+	return d
 }
 
 // mayBeEmpty are the panels the fixtures give no rows, with the reason.
@@ -143,25 +79,10 @@ var mayBeEmpty = map[string]string{
 // returns the columns its panel needs, and the panels that should show
 // data do.
 func TestEveryQueryRuns(t *testing.T) {
-	s := realFindings(t)
-	// The dashboards' time range: the data's, to the second, widened as the
-	// time picker would round it.
-	row := queryOne(t, s, `SELECT toUnixTimestamp(min(t)), toUnixTimestamp(max(t)) FROM (
-		SELECT time AS t FROM stream_events UNION ALL SELECT time FROM violations
-		UNION ALL SELECT first_seen FROM sessions UNION ALL SELECT last_seen FROM sessions)`)
-	from := time.Unix(int64(row[0].(uint64))-60, 0).UTC()
-	to := time.Unix(int64(row[1].(uint64))+60, 0).UTC()
-	row = queryOne(t, s, `SELECT any(session_id) FROM violations FINAL WHERE kind = 'session_swap'`)
-	session, _ := row[0].(string)
-	if session == "" {
-		t.Fatal("the fixtures hold no session_swap: the session dashboard has nothing to show")
-	}
-	t.Logf("time range %s to %s; session %s", from, to, session)
-	// Grafana's interval: the range over the panel's width in points,
-	// about 1000 here.
-	qc := dashboards.QueryContext{From: from, To: to, Interval: max(to.Sub(from)/1000, time.Second).Truncate(time.Second),
-		Vars: map[string]string{dashboards.SessionVar: session}}
-
+	data := realFindings(t)
+	s, qc := data.Session, data.Query
+	session := qc.Vars[dashboards.SessionVar]
+	t.Logf("time range %s to %s; session %s", qc.From, qc.To, session)
 	ran := 0
 	for _, d := range loadDashboards(t) {
 		for _, p := range d.allPanels() {
