@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
+	"github.com/replaywatch/replaywatch/internal/chtest"
+)
+
+// TestRenderEveryPanel renders the pictures of the fixtures' data set into
+// a temporary folder: every ClickHouse panel of the pictured dashboards,
+// and the swim lanes, give a PNG that decodes and is not blank, and the
+// page shows each.
+func TestRenderEveryPanel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary, starts ClickHouse and chDB")
+	}
+	const root = "../.."
+	bin, err := dataset.BuildBinary(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := chtest.Start(t, chtest.Options{})
+	data, err := dataset.Build(t, root, bin, srv, chtest.NewDatabase(t, srv), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	pics, err := Render(data, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	files, err := dashboards.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{dashboards.SessionUID + "/Timeline as swim lanes": true}
+	for _, uid := range pictured {
+		var d dashboardJSON
+		if err := json.Unmarshal(files[uid+".json"], &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range flatten(d.Panels) {
+			for _, q := range p.Targets {
+				if q.RawSQL != "" {
+					want[uid+"/"+p.Title] = true
+				}
+			}
+		}
+	}
+	got := map[string]bool{}
+	for _, p := range pics {
+		got[p.UID+"/"+p.Panel] = true
+		checkPNG(t, filepath.Join(out, p.File))
+	}
+	for title := range want {
+		if !got[title] {
+			t.Errorf("no picture of panel %q", title)
+		}
+	}
+	if len(pics) < len(want) {
+		t.Errorf("%d pictures for %d panels", len(pics), len(want))
+	}
+
+	doc := filepath.Join(out, "dashboards.md")
+	if err := WriteDoc(doc, out, data, pics); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pics {
+		if !strings.Contains(string(page), "]("+p.File+")") {
+			t.Errorf("the page does not show %s", p.File)
+		}
+	}
+}
+
+// checkPNG: the file is a PNG of some size with more than one colour.
+func checkPNG(t *testing.T, file string) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 100 || b.Dy() < 50 {
+		t.Errorf("%s: %dx%d pixels", file, b.Dx(), b.Dy())
+	}
+	first := img.At(b.Min.X, b.Min.Y)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if img.At(x, y) != first {
+				return
+			}
+		}
+	}
+	t.Errorf("%s: blank", file)
+}
