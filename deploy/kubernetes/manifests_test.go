@@ -823,6 +823,8 @@ type grafanaDataSource struct {
 	Name           string            `json:"name"`
 	UID            string            `json:"uid"`
 	Type           string            `json:"type"`
+	Access         string            `json:"access"`
+	URL            string            `json:"url"`
 	IsDefault      bool              `json:"isDefault"`
 	Editable       bool              `json:"editable"`
 	JSONData       map[string]any    `json:"jsonData"`
