@@ -95,10 +95,11 @@ func runWatch(args []string, stdout io.Writer) error {
 		fmt.Fprintf(ser, "# seconds cpu_seconds %s\n", strings.Join(watched, " "))
 	}
 	start := time.Now()
-	body, prev, err := scrape()
+	_, prev, err := scrape()
 	if err != nil {
 		return err
 	}
+	var body []byte
 	var first, last time.Time
 	var maxGap time.Duration // the longest time between two scrapes: how long this poller was kept from running
 	prevAt := time.Now()
