@@ -329,6 +329,10 @@ func (w *worker) open(s *tcpSeg) *conn {
 		if w.recentlyClosed(s.key) {
 			return nil
 		}
+	} else {
+		// A new connection on the ports: what follows is its, even
+		// without SYN after an eviction, not a straggler of the old one.
+		delete(w.closed, s.key)
 	}
 	src, dst := s.key.endpoints(s.fromLo)
 	id := s.ord

@@ -248,6 +248,40 @@ func TestEviction(t *testing.T) {
 	}
 }
 
+// TestReusedPortsEvictedThenResumed: a connection that ended with FIN makes
+// its ports ignore packets without SYN for a while (stragglers), but a new
+// connection opened on the same ports with a SYN supersedes that. Once the
+// new one is evicted (MaxConnections) while idle, its next data must open a
+// connection picked up mid-stream, not be dropped as a straggler of the old
+// one. Found by the agent soak test (cmd/replaywatch/soak_test.go): a
+// client's port reused within ReorderTimeout, the connection evicted during
+// a 1 s wait before a resume, and the resume's GET and answer lost uncounted.
+func TestReusedPortsEvictedThenResumed(t *testing.T) {
+	segs := conversation(client, server, 0, "one", "ok")
+	segs = append(segs, seg{src: client, dst: server, seq: 7000, flags: "S", at: time.Second},
+		seg{src: server, dst: client, seq: 8000, ack: 7001, flags: "SA", at: time.Second + time.Millisecond},
+		seg{src: client, dst: server, seq: 7001, ack: 8001, flags: "PA", payload: "two", at: time.Second + 2*time.Millisecond})
+	for i := range 2 { // two more connections: the reused one is the idlest and is evicted
+		c := netip.AddrPortFrom(client.Addr(), uint16(41000+i))
+		segs = append(segs, seg{src: c, dst: server, seq: 100, flags: "PA", payload: "other", at: 2*time.Second + time.Duration(i)*time.Millisecond})
+	}
+	segs = append(segs, seg{src: client, dst: server, seq: 7004, ack: 8001, flags: "PA", payload: "three", at: 3 * time.Second})
+	rec, st, err := run(t, Config{Workers: 1, MaxConnections: 2}, capFile(t, segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range rec.streams() {
+		if s.meta.A == client {
+			got = append(got, fmt.Sprintf("%s/%s/syn=%v", s.fromA(), s.reason, s.meta.SawSYN))
+		}
+	}
+	want := []string{"one/fin/syn=true", "two/evicted/syn=true", "three/eof/syn=false"}
+	if !reflect.DeepEqual(got, want) || st.Evictions == 0 {
+		t.Errorf("connections on the reused ports: %v, want %v (evictions %d)", got, want, st.Evictions)
+	}
+}
+
 func sortByTime(segs []seg) {
 	for i := 1; i < len(segs); i++ {
 		for j := i; j > 0 && segs[j].at < segs[j-1].at; j-- {
