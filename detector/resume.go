@@ -112,6 +112,20 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	if rs.emitted {
 		return
 	}
+	if s.removed {
+		// The session left the table while the resume waited for its
+		// answer (evicted, expired, or released after a DELETE): its event
+		// index is gone, so the cursor can be judged against nothing.
+		reason := "session state dropped (" + s.ended + ") before the answer"
+		switch {
+		case s.deleted:
+			reason = ReasonSessionDeleted
+		case s.ended == "evicted":
+			reason = ReasonSessionEvicted
+		}
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
+		return
+	}
 	if ex.swapped {
 		// The stream belongs to another session: nothing to judge
 		// against the cursor.
