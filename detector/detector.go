@@ -603,6 +603,17 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 	}
 }
 
+// NoteCaptureLoss says the capture lost packets it cannot place (a live
+// capture's kernel drops, counted per socket, not per connection) by time t:
+// every check whose evidence began before t becomes unverifiable, as for a
+// gap on its own connection. Call it from the goroutine that calls Observe.
+func (d *Detector) NoteCaptureLoss(t time.Time) {
+	if t.After(d.gapFloor) {
+		d.gapFloor = t
+	}
+	d.stats.CaptureLosses++
+}
+
 // gapped reports whether ex's own bytes, or any between its client address
 // and server since t, were lost.
 func (d *Detector) gapped(ex *exchange, t time.Time) bool {
@@ -760,6 +771,12 @@ func (d *Detector) cutCallsUnknown(s *session) {
 	for _, id := range ids {
 		c := s.calls.at(id)
 		c.unknown = true
+		if s.ended == "evicted" {
+			// The detector let go of the session, not the client: a
+			// resume may yet deliver the response, unseen by us.
+			d.unverifiable(d.now, s, nil, "unknown_outcome", ReasonSessionEvicted, "call", id)
+			continue
+		}
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, d.now, "the stream carrying the call ended before its response and no resume delivered it"))
 	}
 }

@@ -437,3 +437,36 @@ func TestAdvanceExpiresQuietSessions(t *testing.T) {
 		t.Fatalf("after close: %d violations, %d sessions", len(rec.violations), len(rec.sessions))
 	}
 }
+
+// TestNoViolationAfterCaptureLoss: a live capture whose kernel dropped
+// packets cannot say which connection lost them. Every kind of violation in
+// the spec files that rests on something being absent must turn into
+// unverifiable when the loss is noted before it is judged.
+func TestNoViolationAfterCaptureLoss(t *testing.T) {
+	for _, name := range []string{"unknown_last_event_id_accepted", "incomplete_replay", "duplicate_delivery"} {
+		t.Run(name, func(t *testing.T) {
+			r := parseSpec(t, "testdata/"+name+".test")
+			rec := &recorder{}
+			d := New(r.cfg, rec)
+			for i, o := range r.obs {
+				if i == len(r.obs)/2 {
+					d.NoteCaptureLoss(o.Time)
+				}
+				d.Observe(o)
+			}
+			d.Close(r.now.Add(time.Second))
+			for _, v := range rec.violations {
+				if string(v.Kind) == name {
+					t.Errorf("%s raised although the capture lost packets during the session", v.Kind)
+				}
+			}
+			said := len(rec.unverifiable) > 0
+			for _, a := range rec.resumes {
+				said = said || a.Outcome == ResumeUnverifiable
+			}
+			if !said {
+				t.Error("no unverifiable record or resume for the lost evidence")
+			}
+		})
+	}
+}

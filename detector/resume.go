@@ -155,7 +155,10 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			rs.got = make([]uint64, (rs.owedMax-ref.pos+63)/64)
 		}
 		ex.stream = st
-		if st.gap || ex.gap {
+		if st.gap || d.gapped(ex, s.firstSeen) {
+			// Lost bytes between this client and server since the
+			// session began (or a capture-wide loss) may hide events
+			// the server did replay.
 			rs.unverifiable = ReasonCaptureGap
 		} else if s.indexLimit != "" {
 			rs.unverifiable = ReasonLimitPrefix + s.indexLimit

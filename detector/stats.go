@@ -9,6 +9,7 @@ import "maps"
 type Stats struct {
 	Observations    int64
 	Malformed       int64 // observations missing the part their Kind promises
+	CaptureLosses   int64 // NoteCaptureLoss calls: the capture dropped packets it cannot place
 	MCPExchanges    int64
 	NonMCPExchanges int64 // HTTP on the same port that is not MCP: ignored
 	Sessionless     int64 // MCP exchanges without any session id (stateless servers)

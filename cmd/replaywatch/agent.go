@@ -276,6 +276,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	clockDone := make(chan struct{})
 	clockStop := make(chan struct{})
 	beat := tel.Heartbeat("detector", 30*time.Second)
+	var lastDrops uint64
 	go func() {
 		defer close(clockDone)
 		tick := time.NewTicker(time.Second)
@@ -285,7 +286,15 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 			case <-clockStop:
 				return
 			case now := <-tick.C:
+				// Kernel drops are counted per socket, not per connection:
+				// every check whose evidence began before now may rest on
+				// a packet that never arrived.
+				drops := live.Snapshot().Kernel.Drops
 				mu.Lock()
+				if drops > lastDrops {
+					det.NoteCaptureLoss(now)
+					lastDrops = drops
+				}
 				det.Advance(now.Add(-cfg.decode.ReorderWindow - 2*time.Second))
 				detStats.Store(det.Stats())
 				if flushOut != nil {
@@ -321,6 +330,9 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	<-clockDone
 	beat.Stop()
 	mu.Lock()
+	if live.Snapshot().Kernel.Drops > lastDrops {
+		det.NoteCaptureLoss(time.Now())
+	}
 	det.Close(time.Now())
 	detStats.Store(det.Stats())
 	mu.Unlock()
