@@ -244,6 +244,13 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	if why == "" || !ex.once(onceReset) {
 		return
 	}
+	if d.gapped(ex, s.firstSeen) {
+		// Lost bytes can delay one stream's events behind another's
+		// (reassembly holds them until the hole times out): their order
+		// no longer says what the server issued.
+		d.unverifiable(o.Time, s, ex, "event order", ReasonCaptureGap, o.Event.ID)
+		return
+	}
 	d.eventIDReset(ex, s, st, o, why)
 }
 
