@@ -66,6 +66,8 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ports, "ports", "", "capture TCP traffic on these ports only (comma-separated; compiled to BPF here)")
 	fs.StringVar(&c.filter, "filter", "", "capture filter as a BPF expression instead of --ports (compiled with tcpdump -ddd)")
 	fs.IntVar(&c.live.Workers, "workers", 0, "capture and decode workers, connections sharded by the kernel's flow hash (0: one per core)")
+	fs.IntVar(&c.live.BlockSize, "ring-block-size", capture.DefaultBlockSize, "bytes per block of each packet ring (TPACKET_V3)")
+	fs.IntVar(&c.live.NumBlocks, "ring-blocks", capture.DefaultNumBlocks, "blocks per packet ring; a ring per worker and interface holds ring-blocks x ring-block-size bytes")
 	fs.StringVar(&c.listen, "listen", ":9464", "address of /metrics, /healthz and /readyz")
 	fs.StringVar(&c.format, "format", "json", "without --clickhouse: print findings on standard output as json (JSON Lines) or text")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (structured logs on standard error)")

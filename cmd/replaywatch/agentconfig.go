@@ -26,6 +26,8 @@ type agentFile struct {
 	Ports      []uint16 `yaml:"ports"`
 	Filter     string   `yaml:"filter"`
 	Workers    *int     `yaml:"workers"`
+	RingBlocks *int     `yaml:"ring_blocks"`
+	RingBlock  *int     `yaml:"ring_block_size"`
 	Listen     *string  `yaml:"listen"`
 	Format     *string  `yaml:"format"`
 	Node       *string  `yaml:"node"`
@@ -154,7 +156,7 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 	if f != nil {
 		l, c := &f.Limits, &f.ClickHouse
 		for name, v := range map[string]any{
-			"interface": f.Interfaces, "ports": f.Ports, "filter": f.Filter, "workers": f.Workers, "listen": f.Listen,
+			"interface": f.Interfaces, "ports": f.Ports, "filter": f.Filter, "workers": f.Workers, "ring-blocks": f.RingBlocks, "ring-block-size": f.RingBlock, "listen": f.Listen,
 			"format": f.Format, "node": f.Node, "log-level": f.LogLevel,
 			"clickhouse": c.DSN, "clickhouse-password-file": c.PasswordFile, "clickhouse-cluster": c.Cluster,
 			"apply-schema": c.ApplySchema, "retention-days": c.RetentionDays, "spool-dir": c.SpoolDir,
