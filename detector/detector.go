@@ -777,6 +777,12 @@ func (d *Detector) cutCallsUnknown(s *session) {
 			d.unverifiable(d.now, s, nil, "unknown_outcome", ReasonSessionEvicted, "call", id)
 			continue
 		}
+		if s.gap || d.gapSince(s.firstSeen, decode.Conn{Client: s.client, Server: s.server}) {
+			// The response, or the resume that delivered it, may be
+			// in the bytes the capture lost.
+			d.unverifiable(d.now, s, nil, "unknown_outcome", ReasonCaptureGap, "call", id)
+			continue
+		}
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, d.now, "the stream carrying the call ended before its response and no resume delivered it"))
 	}
 }
