@@ -63,6 +63,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/replaywatch/replaywatch/internal/inetsum"
 )
 
 func main() {
@@ -340,39 +342,14 @@ func rewriteLoopback(frame []byte, addr [4]byte) error {
 		return nil
 	}
 	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:12], checksum(0, ip[:ihl]))
+	binary.BigEndian.PutUint16(ip[10:12], inetsum.Checksum(0, ip[:ihl]))
 	fragment := binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0
 	if ip[9] == ipProtoTCP && !fragment && total-ihl >= 20 {
 		tcp := ip[ihl:]
 		tcp[16], tcp[17] = 0, 0
-		binary.BigEndian.PutUint16(tcp[16:18], tcpChecksum(ip[:ihl], tcp))
+		binary.BigEndian.PutUint16(tcp[16:18], inetsum.TCP(ip[:ihl], tcp))
 	}
 	return nil
-}
-
-// checksum is the Internet checksum (RFC 1071) of b, starting from sum.
-func checksum(sum uint32, b []byte) uint16 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
-}
-
-// tcpChecksum covers the IPv4 pseudo-header and the segment.
-func tcpChecksum(ip, tcp []byte) uint16 {
-	var sum uint32
-	for i := 12; i < 20; i += 2 {
-		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
-	}
-	sum += ipProtoTCP + uint32(len(tcp))
-	return checksum(sum, tcp)
 }
 
 // ---- compare ----

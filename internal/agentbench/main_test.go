@@ -12,6 +12,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/replaywatch/replaywatch/internal/inetsum"
 )
 
 // TestWeave: the fixtures of cmd/replaywatch/testdata get their own
@@ -65,7 +67,7 @@ func TestWeave(t *testing.T) {
 		}
 		addrs[ip.SrcIP.String()] = true
 		hdr := p.data[ethHeaderLen : ethHeaderLen+int(ip.IHL)*4]
-		if checksum(0, hdr) != 0 {
+		if inetsum.Checksum(0, hdr) != 0 {
 			t.Fatalf("packet %d: bad IPv4 checksum", i+1)
 		}
 		seg := p.data[ethHeaderLen+int(ip.IHL)*4 : ethHeaderLen+int(ip.Length)]
@@ -74,7 +76,7 @@ func TestWeave(t *testing.T) {
 			sum += uint32(hdr[j])<<8 | uint32(hdr[j+1])
 		}
 		sum += ipProtoTCP + uint32(len(seg))
-		if checksum(sum, seg) != 0 {
+		if inetsum.Checksum(sum, seg) != 0 {
 			t.Fatalf("packet %d: bad TCP checksum", i+1)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaywatch/replaywatch/internal/inetsum"
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
 )
 
@@ -53,7 +54,7 @@ func TestChecksum(t *testing.T) {
 		{"carry folds", []byte{0xff, 0xff, 0x00, 0x01}, ^uint16(0x0001)},
 		{"empty", nil, 0xffff},
 	} {
-		if got := checksum(0, tc.in); got != tc.want {
+		if got := inetsum.Checksum(0, tc.in); got != tc.want {
 			t.Errorf("%s: checksum = %#04x, want %#04x", tc.name, got, tc.want)
 		}
 	}
@@ -147,7 +148,7 @@ func checkCapture(t *testing.T, path string) (packets int) {
 			t.Fatalf("packet %d: %v", packets, err)
 		}
 		ip, tcp := p.data[ethHeaderLen:p.tcpOff], p.data[p.tcpOff:]
-		if c := checksum(0, ip); c != 0 {
+		if c := inetsum.Checksum(0, ip); c != 0 {
 			t.Fatalf("packet %d: IPv4 header checksum does not verify (%#04x)", packets, c)
 		}
 		var sum uint32
@@ -155,7 +156,7 @@ func checkCapture(t *testing.T, path string) (packets int) {
 			sum += uint32(binary.BigEndian.Uint16(ip[i:]))
 		}
 		sum += ipProtoTCP + uint32(len(tcp))
-		if c := checksum(sum, tcp); c != 0 {
+		if c := inetsum.Checksum(sum, tcp); c != 0 {
 			t.Fatalf("packet %d: TCP checksum does not verify (%#04x)", packets, c)
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/replaywatch/replaywatch/internal/inetsum"
 )
 
 // Layout of the packets pcaprec writes: Ethernet II, IPv4 without options
@@ -314,35 +316,10 @@ func (t *template) render(buf []byte, p *tmplPacket, k int, ids [][]byte) []byte
 		copy(pay[pt.off:pt.off+pt.n], ids[pt.id][pt.idOff:pt.idOff+pt.n])
 	}
 	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:12], checksum(0, ip))
+	binary.BigEndian.PutUint16(ip[10:12], inetsum.Checksum(0, ip))
 	tcp[16], tcp[17] = 0, 0
-	binary.BigEndian.PutUint16(tcp[16:18], tcpChecksum(ip, tcp))
+	binary.BigEndian.PutUint16(tcp[16:18], inetsum.TCP(ip, tcp))
 	return buf
-}
-
-// checksum is the Internet checksum (RFC 1071) of b, starting from sum.
-func checksum(sum uint32, b []byte) uint16 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
-}
-
-// tcpChecksum covers the IPv4 pseudo-header and the segment.
-func tcpChecksum(ip, tcp []byte) uint16 {
-	var sum uint32
-	for i := 12; i < 20; i += 2 {
-		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
-	}
-	sum += ipProtoTCP + uint32(len(tcp))
-	return checksum(sum, tcp)
 }
 
 // replicateStats says what replicate wrote.
