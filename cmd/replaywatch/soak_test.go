@@ -260,7 +260,7 @@ func TestAgentSoak(t *testing.T) {
 type soakAgent struct {
 	cmd    *exec.Cmd
 	out    string // stdout file
-	stderr *lockedBuffer
+	stderr *syncBuffer
 	listen string
 	exited chan struct{}
 	err    error
@@ -271,7 +271,7 @@ type soakAgent struct {
 func startSoakAgent(t *testing.T, filter string) *soakAgent {
 	t.Helper()
 	bin := buildBinary(t)
-	a := &soakAgent{out: filepath.Join(t.TempDir(), "agent.jsonl"), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	a := &soakAgent{out: filepath.Join(t.TempDir(), "agent.jsonl"), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	f, err := os.Create(a.out)
 	if err != nil {
 		t.Fatal(err)
@@ -633,27 +633,8 @@ func readSoakOutput(t *testing.T, path string) soakOutput {
 	return out
 }
 
-// lockedBuffer is a bytes.Buffer a child process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // tail is the last 8 KiB, for failure messages.
-func (l *lockedBuffer) tail() string {
+func (l *syncBuffer) tail() string {
 	s := l.String()
 	if len(s) > 8<<10 {
 		s = "..." + s[len(s)-8<<10:]
