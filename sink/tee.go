@@ -2,68 +2,63 @@ package sink
 
 import "github.com/replaywatch/replaywatch/detector"
 
-// Tee hands every record to each of sinks in turn. It is an
-// detector.EventSink too, forwarding stream events to the sinks that take
-// them, so per-event records are built only when one does.
+// Tee hands every record to each of sinks in turn. When some of them are
+// detector.EventSinks the tee is one too, forwarding stream events to those:
+// the detector builds per-event records only when a sink takes them.
 func Tee(sinks ...detector.Sink) detector.Sink {
-	t := tee{sinks: sinks}
+	var events []detector.EventSink
 	for _, s := range sinks {
 		if es, ok := s.(detector.EventSink); ok {
-			t.events = append(t.events, es)
+			events = append(events, es)
 		}
 	}
-	if len(t.events) == 0 {
-		return plainTee{t}
+	if len(events) == 0 {
+		return tee(sinks)
 	}
-	return &t
+	return eventTee{tee: sinks, events: events}
 }
 
-type tee struct {
-	sinks  []detector.Sink
-	events []detector.EventSink
-}
+// tee is a Sink that is not an EventSink.
+type tee []detector.Sink
 
-// plainTee hides StreamEvent when no sink wants events.
-type plainTee struct{ t tee }
-
-func (p plainTee) Violation(v *detector.Violation)           { p.t.Violation(v) }
-func (p plainTee) Resume(a *detector.ResumeAttempt)          { p.t.Resume(a) }
-func (p plainTee) Session(s *detector.SessionSummary)        { p.t.Session(s) }
-func (p plainTee) UnknownOutcome(u *detector.UnknownOutcome) { p.t.UnknownOutcome(u) }
-func (p plainTee) Unverifiable(u *detector.Unverifiable)     { p.t.Unverifiable(u) }
-
-func (t *tee) Violation(v *detector.Violation) {
-	for _, s := range t.sinks {
+func (t tee) Violation(v *detector.Violation) {
+	for _, s := range t {
 		s.Violation(v)
 	}
 }
 
-func (t *tee) Resume(a *detector.ResumeAttempt) {
-	for _, s := range t.sinks {
+func (t tee) Resume(a *detector.ResumeAttempt) {
+	for _, s := range t {
 		s.Resume(a)
 	}
 }
 
-func (t *tee) Session(ss *detector.SessionSummary) {
-	for _, s := range t.sinks {
+func (t tee) Session(ss *detector.SessionSummary) {
+	for _, s := range t {
 		s.Session(ss)
 	}
 }
 
-func (t *tee) UnknownOutcome(u *detector.UnknownOutcome) {
-	for _, s := range t.sinks {
+func (t tee) UnknownOutcome(u *detector.UnknownOutcome) {
+	for _, s := range t {
 		s.UnknownOutcome(u)
 	}
 }
 
-func (t *tee) Unverifiable(u *detector.Unverifiable) {
-	for _, s := range t.sinks {
+func (t tee) Unverifiable(u *detector.Unverifiable) {
+	for _, s := range t {
 		s.Unverifiable(u)
 	}
 }
 
+// eventTee adds the stream events.
+type eventTee struct {
+	tee
+	events []detector.EventSink
+}
+
 // StreamEvent implements detector.EventSink.
-func (t *tee) StreamEvent(e *detector.StreamEvent) {
+func (t eventTee) StreamEvent(e *detector.StreamEvent) {
 	for _, s := range t.events {
 		s.StreamEvent(e)
 	}
