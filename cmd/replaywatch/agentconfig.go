@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
+	"reflect"
 	"strings"
 	"time"
 
@@ -96,57 +96,9 @@ func configPath(args []string) string {
 // the command line is parsed: flags > environment > file > defaults.
 func applyFile(fs *flag.FlagSet, f *agentFile) error {
 	set := func(name string, v any) error {
-		if v == nil {
-			return nil
-		}
-		var s string
-		switch x := v.(type) {
-		case *string:
-			if x == nil {
-				return nil
-			}
-			s = *x
-		case *int:
-			if x == nil {
-				return nil
-			}
-			s = strconv.Itoa(*x)
-		case *int64:
-			if x == nil {
-				return nil
-			}
-			s = strconv.FormatInt(*x, 10)
-		case *bool:
-			if x == nil {
-				return nil
-			}
-			s = strconv.FormatBool(*x)
-		case *time.Duration:
-			if x == nil {
-				return nil
-			}
-			s = x.String()
-		case []string:
-			if len(x) == 0 {
-				return nil
-			}
-			s = strings.Join(x, ",")
-		case []uint16:
-			if len(x) == 0 {
-				return nil
-			}
-			parts := make([]string, len(x))
-			for i, p := range x {
-				parts[i] = strconv.Itoa(int(p))
-			}
-			s = strings.Join(parts, ",")
-		case string:
-			if x == "" {
-				return nil
-			}
-			s = x
-		default:
-			return fmt.Errorf("config key for --%s: unsupported type %T", name, v)
+		s, ok := flagText(v)
+		if !ok {
+			return nil // not in the file
 		}
 		if err := fs.Set(name, s); err != nil {
 			return fmt.Errorf("config file: %s: %v", name, err)
@@ -185,4 +137,30 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 		}
 	})
 	return err
+}
+
+// flagText renders a config file value as its flag would be written; ok is
+// false when the key was absent (a nil pointer, an empty list or string).
+func flagText(v any) (text string, ok bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return "", false
+		}
+		rv = rv.Elem()
+	}
+	switch x := rv.Interface().(type) {
+	case time.Duration:
+		return x.String(), true
+	case string:
+		return x, x != ""
+	}
+	if rv.Kind() == reflect.Slice {
+		parts := make([]string, rv.Len())
+		for i := range parts {
+			parts[i] = fmt.Sprint(rv.Index(i).Interface())
+		}
+		return strings.Join(parts, ","), len(parts) > 0
+	}
+	return fmt.Sprint(rv.Interface()), true
 }
