@@ -472,7 +472,7 @@ func (w *worker) assemble(s *tcpSeg) {
 	tcp := s.tcp
 	if tcp == nil {
 		// The reader decoded these bytes already, so this cannot fail.
-		if w.tcp.DecodeFromBytes(s.raw, gopacket.NilDecodeFeedback) != nil {
+		if decodeTCP(&w.tcp, s.raw) != nil {
 			return
 		}
 		tcp = &w.tcp

@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/gopacket/gopacket"
@@ -144,7 +145,7 @@ func (d *packetDecoder) decodeCommon(data []byte, first gopacket.LayerType) (net
 	d.src, d.dst = ip[12:16], ip[16:20]
 	d.ipID = binary.BigEndian.Uint16(ip[4:6])
 	net = gopacket.NewFlow(layers.EndpointIPv4, d.src, d.dst)
-	if d.tcp.DecodeFromBytes(ip[20:n], gopacket.NilDecodeFeedback) != nil {
+	if decodeTCP(&d.tcp, ip[20:n]) != nil {
 		return net, verdictUndecodable, true
 	}
 	return net, verdictTCP, true
@@ -152,6 +153,11 @@ func (d *packetDecoder) decodeCommon(data []byte, first gopacket.LayerType) (net
 
 // decodeLayers decodes any frame with the parser for its first layer.
 func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net gopacket.Flow, v packetVerdict) {
+	defer func() {
+		if recover() != nil { // see decodeTCP
+			net, v = gopacket.Flow{}, verdictUndecodable
+		}
+	}()
 	err := d.parsers[first].DecodeLayers(data, &d.decoded)
 	var sawIP bool
 	for _, t := range d.decoded {
@@ -182,4 +188,17 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 		return net, verdictNonTCP
 	}
 	return net, verdictUndecodable
+}
+
+// decodeTCP is layers.TCP.DecodeFromBytes made safe: gopacket v1.7's MPTCP
+// option parser indexes past the end of a short option (found by
+// FuzzPacketDecoder), and one hostile packet must not stop a capture. A
+// segment it chokes on is undecodable, like any other damaged header.
+func decodeTCP(tcp *layers.TCP, b []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tcp header: %v", r)
+		}
+	}()
+	return tcp.DecodeFromBytes(b, gopacket.NilDecodeFeedback)
 }
