@@ -22,6 +22,13 @@ const (
 	// its out-of-order queue, so contexts cannot be reused; allocating them
 	// in slabs keeps the in-order path nearly free of allocation.
 	ctxSlab = 1024
+	// LossProofDelay is how long, in capture time, a hole proven by an ACK
+	// (or a sequence number past the bytes seen) waits for the data to
+	// arrive after all before it is reported as lost: a capture merged
+	// from several rings or interfaces can hold an ACK a little before
+	// the data it covers. Short, because a resume on another connection
+	// right after the loss must already know of it.
+	LossProofDelay = time.Millisecond
 	// evictFraction: when a worker exceeds its connection share it evicts
 	// 1/evictFraction of that share at once, because each eviction pass
 	// scans every connection.
@@ -124,15 +131,24 @@ type tcpSeg struct {
 	key     flowKey
 	fromLo  bool
 	seq     uint32
+	ack     uint32 // meaningful with flagACK
 	flags   uint8
 	payload []byte
+	// lost is how many payload bytes the segment carried that the capture
+	// did not keep (a snap length): payload is then empty, and the bytes
+	// are reported as a gap.
+	lost uint32
 	// raw is the TCP header followed by the payload, decoded into a
 	// layers.TCP only when the segment goes to the assembler; tcp, when
 	// not nil, is that decoding already done by the caller.
 	raw []byte
 	tcp *layers.TCP
 	ts  time.Time
-	ord uint64
+	// readAt is the reader's capture time (the latest of any packet) when
+	// it read the segment: the same whatever worker the segment goes to,
+	// so decisions taken on it do not depend on the number of workers.
+	readAt time.Time
+	ord    uint64
 }
 
 func tcpFlags(t *layers.TCP) uint8 {
@@ -204,6 +220,7 @@ type worker struct {
 	asm         *reassembly.Assembler
 	stats       Stats
 	assembleAll bool // Config.assembleAll
+	noProofs    bool // Config.noLossProofs
 
 	clock     time.Time // assembler clock: strictly increasing per packet
 	now       time.Time // latest real capture time seen
@@ -234,6 +251,9 @@ type worker struct {
 	// closed holds recently ended connections (see closedTTL), at most
 	// limits.maxConns of them.
 	closed map[flowKey]time.Time
+	// proving holds the connections with a proven hole waiting to be
+	// reported (conn.proofAt).
+	proving []*conn
 	// ids, when set (Live), numbers connections across the run's workers
 	// instead of the ordinal of their first packet, which Live's several
 	// readers do not share.
@@ -245,6 +265,7 @@ func newWorker(cfg Config, factory decode.StreamFactory) *worker {
 		limits:      limitsFor(cfg),
 		factory:     factory,
 		assembleAll: cfg.assembleAll,
+		noProofs:    cfg.noLossProofs,
 		closeReason: decode.CloseFIN,
 		byKey:       make(map[flowKey]*conn),
 		closed:      make(map[flowKey]time.Time),
@@ -277,7 +298,7 @@ func (w *worker) timeOf(ac reassembly.AssemblerContext) time.Time {
 // which builds the tcpSeg without a gopacket.Flow; tests call this.
 func (w *worker) handle(net gopacket.Flow, tcp *layers.TCP, ts time.Time, ord uint64) {
 	src, dst := net.Endpoints()
-	s := tcpSeg{seq: tcp.Seq, flags: tcpFlags(tcp), payload: tcp.Payload, tcp: tcp, ts: ts, ord: ord}
+	s := tcpSeg{seq: tcp.Seq, ack: tcp.Ack, flags: tcpFlags(tcp), payload: tcp.Payload, tcp: tcp, ts: ts, ord: ord}
 	s.key, s.fromLo = makeFlowKey(src.Raw(), dst.Raw(), uint16(tcp.SrcPort), uint16(tcp.DstPort))
 	w.handleSeg(&s)
 }
@@ -294,6 +315,13 @@ func (w *worker) handleSeg(s *tcpSeg) {
 		}
 	}
 	w.checkTimeouts()
+	if len(w.proving) > 0 {
+		at := s.readAt
+		if at.IsZero() {
+			at = w.now
+		}
+		w.checkProofs(at)
+	}
 	c := w.last
 	if c == nil || c.removed || c.key != s.key {
 		if c = w.byKey[s.key]; c == nil {
@@ -302,6 +330,9 @@ func (w *worker) handleSeg(s *tcpSeg) {
 			}
 		}
 		w.last = c
+	}
+	if !w.noProofs {
+		w.proveLoss(c, s)
 	}
 	switch {
 	case c.inAsm:
@@ -354,6 +385,149 @@ func (w *worker) open(s *tcpSeg) *conn {
 		w.stats.ConnectionsWithoutSYN++
 	}
 	return c
+}
+
+// after reports whether sequence number a comes after b, modulo 2^32.
+func after(a, b uint32) bool { return int32(a-b) > 0 }
+
+// proveLoss keeps what a segment proves about bytes the capture never
+// delivered, and reports them as a gap where that is known to be safe. The
+// gopacket assembler sees a hole only when data after it arrives; these holes
+// have nothing after them but a proof:
+//   - the other half's ACK covers bytes this half never showed (the last
+//     data segment of a response lost, on a keep-alive connection or before
+//     the capture ended);
+//   - a FIN or RST whose sequence number is past the bytes seen (the last
+//     segment before FIN lost);
+//   - a segment the snap length cut (its bytes are lost, s.lost).
+//
+// On a connection the worker follows in order, the hole is reported as soon
+// as it is proven and before anything that could be read as coming after it:
+// before the other half's next data (a request must not be paired with a
+// response whose end was lost), before the FIN, at the cut segment; the
+// expected sequence number then moves past it, so the connection stays in
+// order. On a connection in the assembler's care only a FIN's hole is
+// reported here (the FIN is moved to the end of the bytes seen, where the
+// assembler takes it); any other proven hole is reported when the connection
+// closes (conn.close). A capture that reorders an ACK before the data it
+// covers (two interfaces, several rings) makes a hole that was not: that
+// costs a finding, never adds one.
+func (w *worker) proveLoss(c *conn, s *tcpSeg) {
+	d := c.dirOf(s.fromLo)
+	o := 1 - d
+	f := s.flags
+	if f&flagACK != 0 && c.known[o] && after(s.ack, c.proof[o]) {
+		c.proof[o] = s.ack
+	}
+	start := s.seq
+	if f&flagSYN != 0 {
+		start++ // the SYN takes one sequence number
+	}
+	end := start + uint32(len(s.payload))
+	if !c.known[d] {
+		c.known[d] = true
+		c.seen[d], c.proof[d] = start, start
+	}
+	if len(s.payload) > 0 || f&flagSYN != 0 {
+		c.seen[d] = latest(c.seen[d], end)
+	}
+	// Whatever a segment carries, its sequence number says the bytes
+	// before it were sent; a cut segment's bytes were sent too.
+	c.proof[d] = latest(c.proof[d], end+s.lost)
+	inOrder := !c.inAsm && !w.assembleAll
+	for _, h := range [2]int{d, o} {
+		switch {
+		case !after(c.proof[h], c.seen[h]):
+			c.proofAt[h] = time.Time{} // no hole, or it was filled
+		case c.proofAt[h].IsZero():
+			if c.proofAt[1-h].IsZero() {
+				w.proving = append(w.proving, c)
+			}
+			c.proofAt[h] = s.ts.Add(LossProofDelay)
+		}
+	}
+	if !c.proofAt[o].IsZero() && (len(s.payload) > 0 || f&flagFIN != 0) {
+		// The other half's proven hole comes before anything this half
+		// sends: a request must not be paired with a response whose end
+		// was lost.
+		w.reportLoss(c, o, c.seen[o], s.ts)
+	}
+	switch {
+	case inOrder && c.started[d] && s.seq == c.next[d] && s.lost > 0:
+		// The cut segment itself; a FIN on it stays in place.
+		w.reportLoss(c, d, c.next[d], s.ts)
+		s.seq = c.next[d]
+		return
+	}
+	if f&flagFIN == 0 {
+		return
+	}
+	if len(s.payload) == 0 {
+		switch {
+		case inOrder && c.started[d] && after(end, c.next[d]):
+			w.reportLoss(c, d, c.next[d], s.ts)
+		case c.inAsm && after(end, c.seen[d]):
+			// Moved to the end of the bytes seen, where the assembler
+			// expects it (unless data after an earlier hole is still
+			// buffered: then it waits for that hole's flush).
+			from := c.seen[d]
+			w.reportLoss(c, d, from, s.ts)
+			s.seq = from
+		}
+	}
+	// The FIN takes one sequence number: its ACK proves nothing lost.
+	c.seen[d] = latest(c.seen[d], end+1)
+	c.proof[d] = latest(c.proof[d], c.seen[d])
+}
+
+// latest returns whichever of two sequence numbers comes later.
+func latest(a, b uint32) uint32 {
+	if after(b, a) {
+		return b
+	}
+	return a
+}
+
+// checkProofs reports the holes whose proof has waited LossProofDelay by
+// the reader's time now, at the time the wait ended. Both come from the
+// capture and the reader, not from the worker's share of it, so a report
+// lands at the same place among a connection's segments and at the same
+// time whatever the number of workers.
+func (w *worker) checkProofs(now time.Time) {
+	kept := w.proving[:0]
+	for _, c := range w.proving {
+		if c.closed {
+			continue
+		}
+		for d := range 2 {
+			if at := c.proofAt[d]; !at.IsZero() && !now.Before(at) {
+				w.reportLoss(c, d, c.seen[d], at)
+			}
+		}
+		if !c.proofAt[0].IsZero() || !c.proofAt[1].IsZero() {
+			kept = append(kept, c)
+		}
+	}
+	clear(w.proving[len(kept):])
+	w.proving = kept
+}
+
+// reportLoss reports the bytes of half d from sequence number from to the
+// proven end as a gap, and moves past them.
+func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
+	to := c.proof[d]
+	if !after(to, from) {
+		return
+	}
+	c.proofAt[d] = time.Time{}
+	n := to - from
+	w.stats.Gaps++
+	w.stats.GapBytes += uint64(n)
+	c.stream.Gap(c.fromA(d), int(n), ts)
+	c.seen[d] = latest(c.seen[d], to)
+	if !c.inAsm && c.started[d] {
+		c.next[d] = to
+	}
 }
 
 // inOrder delivers a segment of a connection the worker follows itself, the
@@ -477,6 +651,7 @@ func (w *worker) assemble(s *tcpSeg) {
 		}
 		tcp = &w.tcp
 	}
+	tcp.Seq = s.seq // proveLoss may have moved a FIN
 	ctx := w.newCtx(w.clock, s.ts)
 	w.asm.AssembleWithContext(s.key.netFlow(s.fromLo), tcp, ctx)
 	if c := w.reset; c != nil {
@@ -493,6 +668,9 @@ func (w *worker) tick(now time.Time) {
 	}
 	if now.After(w.clock) {
 		w.clock = now
+	}
+	if len(w.proving) > 0 {
+		w.checkProofs(now)
 	}
 	w.checkTimeouts()
 	if !w.now.IsZero() {
@@ -665,10 +843,16 @@ type conn struct {
 	started    [2]bool   // the half has a start
 	halfClosed [2]bool   // the half ended with a FIN (followed by the worker)
 	inAsm      bool      // the assembler follows the connection
-	fin        [2]bool   // per direction
-	rst        bool
-	closed     bool // Close was called on the stream
-	removed    bool // complete: the connection is forgotten
+	// For proveLoss, per direction, once known (any segment seen): the
+	// sequence number after the last byte the capture holds, and after the
+	// last byte the traffic proves was sent.
+	known       [2]bool
+	seen, proof [2]uint32
+	proofAt     [2]time.Time // when a proven hole is reported (zero: none pending)
+	fin         [2]bool      // per direction
+	rst         bool
+	closed      bool // Close was called on the stream
+	removed     bool // complete: the connection is forgotten
 }
 
 func (c *conn) dirOf(fromLo bool) int {
@@ -752,6 +936,17 @@ func (c *conn) ReassemblyComplete(_ reassembly.AssemblerContext) bool {
 
 func (c *conn) close(reason decode.CloseReason) {
 	c.closed = true
+	// Bytes the traffic proved were sent and the capture never held, with
+	// nothing after them for the assembler to notice the hole by.
+	for d := range 2 {
+		if !c.w.noProofs && c.known[d] && after(c.proof[d], c.seen[d]) {
+			at := c.proofAt[d]
+			if at.IsZero() || at.After(c.w.now) {
+				at = c.w.now
+			}
+			c.w.reportLoss(c, d, c.seen[d], at)
+		}
+	}
 	switch reason {
 	case decode.CloseReset, decode.CloseFIN:
 		if reason == decode.CloseReset {

@@ -74,6 +74,10 @@ type Config struct {
 	// its first segment, bypassing the workers' in-order path, so that
 	// tests can check the two deliver the same.
 	assembleAll bool
+	// noLossProofs (tests only) turns off what proveLoss reports, which
+	// by design reports holes sooner on the in-order path than the
+	// assembler would, so that the two can be compared without it.
+	noLossProofs bool
 }
 
 // DefaultConfig returns the defaults: one worker per core (at most

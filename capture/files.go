@@ -61,6 +61,7 @@ func ReadFiles(ctx context.Context, paths []string, cfg Config, newFactory func(
 	st, readErr := readFiles(ctx, paths, total, cfg.Progress, p.handlePacket)
 	wst := p.close()
 	wst.Files, wst.TruncatedFiles, wst.CorruptFiles = st.Files, st.TruncatedFiles, st.CorruptFiles
+	wst.DuplicatePackets, wst.OverlappingFiles = st.DuplicatePackets, st.OverlappingFiles
 	return wst, readErr
 }
 
@@ -155,12 +156,16 @@ func formatOf(magic []byte) fileFormat {
 // call.
 type packetHandler func(data []byte, ci gopacket.CaptureInfo, lt layers.LinkType)
 
-// readFiles reads every file in order. The returned Stats hold only Files,
-// TruncatedFiles and CorruptFiles.
+// readFiles reads every file in order, several files merged in time order
+// (readMerged). The returned Stats hold only Files, TruncatedFiles,
+// CorruptFiles, DuplicatePackets and OverlappingFiles.
 func readFiles(ctx context.Context, paths []string, total int64, progress func(read, total int64), handle packetHandler) (Stats, error) {
+	cr := &countingReader{progress: progress, total: total, next: progressEvery}
+	if len(paths) > 1 {
+		return readMerged(ctx, paths, cr, handle)
+	}
 	var st Stats
 	var errs []error
-	cr := &countingReader{progress: progress, total: total, next: progressEvery}
 	for _, path := range paths {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
@@ -193,34 +198,41 @@ type zeroCopyReader interface {
 	ZeroCopyReadPacketData() ([]byte, gopacket.CaptureInfo, error)
 }
 
-func readOne(ctx context.Context, path string, cr *countingReader, handle packetHandler) error {
+// source is one capture file being read.
+type source struct {
+	name     string
+	rd       zeroCopyReader
+	linkType func(gopacket.CaptureInfo) layers.LinkType
+	close    func() error
+}
+
+// openSource opens a capture file (or standard input) and reads its header.
+// Its bytes are counted by cr.
+func openSource(path string, cr *countingReader) (*source, error) {
 	name := displayName(path)
 	var src io.Reader
+	closeFn := func() error { return nil }
 	if path == Stdin {
 		src = stdin
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer f.Close()
-		src = f
+		src, closeFn = f, f.Close
 	}
-	cr.r = src
-	br := bufio.NewReaderSize(cr, readBufferBytes)
+	br := bufio.NewReaderSize(cr.reader(src), readBufferBytes)
 	magic, _ := br.Peek(4)
-	var (
-		rd       zeroCopyReader
-		linkType func(gopacket.CaptureInfo) layers.LinkType
-	)
+	s := &source{name: name, close: closeFn}
 	switch formatOf(magic) {
 	case formatPcap:
 		r, err := newPcapReader(br)
 		if err != nil {
-			return headerError(name, err)
+			closeFn()
+			return nil, headerError(name, err)
 		}
 		lt := r.linkType
-		rd, linkType = r, func(gopacket.CaptureInfo) layers.LinkType { return lt }
+		s.rd, s.linkType = r, func(gopacket.CaptureInfo) layers.LinkType { return lt }
 	case formatPcapng:
 		var r *pcapgo.NgReader
 		err := guardPanic(func() (err error) {
@@ -228,9 +240,10 @@ func readOne(ctx context.Context, path string, cr *countingReader, handle packet
 			return err
 		})
 		if err != nil {
-			return headerError(name, err)
+			closeFn()
+			return nil, headerError(name, err)
 		}
-		rd, linkType = r, func(ci gopacket.CaptureInfo) layers.LinkType {
+		s.rd, s.linkType = r, func(ci gopacket.CaptureInfo) layers.LinkType {
 			if len(ci.AncillaryData) > 0 {
 				if lt, ok := ci.AncillaryData[0].(layers.LinkType); ok {
 					return lt
@@ -239,17 +252,27 @@ func readOne(ctx context.Context, path string, cr *countingReader, handle packet
 			return layers.LinkTypeNull
 		}
 	default:
-		return fmt.Errorf("%s: %w", name, ErrNotCapture)
+		closeFn()
+		return nil, fmt.Errorf("%s: %w", name, ErrNotCapture)
 	}
+	return s, nil
+}
+
+func readOne(ctx context.Context, path string, cr *countingReader, handle packetHandler) error {
+	src, err := openSource(path, cr)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 	var n uint64
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		read, ci, err := readBatch(rd, ctxCheckEvery, linkType, handle)
+		read, ci, err := readBatch(src.rd, ctxCheckEvery, src.linkType, handle)
 		n += uint64(read)
 		if err != nil {
-			return recordError(name, n, ci, err)
+			return recordError(src.name, n, ci, err)
 		}
 	}
 }
@@ -315,17 +338,26 @@ func recordError(name string, n uint64, ci gopacket.CaptureInfo, err error) erro
 	return fmt.Errorf("%s: %w: record %d: %v", name, ErrCorrupt, n+1, err)
 }
 
-// countingReader counts the bytes read from the input files for Progress.
+// countingReader counts the bytes read from the input files for Progress;
+// the files read at once (readMerged) share one.
 type countingReader struct {
-	r        io.Reader
 	read     int64
 	total    int64
 	next     int64
 	progress func(read, total int64)
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
+// reader wraps one file's reader so that its bytes are counted.
+func (c *countingReader) reader(r io.Reader) io.Reader { return &countedFile{r: r, c: c} }
+
+type countedFile struct {
+	r io.Reader
+	c *countingReader
+}
+
+func (f *countedFile) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	c := f.c
 	c.read += int64(n)
 	if c.progress != nil && c.read >= c.next {
 		c.next = c.read + progressEvery

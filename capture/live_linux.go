@@ -553,7 +553,7 @@ func (r *liveReader) handle(data []byte, ci gopacket.CaptureInfo) {
 		if r.trace != nil {
 			r.trace(r.s.worker, r.s.iface, key, fromLo)
 		}
-		r.feed.add(key.worker(r.workers), key, fromLo, tcp, r.dec.ipID, ts, 0)
+		r.feed.add(key.worker(r.workers), key, fromLo, tcp, r.dec.cut, r.dec.ipID, ts, 0)
 		if r.flushAt.IsZero() {
 			r.flushAt = ts.Add(liveFlushEvery)
 		}

@@ -44,6 +44,10 @@ type packetDecoder struct {
 	// IPv6).
 	src, dst []byte
 	ipID     uint16
+	// cut is how many bytes of the last TCP segment's payload the capture
+	// did not keep (a snap length shorter than the packet): the IP header
+	// says how long the packet was.
+	cut int
 }
 
 func newPacketDecoder() *packetDecoder {
@@ -100,6 +104,7 @@ func firstLayer(lt layers.LinkType, data []byte) (gopacket.LayerType, bool) {
 // decode parses one frame. On verdictTCP, d.tcp holds the segment (its
 // Payload aliases data) and net is the IP flow.
 func (d *packetDecoder) decode(data []byte, lt layers.LinkType) (net gopacket.Flow, v packetVerdict) {
+	d.cut = 0
 	first, ok := firstLayer(lt, data)
 	if !ok {
 		return net, verdictUndecodable
@@ -165,9 +170,13 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 		case layers.LayerTypeIPv4:
 			sawIP, net = true, d.ip4.NetworkFlow()
 			d.src, d.dst, d.ipID = d.ip4.SrcIP, d.ip4.DstIP, d.ip4.Id
+			// gopacket keeps what a snap length left of a longer
+			// packet; the total length tells what is missing.
+			d.cut = max(0, int(d.ip4.Length)-len(d.ip4.Contents)-len(d.ip4.Payload))
 		case layers.LayerTypeIPv6:
 			sawIP, net = true, d.ip6.NetworkFlow()
 			d.src, d.dst, d.ipID = d.ip6.SrcIP, d.ip6.DstIP, 0
+			d.cut = max(0, int(d.ip6.Length)-len(d.ip6.Payload))
 		case layers.LayerTypeTCP:
 			// The payload layer after TCP never fails, so a decoded TCP
 			// layer is a usable segment whatever err says.

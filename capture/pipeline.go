@@ -45,7 +45,9 @@ type segment struct {
 	fromLo         bool
 	flags          uint8
 	ipID           uint16 // the IPv4 identification (0 for IPv6), for Live's duplicate check
-	seq            uint32
+	seq, ack       uint32
+	lost           uint32 // payload bytes the capture did not keep (tcpSeg.lost)
+	behind         int64  // the reader's capture time when it read the segment, less the segment's (tcpSeg.readAt)
 	nsec           int32
 	zoned          int32 // 1 + index of the time in batch.times; 0: sec and nsec
 	sec            int64
@@ -120,7 +122,7 @@ func newFeeder(queues []chan *batch, batches int) *feeder {
 
 // add copies a segment into worker i's batch, and sends the batch when it is
 // full.
-func (f *feeder) add(i int, key flowKey, fromLo bool, tcp *layers.TCP, ipID uint16, ts time.Time, ord uint64) {
+func (f *feeder) add(i int, key flowKey, fromLo bool, tcp *layers.TCP, lost int, ipID uint16, ts time.Time, ord uint64) {
 	b := f.batchFor(i)
 	off := len(b.arena)
 	body := off + len(tcp.Contents)
@@ -133,8 +135,11 @@ func (f *feeder) add(i int, key flowKey, fromLo bool, tcp *layers.TCP, ipID uint
 		b.arena = append(b.arena, tcp.Payload...)
 	}
 	b.segs = append(b.segs, segment{key: key, fromLo: fromLo, flags: tcpFlags(tcp), ipID: ipID, seq: tcp.Seq,
-		ord: ord, off: off, body: body, end: len(b.arena)})
+		ack: tcp.Ack, lost: uint32(lost), ord: ord, off: off, body: body, end: len(b.arena)})
 	b.setTime(&b.segs[len(b.segs)-1], ts)
+	if f.now.After(ts) {
+		b.segs[len(b.segs)-1].behind = int64(f.now.Sub(ts))
+	}
 	if b.full() {
 		f.send(i)
 	}
@@ -189,8 +194,9 @@ func (w *worker) runBatch(b *batch, dup *dupWindow) {
 		if dup != nil && dup.seen(b, s) {
 			continue
 		}
-		seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, flags: s.flags,
+		seg = tcpSeg{key: s.key, fromLo: s.fromLo, seq: s.seq, ack: s.ack, lost: s.lost, flags: s.flags,
 			payload: b.arena[s.body:s.end], raw: b.arena[s.off:s.end], ts: b.time(s), ord: s.ord}
+		seg.readAt = seg.ts.Add(time.Duration(s.behind))
 		w.handleSeg(&seg)
 	}
 }
@@ -248,6 +254,15 @@ func (d *packetDecoder) classify(st *Stats, data []byte, lt layers.LinkType) (ne
 	switch v {
 	case verdictTCP:
 		st.TCP++
+		if d.cut > 0 {
+			// A segment cut by the snap length is lost whole: bytes
+			// after the cut are unknown, and the framing of what was kept
+			// cannot be trusted to end where the sender's did. The worker
+			// reports the segment's bytes as a gap (tcpSeg.lost).
+			d.cut += len(d.tcp.Payload)
+			d.tcp.Payload = nil
+			st.SnaplenBytes += uint64(d.cut)
+		}
 		return net, true
 	case verdictNonTCP:
 		st.NonTCP++
@@ -286,14 +301,14 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 func (p *pipeline) dispatch(tcp *layers.TCP, ts time.Time) {
 	key, fromLo := makeFlowKey(p.dec.src, p.dec.dst, uint16(tcp.SrcPort), uint16(tcp.DstPort))
 	if len(p.workers) == 1 {
-		s := tcpSeg{key: key, fromLo: fromLo, seq: tcp.Seq, flags: tcpFlags(tcp), payload: tcp.Payload,
-			tcp: tcp, ts: ts, ord: p.ord}
+		s := tcpSeg{key: key, fromLo: fromLo, seq: tcp.Seq, ack: tcp.Ack, lost: uint32(p.dec.cut), flags: tcpFlags(tcp),
+			payload: tcp.Payload, tcp: tcp, ts: ts, readAt: p.now, ord: p.ord}
 		p.workers[0].handleSeg(&s)
 		return
 	}
 	// The key is the same for both directions, so both go to the same
 	// worker.
-	p.feed.add(key.worker(len(p.workers)), key, fromLo, tcp, p.dec.ipID, ts, p.ord)
+	p.feed.add(key.worker(len(p.workers)), key, fromLo, tcp, p.dec.cut, p.dec.ipID, ts, p.ord)
 }
 
 // contiguous returns head and tail as one slice when tail starts where head

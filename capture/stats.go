@@ -16,11 +16,15 @@ type Stats struct {
 	PayloadBytes          uint64 // bytes delivered through TCPStream.Data
 	Gaps                  uint64 // TCPStream.Gap calls
 	GapBytes              uint64 // bytes those gaps reported lost
+	SnaplenBytes          uint64 // payload bytes packets lost to the capture's snap length
 	Fins                  uint64 // TCPStream.Fin calls
 	Resets                uint64 // connections closed by an RST
 	IdleFlushes           uint64 // connections closed after IdleTimeout without packets
 	Evictions             uint64 // connections closed because MaxConnections was reached
 	PageLimitHits         uint64 // gaps forced by a buffered-pages limit rather than by a timeout
+
+	DuplicatePackets uint64 // packets identical to one read just before from another file (dropped)
+	OverlappingFiles int    // input files whose time range overlaps another's (merged in time order)
 
 	TruncatedFiles int // files cut mid-record (the packets before the cut were used)
 	CorruptFiles   int // files with a damaged record (the packets before it were used)
@@ -39,11 +43,14 @@ func (s *Stats) add(o Stats) {
 	s.PayloadBytes += o.PayloadBytes
 	s.Gaps += o.Gaps
 	s.GapBytes += o.GapBytes
+	s.SnaplenBytes += o.SnaplenBytes
 	s.Fins += o.Fins
 	s.Resets += o.Resets
 	s.IdleFlushes += o.IdleFlushes
 	s.Evictions += o.Evictions
 	s.PageLimitHits += o.PageLimitHits
+	s.DuplicatePackets += o.DuplicatePackets
+	s.OverlappingFiles += o.OverlappingFiles
 	s.TruncatedFiles += o.TruncatedFiles
 	s.CorruptFiles += o.CorruptFiles
 }

@@ -1,0 +1,113 @@
+package capture
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+)
+
+// TestHolesProvenBySequenceNumbers: a lost segment with no data after it is
+// still a gap when the traffic proves it was sent: the receiver's ACK, a FIN
+// or RST past the bytes seen, or a snap length that cut the segment. Each
+// case is a conversation with one segment lost or cut, on both paths (the
+// in-order path and the assembler after a reordered segment).
+func TestHolesProvenBySequenceNumbers(t *testing.T) {
+	conv := conversation(client, server, 0, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\nbody", "GET /2 HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\nlast")
+	// conv: 0-2 handshake, 3-6 messages, 7 client FIN, 8 server FIN, 9 ACK.
+	without := func(i ...int) []seg {
+		var out []seg
+		for j, s := range conv {
+			if !slices.Contains(i, j) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		segs []seg
+		want string // the gap call expected, in the stream's calls
+	}{
+		{"last segment before FIN", without(6), "gap B 23"},
+		{"response lost, proven by the next request's ACK", without(4), "gap B 23"},
+		{"first request lost, proven by the response's ACK", without(3), "gap A 18"},
+		{"last segment and FIN lost, ACKs prove them", without(6, 8), "gap B 23"},
+	}
+	for _, tc := range tests {
+		for _, workers := range []int{1, 2} {
+			t.Run(tc.name, func(t *testing.T) {
+				cfg := DefaultConfig()
+				cfg.Workers = workers
+				rec, st, err := run(t, cfg, capFile(t, tc.segs))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ss := rec.streams()
+				if len(ss) != 1 {
+					t.Fatalf("%d streams", len(ss))
+				}
+				if !slices.Contains(ss[0].calls, tc.want) {
+					t.Errorf("no %q in %q", tc.want, ss[0].calls)
+				}
+				if st.Gaps == 0 {
+					t.Errorf("stats count no gap: %+v", st)
+				}
+			})
+		}
+	}
+}
+
+// TestSnaplenIsAGap: a segment cut by the snap length loses its bytes as a
+// gap; nothing of it is delivered as if it were whole.
+func TestSnaplenIsAGap(t *testing.T) {
+	body := strings.Repeat("x", 200)
+	conv := conversation(client, server, 0, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"+body)
+	pkts := frames(t, ethernetLink, conv)
+	const snap = 100
+	for i := range pkts {
+		if len(pkts[i].data) > snap {
+			pkts[i].data = pkts[i].data[:snap]
+		}
+	}
+	rec, st, err := run(t, DefaultConfig(), writeTemp(t, "snap.pcap", pcapBytes(t, layers.LinkTypeEthernet, pkts)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.streams()[0].calls
+	if want := "gap B 219"; !slices.Contains(calls, want) {
+		t.Errorf("no %q in %q", want, calls)
+	}
+	if st.SnaplenBytes != 219 {
+		t.Errorf("SnaplenBytes = %d, want 219", st.SnaplenBytes)
+	}
+	if got := rec.streams()[0].fromB(); got != "" {
+		t.Errorf("delivered %q of a cut segment", got)
+	}
+}
+
+// TestSameFileTwice: the same capture given twice is merged packet by
+// packet; every byte reaches the stream once, and the duplicates and the
+// overlap are counted.
+func TestSameFileTwice(t *testing.T) {
+	conv := conversation(client, server, 0, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\nbody")
+	path := capFile(t, conv)
+	once, _, err := run(t, DefaultConfig(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, st, err := run(t, DefaultConfig(), path, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := once.streams(), twice.streams(); len(a) != 1 || len(b) != 1 || !slices.Equal(a[0].calls, b[0].calls) {
+		t.Fatalf("twice differs from once:\n%q\n%q", a[0].calls, b[0].calls)
+	}
+	if st.DuplicatePackets != uint64(len(conv)) || st.OverlappingFiles != 2 {
+		t.Errorf("DuplicatePackets %d (want %d), OverlappingFiles %d (want 2)", st.DuplicatePackets, len(conv), st.OverlappingFiles)
+	}
+	if w := st.Warnings(); len(w) != 1 {
+		t.Errorf("warnings %q", w)
+	}
+}
