@@ -168,6 +168,10 @@ type Request struct {
 	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
 	// what arrived before the limit, the body was skipped (BodyIncomplete).
 	HeadTruncated bool
+	// BodyTruncated says the body outgrew MaxBodyBytes: it was counted, not
+	// peeked (BodyIncomplete is set too), so Messages is empty and MCP
+	// rests on the headers alone.
+	BodyTruncated bool
 }
 
 // Response is an HTTP response head.
@@ -184,6 +188,10 @@ type Response struct {
 	// what arrived before the limit, and the response ends "truncated" at once
 	// because its body cannot be delimited.
 	HeadTruncated bool
+	// PipelineOverflow says a request on this connection was forgotten
+	// past MaxPipelinedRequests before this response came: it may answer
+	// another request than Request (pairing is FIFO).
+	PipelineOverflow bool
 }
 
 // Event is one SSE event, dispatched when its terminating blank line arrived.
@@ -210,6 +218,10 @@ type Event struct {
 	// DataTruncated says the data outgrew MaxEventBytes: DataBytes and
 	// DataHash still cover all of it, Messages is empty.
 	DataTruncated bool
+	// LineDropped says a line of this event (or of an undispatched event
+	// since the previous one) outgrew MaxSSELineBytes: a data line kept
+	// flowing into the data, any other field (an id) was dropped.
+	LineDropped bool
 }
 
 // Body is a complete non-SSE response body that held JSON-RPC.
@@ -262,6 +274,13 @@ type End struct {
 	// LastID is the last id (SSE last-event-id buffer) the stream set.
 	LastID    string
 	HasLastID bool
+	// Limit names the decoder limit that cut or thinned this response
+	// ("MaxHeaderBytes" for its head or trailer, "MaxChunkLineBytes",
+	// "MaxBodyBytes" for a body not peeked, "MaxSSELineBytes" or
+	// "MaxEventBytes" when a line or event of the stream outgrew them);
+	// "" when none did. A response cut by a limit ends "truncated" without
+	// the server having ended it.
+	Limit string
 }
 
 // Gap reports bytes lost by the capture on a connection.

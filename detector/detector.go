@@ -56,6 +56,12 @@ type Detector struct {
 	exSerial        uint64 // last exchange.serial handed out
 	closed          bool
 	stats           Stats
+	// refused: exchanges turned away while MaxOpenExchanges was reached, so
+	// one rebuilt later from its events is known to have missed some.
+	// Bounded by MaxOpenExchanges; refusedAll says it overflowed (then any
+	// rebuilt exchange may be one).
+	refused    map[exKey]struct{}
+	refusedAll bool
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -75,6 +81,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sessionlessSeen: map[string]struct{}{},
 		tombs:           newTombstones(),
 		retiring:        map[*session]struct{}{},
+		refused:         map[exKey]struct{}{},
 		stats:           newStats(),
 	}
 }
@@ -120,6 +127,14 @@ type exchange struct {
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
 	seq         int // ordinal among the exchanges bound to sess
+	// limit names the bound that thinned this exchange's evidence (a
+	// decoder limit: a head, body, line or event cut, pipelined requests
+	// forgotten; or MaxOpenExchanges: observations missed while the table
+	// was full). Checks that rest on the missing part are Unverifiable.
+	limit string
+	// mcpUnknown: the request was cut by a limit before it showed whether
+	// it is MCP; its response decides.
+	mcpUnknown bool
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -219,7 +234,17 @@ func (d *Detector) exchangeFor(o *decode.Observation, needResponse bool) *exchan
 	ex := d.exchanges[key]
 	if ex == nil {
 		if o.Request != nil {
+			_, refused := d.refused[key]
 			ex = d.onRequest(o)
+			if ex != nil && (refused || d.refusedAll) {
+				// Its request came while the table was full: the
+				// observations between it and o were not followed.
+				delete(d.refused, key)
+				ex.limit = "MaxOpenExchanges"
+				if ex.resume != nil && ex.resume.unverifiable == "" {
+					ex.resume.unverifiable = ReasonOpenExchangeLimit
+				}
+			}
 		} else {
 			ex = d.newExchange(o)
 			if ex == nil {
@@ -276,8 +301,7 @@ func sortKeys(keys []exKey) {
 
 func (d *Detector) newExchange(o *decode.Observation) *exchange {
 	if len(d.exchanges) >= d.cfg.MaxOpenExchanges {
-		d.limitHit("MaxOpenExchanges", o.Time, nil, "exchange")
-		d.stats.Unverifiable[ReasonOpenExchangeLimit]++
+		d.refuseExchange(o)
 		return nil
 	}
 	d.exSerial++
@@ -293,6 +317,39 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 	ex.nextOnConn = d.openByConn[ex.key.conn]
 	d.openByConn[ex.key.conn] = ex
 	return ex
+}
+
+// refuseExchange: o's exchange finds the table full. Its observations are
+// not followed, so its session's event index misses whatever it carries;
+// the first refusal of each exchange is recorded as Unverifiable.
+func (d *Detector) refuseExchange(o *decode.Observation) {
+	const field = "MaxOpenExchanges"
+	key := exKey{o.Conn.ID, o.Exchange}
+	var s *session
+	if r := o.Request; r != nil && r.HasSessionID {
+		s = d.sessions[r.SessionID]
+	} else if r := o.Response; r != nil && r.HasSessionID {
+		s = d.sessions[r.SessionID]
+	}
+	if s != nil && s.indexLimit == "" {
+		s.indexLimit = field
+	}
+	d.limitHit(field, o.Time, s, "exchange")
+	if _, seen := d.refused[key]; seen {
+		return
+	}
+	if len(d.refused) >= d.cfg.MaxOpenExchanges {
+		clear(d.refused)
+		d.refusedAll = true
+	}
+	d.refused[key] = struct{}{}
+	if s == nil {
+		u := &Unverifiable{Time: o.Time, Check: "exchange", Reason: ReasonOpenExchangeLimit,
+			Client: o.Conn.Client.String(), Server: o.Conn.Server.String()}
+		u.ID = findingID("unverifiable", "exchange", u.Reason, u.Client, u.Server, strconv.Itoa(o.Exchange), o.Time.UTC().Format(time.RFC3339Nano))
+		d.stats.Unverifiable[u.Reason]++
+		d.sink.Unverifiable(u)
+	}
 }
 
 // dropExchange forgets an ended (or stale) exchange. It stays bound to its
@@ -369,7 +426,19 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	r := o.Request
 	ex.method, ex.path = r.Method, r.Path
 	ex.ignored = !isMCPRequest(r)
-	d.countExchange(ex)
+	switch {
+	case r.HeadTruncated:
+		ex.limit = "MaxHeaderBytes"
+	case r.BodyTruncated:
+		ex.limit = "MaxBodyBytes"
+	}
+	if ex.ignored && ex.limit != "" {
+		// What would have shown it to be MCP may be in the part the
+		// limit cut: its response decides (as for a request not seen).
+		ex.ignored, ex.mcpUnknown = false, true
+	} else {
+		d.countExchange(ex)
+	}
 	if ex.ignored {
 		return ex
 	}
@@ -377,8 +446,9 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
-	// A body cut by the capture may have held requests we cannot see.
-	ex.gap = r.BodyIncomplete
+	// A body cut by the capture may have held requests we cannot see
+	// (one cut by a limit is named by ex.limit instead).
+	ex.gap = r.BodyIncomplete && ex.limit == ""
 	for i := range r.Messages {
 		m := &r.Messages[i]
 		if m.Type == decode.MsgRequest && m.Method == "initialize" {
@@ -484,6 +554,24 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	r := o.Response
+	if ex.mcpUnknown {
+		ex.mcpUnknown = false
+		ex.ignored = !r.HasSessionID
+		d.countExchange(ex)
+		if ex.ignored {
+			return
+		}
+	}
+	switch {
+	case r.PipelineOverflow:
+		ex.limit = "MaxPipelinedRequests"
+	case r.HeadTruncated && ex.limit == "":
+		ex.limit = "MaxHeaderBytes"
+	}
+	if r.HeadTruncated && ex.sess != nil && ex.sess.indexLimit == "" {
+		// The body (a stream's event ids) is skipped.
+		ex.sess.indexLimit = "MaxHeaderBytes"
+	}
 	ex.hasResponse = true
 	ex.respAt = o.Time
 	ex.status = r.Status
@@ -527,6 +615,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		if ex.resume != nil {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonSessionDeleted)
 		}
+		return
+	}
+	if d.limitHidesPairing(ex, o) {
 		return
 	}
 	if ex.isInit && ex.hasRespSession {
@@ -578,6 +669,47 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	if ex.resume != nil {
 		d.resumeResponse(ex, o)
 	}
+}
+
+// limitHidesPairing handles a 2xx response whose session cannot be judged
+// because a limit cut the request or response head (the session header may
+// be in the cut part), the request body (an initialize may be in it), or
+// shifted request/response pairing (MaxPipelinedRequests): session_swap and
+// the resume become Unverifiable naming the limit, never a violation. It
+// reports whether onResponse must stop there.
+func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
+	switch ex.limit {
+	case "MaxHeaderBytes", "MaxBodyBytes", "MaxPipelinedRequests":
+	default:
+		return false
+	}
+	s, r := ex.sess, o.Response
+	pairing := ex.limit == "MaxPipelinedRequests"
+	swap := s != nil && ex.hasRespSession && ex.respSession != s.id
+	hidden := s == nil && ex.hasRespSession && (o.Request == nil || o.Request.HeadTruncated) ||
+		s != nil && !ex.hasRespSession && r.HeadTruncated
+	if !pairing && !swap && !hidden {
+		return false
+	}
+	if pairing && s == nil && !ex.hasRespSession {
+		return false // no session on either side: nothing to pair
+	}
+	reason := ReasonLimitPrefix + ex.limit
+	d.unverifiable(o.Time, s, ex, "session_swap", reason, ex.respSession)
+	if ex.resume != nil {
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
+	}
+	if !pairing && s == nil && ex.hasRespSession {
+		// The server's session for this exchange: follow its events
+		// (without the checks that need the request).
+		ns := d.session(ex.respSession, o)
+		if ns.rev == "" {
+			ns.rev = ex.rev
+		}
+		d.bind(ex, ns)
+		ns.requests++
+	}
+	return true
 }
 
 // onInitialized binds a new session to its initialize exchange.
@@ -672,6 +804,9 @@ func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 
 func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	e := o.End
+	if e.Limit != "" && ex.limit == "" {
+		ex.limit = e.Limit
+	}
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {
 		ex.gap = ex.gap || e.How == decode.EndGap
 		if ex.stream != nil && e.How == decode.EndGap {
@@ -691,6 +826,13 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 		}
 		if len(s.partial) < maxPartialIDsPerSession {
 			s.partial[e.PartialID] = struct{}{}
+		} else if _, ok := s.partial[e.PartialID]; !ok {
+			// A resume from this id would look like one from an id
+			// never issued.
+			if s.indexLimit == "" {
+				s.indexLimit = "maxPartialIDsPerSession"
+			}
+			d.limitHit("maxPartialIDsPerSession", o.Time, s, "truncated_resume")
 		}
 	}
 	if ex.resume != nil && !ex.resume.emitted {

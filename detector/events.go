@@ -62,6 +62,18 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 	ev := o.Event
 	s.eventsN++
 	d.touch(s, o.Time)
+	switch {
+	case ev.LineDropped:
+		// An id (or another field) of this event may be gone: the
+		// stream's ids and the session's index are incomplete.
+		ex.limit = "MaxSSELineBytes"
+		if s.indexLimit == "" {
+			s.indexLimit = ex.limit
+		}
+	case ev.DataTruncated && ex.limit == "":
+		// Its JSON-RPC messages (a response) were not read.
+		ex.limit = "MaxEventBytes"
+	}
 	priming := isPriming(ev)
 	known, reused := false, false
 	var ref eventRef
@@ -214,8 +226,14 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		s.events = make(map[string]eventRef, 16)
 	}
 	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
-	if priming && len(st.priming) < maxPrimingPositions {
-		st.priming = append(st.priming, st.next)
+	if priming {
+		if len(st.priming) < maxPrimingPositions {
+			st.priming = append(st.priming, st.next)
+		} else if !st.primingFull {
+			// Later priming positions would count as owed content.
+			st.primingFull = true
+			d.limitHit("maxPrimingPositions", o.Time, s, "event index")
+		}
 	}
 	st.next++
 }
@@ -242,6 +260,12 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 		s.decMax, s.decMaxAt = n, o.Time
 	}
 	if why == "" || !ex.once(onceReset) {
+		return
+	}
+	if s.indexLimit != "" {
+		// Ids the index had no room for look new when they come again
+		// (a replay after a resume): their order proves nothing.
+		d.unverifiable(o.Time, s, ex, "event order", ReasonLimitPrefix+s.indexLimit, o.Event.ID)
 		return
 	}
 	if d.gapped(ex, s.firstSeen) {

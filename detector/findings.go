@@ -231,8 +231,14 @@ func (d *Detector) limitHit(field string, t time.Time, s *session, check string)
 	d.unverifiable(t, s, nil, check, ReasonLimitPrefix+field)
 }
 
-func limitBit(field string) uint8 {
+func limitBit(field string) uint16 {
 	switch field {
+	case "MaxOpenExchanges":
+		return 32
+	case "maxPrimingPositions":
+		return 64
+	case "maxPartialIDsPerSession":
+		return 256
 	case "MaxEventsIndexedPerSession":
 		return 1
 	case "MaxStreamsPerSession":

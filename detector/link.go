@@ -43,6 +43,8 @@ func (l *lostIndex) add(d *Detector, s *session) {
 		old := l.ring[l.head]
 		l.forget(old)
 		d.stats.LimitsHit["MaxLostSessions"]++
+		// A re-initialisation of its client can no longer be linked.
+		d.unverifiable(d.now, old, nil, "silent_reinit_after_404", ReasonLimitPrefix+"MaxLostSessions")
 		d.flushUnknown(old)
 		l.ring[l.head] = nil
 		l.head = (l.head + 1) % len(l.ring)
@@ -340,6 +342,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	if e.ClientClosed {
 		return // the client gave the stream up; the server did not end it
 	}
+
 	s := ex.sess
 	var pending []string
 	tool := ""
@@ -360,6 +363,12 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		}
 	}
 	if len(pending) == 0 {
+		return
+	}
+	if ex.limit != "" && (e.How == decode.EndClean || e.How == decode.EndTruncated) {
+		// An id line, the response, or the stream's real end may be in
+		// what the limit cut.
+		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonLimitPrefix+ex.limit)
 		return
 	}
 	switch e.How {

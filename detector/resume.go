@@ -95,6 +95,9 @@ func unverifiableCode(reason string) string {
 		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonSessionDeleted, ReasonTSGetStream:
 		return reason
 	}
+	if strings.HasPrefix(reason, ReasonLimitPrefix) {
+		return reason // a limit's name is stable
+	}
 	return "resume outcome not shown by the capture"
 }
 
@@ -155,7 +158,11 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			rs.got = make([]uint64, (rs.owedMax-ref.pos+63)/64)
 		}
 		ex.stream = st
-		if st.gap || d.gapped(ex, s.firstSeen) {
+		if ex.limit != "" {
+			rs.unverifiable = ReasonLimitPrefix + ex.limit
+		} else if st.primingFull {
+			rs.unverifiable = ReasonLimitPrefix + "maxPrimingPositions"
+		} else if st.gap || d.gapped(ex, s.firstSeen) {
 			// Lost bytes between this client and server since the
 			// session began (or a capture-wide loss) may hide events
 			// the server did replay.
@@ -166,6 +173,8 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	switch {
+	case ex.limit != "":
+		rs.unverifiable = ReasonLimitPrefix + ex.limit
 	case !s.startSeen:
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
@@ -242,12 +251,20 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 			switch {
 			case n == rs.goCursor && ex.once(onceReplayed):
 				d.replayed(ex, s, o, "the stream delivered the id the client resumed from again")
+			case n < rs.goCursor && !known && s.indexLimit != "":
+				// Not indexed need not mean never delivered: the index
+				// was full.
+				if ex.once(onceReset) {
+					d.unverifiable(o.Time, s, ex, "event order", ReasonLimitPrefix+s.indexLimit, ev.ID)
+				}
 			case n < rs.goCursor && !known && ex.once(onceReset):
 				// Ordered before the cursor, yet never delivered in this
 				// capture: the ids went backwards. Calling it a replay
 				// would claim a delivery the capture does not show.
 				d.eventIDReset(ex, s, ex.stream, o, fmt.Sprintf("go-sdk index %d after resuming from index %d, an id this capture never saw delivered", n, rs.goCursor))
-			case n > rs.goNext && !ex.gap && rs.unverifiable != ReasonCaptureGap && ex.once(onceIncomplete):
+			case n > rs.goNext && (ex.gap || ex.limit != "" || rs.unverifiable == ReasonCaptureGap):
+				// Lost or unread bytes may hold the events between.
+			case n > rs.goNext && ex.once(onceIncomplete):
 				d.incomplete(ex, s, o, fmt.Sprintf("go-sdk ids are dense per stream: after %s_%d came %s, so %d event(s) were never delivered", rs.goPrefix, rs.goNext-1, ev.ID, n-rs.goNext))
 			}
 			if n >= rs.goNext {
@@ -294,7 +311,7 @@ func (rs *resumeState) missingOwed(st *stream, upto int32) []int32 {
 // not replayed although the server went past them.
 func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32) {
 	rs := ex.resume
-	if rs.owedLeft == 0 || rs.unverifiable != "" || ex.gap {
+	if rs.owedLeft == 0 || rs.unverifiable != "" || ex.gap || ex.limit != "" {
 		return // nothing owed, or lost bytes could hold the missing events
 	}
 	st := s.streams[rs.stream]
@@ -350,8 +367,15 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 		reason := ReasonStreamCut
 		if !ex.hasResponse {
 			reason = "no response captured"
+		} else if ex.limit != "" {
+			reason = ReasonLimitPrefix + ex.limit
 		}
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
+		return
+	}
+	if ex.limit != "" && (o.End.How != decode.EndClean || o.End.Limit != "") {
+		// The limit, not the server, may have cut the stream.
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonLimitPrefix+ex.limit)
 		return
 	}
 	switch o.End.How {
@@ -360,7 +384,11 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 			// Events replayed past a missing one leave the client a
 			// cursor beyond it: lost. Otherwise it may resume again.
 			d.checkOwed(ex, ex.sess, o, rs.maxGot)
-			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonOwedNotReplayed)
+			reason := ReasonOwedNotReplayed
+			if rs.unverifiable != "" && strings.HasPrefix(rs.unverifiable, ReasonLimitPrefix) {
+				reason = rs.unverifiable
+			}
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
 			return
 		}
 		if rs.unverifiable != "" {

@@ -33,7 +33,10 @@ type stream struct {
 	next      int32 // next position to hand out
 	maxNum    int64 // highest go-sdk index / decimal value of a new id; -1 none
 	gap       bool  // some exchange carrying it lost bytes
-	priming   []int32
+	// primingFull: more priming positions than maxPrimingPositions; the
+	// owed events of a resume on it cannot be counted.
+	primingFull bool
+	priming     []int32
 	// primingBuf backs priming for its first positions: a stream is
 	// primed once, plus once per replay, so most never allocate.
 	primingBuf [2]int32
@@ -111,7 +114,7 @@ type session struct {
 	reinitFlagged  bool // form 3 of silent_reinit_after_404 already raised
 
 	swappedFrom    *session
-	limitsReported uint8
+	limitsReported uint16
 
 	// LRU list by last activity, oldest at d.lruTail.
 	newer, older *session

@@ -209,6 +209,16 @@ func (r *specRun) configLine(args []string) error {
 			r.cfg.MaxSessions, _ = strconv.Atoi(v)
 		case "max_streams":
 			r.cfg.MaxStreamsPerSession, _ = strconv.Atoi(v)
+		case "max_open_exchanges":
+			r.cfg.MaxOpenExchanges, _ = strconv.Atoi(v)
+		case "max_lost_sessions":
+			r.cfg.MaxLostSessions, _ = strconv.Atoi(v)
+		case "max_inflight":
+			r.cfg.MaxInflightPerSession, _ = strconv.Atoi(v)
+		case "max_responses":
+			r.cfg.MaxResponsesPerSession, _ = strconv.Atoi(v)
+		case "max_progress":
+			r.cfg.MaxProgressTokensPerSession, _ = strconv.Atoi(v)
 		case "idle":
 			d, err := time.ParseDuration(v)
 			if err != nil {
