@@ -65,6 +65,15 @@ type conn struct {
 	lastKey   int64  // observation sort keys never go back within a connection
 	exchanges int    // exchange indexes handed out
 	queue     []*exchange
+	// pairingLost: the capture lost bytes of this connection, so which
+	// request a later response answers is unknown (the hole may have held
+	// requests, responses or both). Every later response is reported
+	// without a request, and every request still waiting ends as a gap.
+	pairingLost bool
+	// overflowed: a request was forgotten past MaxPipelinedRequests, so
+	// responses may be paired with the wrong requests until one finds no
+	// request waiting (Response.PipelineOverflow).
+	overflowed bool
 	// values holds the header values last seen on this connection, by
 	// header (see value).
 	values [numValueSlots]string
@@ -130,6 +139,12 @@ type dir struct {
 	sseOn     bool   // the current response's body goes through sse
 	sseHits   [2]int // SSE limit hits already counted
 	events    int
+	// evLineHits: SSE line limit hits already reported on an event
+	// (Event.LineDropped).
+	evLineHits int
+	// limit names the decoder limit that cut the current response, for
+	// End.Limit ("" when none did).
+	limit string
 }
 
 func newConn(w *worker, meta ConnMeta) *conn {
@@ -181,6 +196,20 @@ func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 		d.enterSync()
 	}
 	c.emit(&Observation{Kind: KindGap, Time: ts, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost}})
+	c.pairingLost = true
+	c.endQueued(ts)
+}
+
+// endQueued ends every exchange still waiting for its response as cut by a
+// gap: after lost bytes no response can be proven to be theirs.
+func (c *conn) endQueued(ts time.Time) {
+	for len(c.queue) > 0 {
+		ex := c.queue[0]
+		c.dequeue()
+		if ex.req != nil {
+			c.emit(&Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, Request: ex.req, End: &End{How: EndGap}})
+		}
+	}
 }
 
 // Fin implements TCPStream.
@@ -218,6 +247,9 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		c.w.putBuf(d.buf)
 		c.w.putBuf(d.body)
 		d.buf, d.body, d.sse = nil, nil, nil
+	}
+	if c.pairingLost {
+		c.endQueued(ts)
 	}
 	c.queue = nil
 }
@@ -317,6 +349,7 @@ func (d *dir) resetMessage() {
 	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
 	d.events = 0
 	d.sseOn = false
+	d.limit = ""
 	d.lineLen = 0
 }
 
@@ -490,10 +523,11 @@ func (d *dir) headTooLarge(midLine bool) {
 		d.finishRequest(true)
 	} else if ro, _ := d.parseResponseHead(); ro.resp.Status >= 200 {
 		ro.resp.HeadTruncated = true
-		ex := d.c.popExchange()
+		ex := d.c.popExchange(d.ts)
 		d.ex, d.resp = ex, ro
 		d.resetBody()
 		d.emitResponse(ro)
+		d.limit = "MaxHeaderBytes"
 		d.endResponse(EndTruncated)
 	}
 	d.enterSync()
@@ -507,6 +541,7 @@ func (c *conn) newExchange(ex *exchange, method string) *exchange {
 	*ex = exchange{index: c.exchanges, method: method}
 	if len(c.queue) >= MaxPipelinedRequests {
 		c.w.stats.pipelineOverflows.Add(1)
+		c.overflowed = true
 		c.dequeue()
 	}
 	c.queue = append(c.queue, ex)
@@ -524,7 +559,10 @@ func (c *conn) dequeue() {
 
 // popExchange takes the oldest unanswered exchange, or makes one for a
 // response whose request was not seen.
-func (c *conn) popExchange() *exchange {
+func (c *conn) popExchange(ts time.Time) *exchange {
+	if c.pairingLost {
+		c.endQueued(ts)
+	}
 	if len(c.queue) > 0 {
 		ex := c.queue[0]
 		c.dequeue()
@@ -794,6 +832,7 @@ func (d *dir) finishRequest(incomplete bool) {
 	st := d.c.w.stats
 	req.BodyBytes = d.bodyBytes
 	req.BodyIncomplete = incomplete || d.bodyOver
+	req.BodyTruncated = d.bodyOver
 	if !req.BodyIncomplete && len(d.body) > 0 {
 		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
 		if HasJSONRPC(msgs) {
@@ -867,6 +906,12 @@ func (d *dir) parseResponseHead() (*responseObservation, framing) {
 // emitResponse emits the response head of the exchange d.ex.
 func (d *dir) emitResponse(ro *responseObservation) {
 	ex := d.ex
+	if d.c.overflowed {
+		// Pairing may be shifted by the forgotten request; it is right
+		// again after a response that found no request waiting.
+		ro.resp.PipelineOverflow = true
+		d.c.overflowed = ex.req != nil
+	}
 	ro.obs = Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: &ro.resp}
 	d.c.emit(&ro.obs)
 }
@@ -886,7 +931,7 @@ func (d *dir) responseHead() {
 		d.nextMessage()
 		return
 	}
-	ex := d.c.popExchange()
+	ex := d.c.popExchange(d.ts)
 	d.ex, d.resp = ex, ro
 	d.resetBody()
 	noBody := ex.method == "HEAD" || status == 204 || status == 304
@@ -906,6 +951,7 @@ func (d *dir) responseHead() {
 			d.sse.Reset()
 		}
 		d.sseHits = [2]int{}
+		d.evLineHits = 0
 		d.sseOn = true
 	} else {
 		ct := resp.ContentType
@@ -960,6 +1006,7 @@ func (d *dir) chunked(p []byte) []byte {
 			if len(d.buf)+len(seg) > MaxChunkLineBytes {
 				st.parseErrors[errBadChunk].Add(1)
 				consumed := len(d.buf)
+				d.limit = "MaxChunkLineBytes"
 				d.framingError()
 				return d.skipLineAfterError(consumed, seg, rest, complete)
 			}
@@ -1014,6 +1061,7 @@ func (d *dir) chunked(p []byte) []byte {
 			if d.remaining > int64(d.c.w.cfg.MaxHeaderBytes) {
 				st.headerLimitHits.Add(1)
 				consumed := d.lineLen
+				d.limit = "MaxHeaderBytes"
 				d.framingError()
 				return d.skipLineAfterError(consumed, seg, rest, complete)
 			}
@@ -1109,6 +1157,10 @@ func (d *dir) onEvent(e *SSEEvent) {
 		LastEventID:   e.LastEventID,
 		DataTruncated: e.DataTruncated,
 	}
+	if n := d.sse.LineLimitHits; n != d.evLineHits {
+		eo.ev.LineDropped = true
+		d.evLineHits = n
+	}
 	d.events++
 	st.sseEvents.Add(1)
 	if !e.DataTruncated {
@@ -1163,6 +1215,14 @@ func (d *dir) endResponse(how EndHow) {
 		}
 		end.LastID, end.HasLastID = d.sse.LastEventID()
 		end.Events = d.events
+		switch {
+		case d.sse.LineLimitHits > 0:
+			d.limit = "MaxSSELineBytes"
+		case d.sse.EventLimitHits > 0:
+			d.limit = "MaxEventBytes"
+		}
+	} else if d.bodyOver {
+		d.limit = "MaxBodyBytes"
 	} else if how == EndClean && len(d.body) > 0 && !d.bodyOver {
 		bo := &bodyObservation{}
 		msgs, batch, _ := d.c.w.peeker.peekInto(bo.msg[:0], d.body)
@@ -1173,6 +1233,7 @@ func (d *dir) endResponse(how EndHow) {
 			d.c.emit(&bo.obs)
 		}
 	}
+	end.Limit = d.limit
 	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end}
 	d.c.emit(&eo.obs)
 	d.resp = nil
