@@ -2,7 +2,11 @@
 // themselves live in subpackages (jsonl, text, and later ClickHouse).
 package sink
 
-import "time"
+import (
+	"math"
+	"strconv"
+	"time"
+)
 
 // Summary is the closing account of one analysis: what was read, what was
 // understood, and what was found. JSON field names are part of the output
@@ -23,11 +27,49 @@ type Summary struct {
 	UnknownOutcomes int            `json:"unknown_outcomes"`
 	Unverifiable    int            `json:"unverifiable"`
 	CaptureGaps     uint64         `json:"capture_gaps"`
-	CaptureGapBytes uint64         `json:"capture_gap_bytes"`
-	LimitsHit       map[string]int `json:"limits_hit"` // named limit -> times hit
-	CaptureStart    time.Time      `json:"capture_start"`
-	CaptureEnd      time.Time      `json:"capture_end"`
-	Elapsed         time.Duration  `json:"-"`
-	ElapsedSeconds  float64        `json:"elapsed_seconds"`
-	Errors          []string       `json:"errors"` // non-fatal input problems (truncated file, ...)
+	CaptureGapBytes uint64         `json:"capture_gap_bytes"` // includes SnaplenBytes
+	LimitsHit       map[string]int `json:"limits_hit"`        // named limit -> times hit
+
+	// What share of the capture could be analysed. AnalysedShare is
+	// PayloadBytes / (PayloadBytes + CaptureGapBytes + UnreadFileBytes), nil
+	// when all three are zero (no packets, or no TCP payload at all).
+	PayloadBytes       uint64   `json:"tcp_payload_bytes"`   // TCP payload bytes delivered to the decoder
+	SnaplenBytes       uint64   `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
+	UnreadFileBytes    uint64   `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
+	UndecodablePackets uint64   `json:"undecodable_packets"` // packets whose headers could not be decoded
+	AnalysedShare      *float64 `json:"analysed_share"`      // 0..1
+	// PartialReason says why the capture could not be analysed (less than
+	// half of it analysed, or most packets undecodable); nil when it could.
+	// PartialAdvice is what to do about it, for the text report.
+	PartialReason *string `json:"partial_reason"`
+	PartialAdvice string  `json:"-"`
+
+	// CaptureStart and CaptureEnd are the capture times of the first and
+	// last HTTP message or SSE event decoded; nil when none was (no packets,
+	// no TCP payload, headers only).
+	CaptureStart   *time.Time    `json:"capture_start"`
+	CaptureEnd     *time.Time    `json:"capture_end"`
+	Elapsed        time.Duration `json:"-"`
+	ElapsedSeconds float64       `json:"elapsed_seconds"`
+	Errors         []string      `json:"errors"` // non-fatal input problems (truncated file, ...)
+}
+
+// Percent prints a share (0..1) as a whole percentage rounded down, so a
+// share below a threshold never prints as the threshold and only a complete
+// capture prints 100%; a sliver above nothing prints "under 1%".
+func Percent(share float64) string {
+	if share > 0 && share < 0.01 {
+		return "under 1%"
+	}
+	// The epsilon keeps 0.29 (28.999...) from printing as 28%.
+	return strconv.Itoa(int(math.Floor(share*100+1e-9))) + "%"
+}
+
+// AnalysedPercent is Percent of the analysed share, "-" when there was
+// nothing to analyse.
+func (s *Summary) AnalysedPercent() string {
+	if s.AnalysedShare == nil {
+		return "-"
+	}
+	return Percent(*s.AnalysedShare)
 }

@@ -7,7 +7,8 @@
 //	replaywatch version
 //
 // Exit codes: 0 nothing found, 1 violations found, 2 error (bad file, bad
-// flags), so analyze can gate a CI job.
+// flags, a capture most of which could not be analysed), so analyze can gate
+// a CI job.
 package main
 
 import (
@@ -33,7 +34,8 @@ Usage:
   replaywatch version                   print the version
   replaywatch help [COMMAND]            show help
 
-Exit codes: 0 no violations, 1 violations found, 2 error.
+Exit codes: 0 no violations, 1 violations found, 2 error (for analyze, also a
+capture most of which could not be analysed; see "replaywatch analyze --help").
 Run "replaywatch analyze --help" for the analyze flags.
 `
 

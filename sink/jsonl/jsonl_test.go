@@ -63,6 +63,12 @@ func TestEmptyValuesAreNullNotOmitted(t *testing.T) {
 	if recs[5]["packets"] != float64(3) {
 		t.Errorf("summary = %v", recs[5])
 	}
+	// A capture with nothing decoded has no times: null, never year 1.
+	for _, f := range []string{"capture_start", "capture_end", "analysed_share", "partial_reason"} {
+		if val, ok := recs[5][f]; !ok || val != nil {
+			t.Errorf("empty summary field %q = %v (present %v), want null", f, val, ok)
+		}
+	}
 }
 
 func TestTimesAndHostileStrings(t *testing.T) {

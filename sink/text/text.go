@@ -96,9 +96,11 @@ func (w *Writer) Finish(s *sink.Summary) error {
 
 func writeSummary(b *strings.Builder, s *sink.Summary) {
 	fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanize.Bytes(int64(s.Bytes)))
-	if !s.CaptureStart.IsZero() {
+	if s.CaptureStart != nil && s.CaptureEnd != nil {
 		fmt.Fprintf(b, ", capture %s .. %s (%s)", s.CaptureStart.UTC().Format(time.RFC3339),
-			s.CaptureEnd.UTC().Format(time.RFC3339), s.CaptureEnd.Sub(s.CaptureStart).Round(time.Millisecond))
+			s.CaptureEnd.UTC().Format(time.RFC3339), s.CaptureEnd.Sub(*s.CaptureStart).Round(time.Millisecond))
+	} else {
+		b.WriteString(", capture times none (no HTTP decoded)")
 	}
 	b.WriteByte('\n')
 	row := func(name string, format string, args ...any) {
@@ -112,14 +114,40 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	row("Findings", "%s", counts(s.Findings))
 	row("Unknown outcomes", "%d", s.UnknownOutcomes)
 	row("Unverifiable", "%d", s.Unverifiable)
-	row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanize.Bytes(int64(s.CaptureGapBytes)))
+	if s.SnaplenBytes > 0 {
+		row("Capture gaps", "%d (%s lost, %s of it cut by the snap length)", s.CaptureGaps,
+			humanize.Bytes(int64(s.CaptureGapBytes)), humanize.Bytes(int64(s.SnaplenBytes)))
+	} else {
+		row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanize.Bytes(int64(s.CaptureGapBytes)))
+	}
+	if s.UnreadFileBytes > 0 {
+		row("Unread", "%s of damaged files", humanize.Bytes(int64(s.UnreadFileBytes)))
+	}
+	if s.AnalysedShare != nil {
+		row("Analysed", "%s of TCP payload bytes (%s)", s.AnalysedPercent(), humanize.Bytes(int64(s.PayloadBytes)))
+	} else {
+		row("Analysed", "- (no TCP payload captured)")
+	}
 	if len(s.LimitsHit) > 0 {
 		row("Limits hit", "%s", counts(s.LimitsHit))
 	}
 	for _, e := range s.Errors {
 		row("Input problem", "%s", e)
 	}
-	if s.Violations == 0 {
+	switch {
+	case s.PartialReason != nil:
+		fmt.Fprintf(b, "\nIncomplete analysis: %s.\n", *s.PartialReason)
+		if s.PartialAdvice != "" {
+			fmt.Fprintf(b, "To analyse it: %s.\n", s.PartialAdvice)
+		}
+		if s.Violations == 0 {
+			b.WriteString("No violations in the part that could be analysed.\n")
+		}
+	case s.Packets == 0:
+		b.WriteString("\nNothing analysed: the capture holds no packets.\n")
+	case s.AnalysedShare == nil:
+		b.WriteString("\nNothing analysed: the capture holds no TCP payload.\n")
+	case s.Violations == 0:
 		b.WriteString("\nNo violations: every resume seen kept its contract.\n")
 	}
 }

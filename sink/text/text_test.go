@@ -57,7 +57,8 @@ func TestListsAreBounded(t *testing.T) {
 	for range MaxListed + 5 {
 		w.Unverifiable(&detector.Unverifiable{Check: "resume", Reason: "gap"})
 	}
-	w.Finish(&sink.Summary{})
+	all := 1.0
+	w.Finish(&sink.Summary{Packets: 1, PayloadBytes: 1, AnalysedShare: &all})
 	if !strings.Contains(buf.String(), "5 more records not listed") {
 		t.Errorf("overflow not reported:\n%s", buf.String()[len(buf.String())-200:])
 	}
@@ -76,5 +77,56 @@ func TestStreamPrintsAtOnce(t *testing.T) {
 	s.UnknownOutcome(&detector.UnknownOutcome{SessionID: "S1", Method: "tools/call", JSONRPCID: "2", Tool: "t", Reason: "session lost"})
 	if !strings.Contains(b.String(), "UNKNOWN OUTCOME") {
 		t.Fatal("unknown outcome not printed")
+	}
+}
+
+// TestSummaryCoverage: how much was analysed, times never printed as year 1,
+// and no "every resume kept its contract" for a capture mostly lost.
+func TestSummaryCoverage(t *testing.T) {
+	share := func(f float64) *float64 { return &f }
+	reason := "only 3% of TCP payload bytes could be analysed: 12,345 bytes were cut by the capture's snap length (64 bytes)"
+	start, end := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), time.Date(2026, 11, 30, 12, 0, 2, 0, time.UTC)
+	tests := []struct {
+		name     string
+		s        sink.Summary
+		want     []string
+		dontWant []string
+	}{
+		{name: "intact", s: sink.Summary{Packets: 10, PayloadBytes: 2048, AnalysedShare: share(1), CaptureStart: &start, CaptureEnd: &end},
+			want:     []string{"capture 2026-11-30T12:00:00Z .. 2026-11-30T12:00:02Z (2s)", "Analysed           100% of TCP payload bytes (2.0 KiB)", "No violations: every resume"},
+			dontWant: []string{"Incomplete", "Nothing analysed"}},
+		{name: "snap length", s: sink.Summary{Packets: 10, PayloadBytes: 382, CaptureGaps: 8, CaptureGapBytes: 12345, SnaplenBytes: 12345,
+			AnalysedShare: share(0.03), PartialReason: &reason, PartialAdvice: "recapture with -s 0"},
+			want: []string{"capture times none (no HTTP decoded)", "Capture gaps       8 (12.1 KiB lost, 12.1 KiB of it cut by the snap length)",
+				"Analysed           3% of TCP payload bytes (382 B)", "Incomplete analysis: " + reason + ".", "To analyse it: recapture with -s 0.",
+				"No violations in the part that could be analysed."},
+			dontWant: []string{"0001-01-01", "every resume seen kept its contract"}},
+		{name: "damaged", s: sink.Summary{Packets: 10, PayloadBytes: 100, UnreadFileBytes: 4096, AnalysedShare: share(0.02), PartialReason: &reason},
+			want: []string{"Unread             4.0 KiB of damaged files"}},
+		{name: "empty", s: sink.Summary{},
+			want:     []string{"0 packets", "capture times none", "Analysed           - (no TCP payload captured)", "Nothing analysed: the capture holds no packets."},
+			dontWant: []string{"0001-01-01", "every resume seen kept its contract"}},
+		{name: "no payload", s: sink.Summary{Packets: 7},
+			want:     []string{"Nothing analysed: the capture holds no TCP payload."},
+			dontWant: []string{"every resume seen kept its contract"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := New(&buf).Finish(&tt.s); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("report lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.dontWant {
+				if strings.Contains(out, w) {
+					t.Errorf("report has %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }
