@@ -397,21 +397,16 @@ func after(a, b uint32) bool { return int32(a-b) > 0 }
 //   - the other half's ACK covers bytes this half never showed (the last
 //     data segment of a response lost, on a keep-alive connection or before
 //     the capture ended);
-//   - a FIN or RST whose sequence number is past the bytes seen (the last
-//     segment before FIN lost);
 //   - a segment the snap length cut (its bytes are lost, s.lost).
 //
-// On a connection the worker follows in order, the hole is reported as soon
-// as it is proven and before anything that could be read as coming after it:
-// before the other half's next data (a request must not be paired with a
-// response whose end was lost), before the FIN, at the cut segment; the
-// expected sequence number then moves past it, so the connection stays in
-// order. On a connection in the assembler's care only a FIN's hole is
-// reported here (the FIN is moved to the end of the bytes seen, where the
-// assembler takes it); any other proven hole is reported when the connection
-// closes (conn.close). A capture that reorders an ACK before the data it
-// covers (two interfaces, several rings) makes a hole that was not: that
-// costs a finding, never adds one.
+// A FIN or data past the bytes seen proves nothing: behind a lossy link the
+// sender's retransmission is still to come. A proven hole is reported before
+// anything that could be read as coming after it (the other half's next data
+// or FIN: a request must not be paired with a response whose end was lost),
+// else LossProofDelay after its proof (checkProofs), else at close; on the
+// in-order path the expected sequence number then moves past it. A capture
+// that holds an ACK before the data it covers (two interfaces, several
+// rings) makes a hole that was not: that costs a finding, never adds one.
 func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	d := c.dirOf(s.fromLo)
 	o := 1 - d
@@ -431,9 +426,13 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	if len(s.payload) > 0 || f&flagSYN != 0 {
 		c.seen[d] = latest(c.seen[d], end)
 	}
-	// Whatever a segment carries, its sequence number says the bytes
-	// before it were sent; a cut segment's bytes were sent too.
-	c.proof[d] = latest(c.proof[d], end+s.lost)
+	// A cut segment's bytes passed the capture point. (A FIN or data past
+	// the bytes seen proves nothing: on a capture behind a lossy link the
+	// retransmission is still to come. Only the receiver's ACK proves the
+	// bytes went by.)
+	if s.lost > 0 {
+		c.proof[d] = latest(c.proof[d], end+s.lost)
+	}
 	inOrder := !c.inAsm && !w.assembleAll
 	for _, h := range [2]int{d, o} {
 		switch {
@@ -462,22 +461,12 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	if f&flagFIN == 0 {
 		return
 	}
-	if len(s.payload) == 0 {
-		switch {
-		case inOrder && c.started[d] && after(end, c.next[d]):
-			w.reportLoss(c, d, c.next[d], s.ts)
-		case c.inAsm && after(end, c.seen[d]):
-			// Moved to the end of the bytes seen, where the assembler
-			// expects it (unless data after an earlier hole is still
-			// buffered: then it waits for that hole's flush).
-			from := c.seen[d]
-			w.reportLoss(c, d, from, s.ts)
-			s.seq = from
-		}
+	// A FIN right after the bytes seen takes one sequence number, so its
+	// ACK proves nothing lost; one past a hole leaves the hole to prove.
+	if end == c.seen[d] {
+		c.seen[d] = end + 1
+		c.proof[d] = latest(c.proof[d], c.seen[d])
 	}
-	// The FIN takes one sequence number: its ACK proves nothing lost.
-	c.seen[d] = latest(c.seen[d], end+1)
-	c.proof[d] = latest(c.proof[d], c.seen[d])
 }
 
 // latest returns whichever of two sequence numbers comes later.
