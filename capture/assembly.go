@@ -425,6 +425,9 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	}
 	if len(s.payload) > 0 || f&flagSYN != 0 {
 		c.seen[d] = latest(c.seen[d], end)
+		if c.finAt[d] != 0 && c.seen[d] == c.finAt[d] {
+			c.seen[d]++ // a FIN that came before the retransmission it follows
+		}
 	}
 	// A cut segment's bytes passed the capture point. (A FIN or data past
 	// the bytes seen proves nothing: on a capture behind a lossy link the
@@ -466,6 +469,8 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	if end == c.seen[d] {
 		c.seen[d] = end + 1
 		c.proof[d] = latest(c.proof[d], c.seen[d])
+	} else if after(end, c.seen[d]) {
+		c.finAt[d] = end
 	}
 }
 
@@ -838,6 +843,7 @@ type conn struct {
 	known       [2]bool
 	seen, proof [2]uint32
 	proofAt     [2]time.Time // when a proven hole is reported (zero: none pending)
+	finAt       [2]uint32    // the sequence number of a FIN that came past the bytes seen (0: none)
 	fin         [2]bool      // per direction
 	rst         bool
 	closed      bool // Close was called on the stream
