@@ -62,10 +62,34 @@ type Result struct {
 // process is stopped. A capture started on ClientIface before the call
 // sees all of the client's traffic.
 func (r *Rig) RollingDeploy(ctx context.Context) (Result, error) {
+	return r.Run(ctx, Scenario{})
+}
+
+// Scenario is a variant of the rolling deploy; the zero value is
+// RollingDeploy's.
+type Scenario struct {
+	// NoDrain runs the same programs and calls without the drain: the call
+	// completes on backend1 with its progress, nothing is cut or resumed,
+	// and the client closes its session. A capture of it holds no
+	// violation.
+	NoDrain bool
+	// Timeout is the application's deadline for a call (default 3 s).
+	// The first call of the rolling deploy never completes and ends only
+	// at it; a longer one leaves the go-sdk client's resume (1 to 2 s after
+	// the cut) more room on a slow or lossy link.
+	Timeout time.Duration
+}
+
+// Run runs the scenario sc: RollingDeploy, or its variant.
+func (r *Rig) Run(ctx context.Context, sc Scenario) (Result, error) {
 	var res Result
-	prog, err := r.program(ctx)
+	prog, err := r.programFor(ctx, "rollingdeploy")
 	if err != nil {
 		return res, err
+	}
+	timeout := sc.Timeout
+	if timeout == 0 {
+		timeout = deployTimeout
 	}
 	lbAddr := hostPort(r.Addr(LB), LBPort)
 	b1, b2 := hostPort(r.Addr(Backend1), BackendPort), hostPort(r.Addr(Backend2), BackendPort)
@@ -102,18 +126,20 @@ func (r *Rig) RollingDeploy(ctx context.Context) (Result, error) {
 	var out bytes.Buffer
 	start := time.Now()
 	client, err := r.start(Client, "client", &out, prog, "client", "-url", "http://"+lbAddr+"/mcp",
-		"-steps", fmt.Sprint(deployProgress), "-hold", deployHold.String(), "-timeout", deployTimeout.String())
+		"-steps", fmt.Sprint(deployProgress), "-hold", deployHold.String(), "-timeout", timeout.String())
 	if err != nil {
 		return res, err
 	}
 	procs = append(procs, client)
 
-	drained, err := drainWhenStreaming(ctx, admin, client.done)
-	if err != nil {
-		return res, err
-	}
-	if drained != nil {
-		res.Drained, res.DrainedStream = drained.Backend, *drained
+	if !sc.NoDrain {
+		drained, err := drainWhenStreaming(ctx, admin, client.done)
+		if err != nil {
+			return res, err
+		}
+		if drained != nil {
+			res.Drained, res.DrainedStream = drained.Backend, *drained
+		}
 	}
 	select {
 	case <-client.done:
@@ -132,7 +158,7 @@ func (r *Rig) RollingDeploy(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.LB = *st
-	if res.Drained == "" {
+	if res.Drained == "" && !sc.NoDrain {
 		return res, fmt.Errorf("the client finished before any stream carried %d progress events: nothing was drained", deployProgress)
 	}
 	return res, nil
@@ -170,16 +196,17 @@ func hostPort(a netip.Addr, port int) string {
 	return netip.AddrPortFrom(a, uint16(port)).String()
 }
 
-// program builds the scenario program into the rig's directory, once.
-func (r *Rig) program(ctx context.Context) (string, error) {
+// programFor builds one of the rig's programs (cmd/rollingdeploy,
+// cmd/lossyfwd) into the rig's directory, once.
+func (r *Rig) programFor(ctx context.Context, name string) (string, error) {
 	r.buildMu.Lock()
 	defer r.buildMu.Unlock()
-	if r.prog != "" {
-		return r.prog, nil
+	if p, ok := r.progs[name]; ok {
+		return p, nil
 	}
-	out := filepath.Join(r.dir, "rollingdeploy")
+	out := filepath.Join(r.dir, name)
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out,
-		"github.com/replaywatch/replaywatch/internal/netnsrig/cmd/rollingdeploy")
+		"github.com/replaywatch/replaywatch/internal/netnsrig/cmd/"+name)
 	// From this package's source directory when it is there (any working
 	// directory inside the module does).
 	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
@@ -188,9 +215,9 @@ func (r *Rig) program(ctx context.Context) (string, error) {
 		}
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the scenario program: %w\n%s", err, b)
+		return "", fmt.Errorf("building %s: %w\n%s", name, err, b)
 	}
-	r.prog = out
+	r.progs[name] = out
 	return out, nil
 }
 

@@ -11,6 +11,11 @@
 // call, and the client's resume lands on the other backend, which answers
 // 200 with a new session (a session_swap).
 //
+// LossyLink replaces the client's veth with two TAP devices joined by
+// cmd/lossyfwd, a userspace forwarder that drops, duplicates, reorders and
+// delays frames (this kernel has no netem), so the same scenario can run
+// over a clean and an impaired link and TCP really retransmits.
+//
 // Needs root and iproute2's ip. Setup skips a test without them unless CI is
 // set, where it fails.
 package netnsrig
@@ -65,17 +70,18 @@ type Rig struct {
 	// Subnet is 10.213.X.0/24 with X random per rig.
 	Subnet netip.Prefix
 
-	dir    string            // temporary files: the built program, logs, sockets
-	ns     map[string]string // role -> namespace name
-	addrs  map[string]netip.Addr
-	ifaces map[string]string // role -> its veth, inside its namespace
+	dir   string            // temporary files: the built programs, logs, sockets
+	ns    map[string]string // role -> namespace name
+	addrs map[string]netip.Addr
 
 	mu      sync.Mutex
 	created []string // namespaces created so far, in order
 	closed  bool
+	ifaces  map[string]string // role -> its interface, inside its namespace (LossyLink changes the client's)
+	link    *LossyLink        // the lossy client link running, if any
 
 	buildMu sync.Mutex
-	prog    string // the scenario program, once built
+	progs   map[string]string // program name (a directory in cmd/) -> built binary
 }
 
 // Setup is New for tests: it skips the test when not root or ip is missing
@@ -124,6 +130,7 @@ func New() (*Rig, error) {
 		ns:     map[string]string{},
 		addrs:  map[string]netip.Addr{},
 		ifaces: map[string]string{},
+		progs:  map[string]string{},
 	}
 	dir, err := os.MkdirTemp("", "netnsrig-"+r.ID+"-")
 	if err != nil {
@@ -201,8 +208,13 @@ func (r *Rig) NS(role string) string { return lookup(r.ns, role, "namespace") }
 // Addr is a role's IPv4 address (not for Switch, which has none).
 func (r *Rig) Addr(role string) netip.Addr { return lookup(r.addrs, role, "address") }
 
-// Iface is the name of a role's veth inside its own namespace.
-func (r *Rig) Iface(role string) string { return lookup(r.ifaces, role, "interface") }
+// Iface is the name of a role's veth inside its own namespace (for the
+// client, tap-client once LossyLink has replaced its veth).
+func (r *Rig) Iface(role string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return lookup(r.ifaces, role, "interface")
+}
 
 // lookup is m[role]; a role without one is a programming error.
 func lookup[V any](m map[string]V, role, what string) V {
@@ -213,8 +225,9 @@ func lookup[V any](m map[string]V, role, what string) V {
 	return v
 }
 
-// ClientIface is the client's veth (inside the client namespace): where a
-// capture on the client's node listens.
+// ClientIface is the client's interface (inside the client namespace):
+// where a capture on the client's node listens. It is its veth, or
+// tap-client once LossyLink has replaced it.
 func (r *Rig) ClientIface() string { return r.Iface(Client) }
 
 // Dir is the rig's temporary directory, removed by Close. Unix sockets in

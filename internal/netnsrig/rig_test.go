@@ -1,7 +1,6 @@
 package netnsrig_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,26 +10,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/replaywatch/replaywatch/internal/netnsrig"
 )
-
-// requireTool finds a program, skipping the test without it (failing when
-// CI is set: the test script installs it).
-func requireTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not found (CI is set: install Debian package %s)", name, pkg)
-		}
-		t.Skipf("%s not found (Debian package %s)", name, pkg)
-	}
-	return p
-}
 
 func TestNewAndClose(t *testing.T) {
 	if err := netnsrig.Available(); err != nil {
@@ -88,6 +72,57 @@ func TestNewAndClose(t *testing.T) {
 	}
 }
 
+// TestLossyLink runs the scenario without the drain over an impaired
+// client link, then over a clean one replacing it: the client's calls
+// complete on both, the forwarder's counters add up, and a second link
+// cannot run beside the first.
+func TestLossyLink(t *testing.T) {
+	r := netnsrig.Setup(t)
+	t.Cleanup(func() {
+		if logs := r.Logs(); t.Failed() && logs != "" {
+			t.Logf("process logs:\n%s", logs)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, imp := range []netnsrig.Impairment{
+		{Drop: 0.05, Duplicate: 0.02, Reorder: 0.02, ReorderWindow: 3, Delay: 2 * time.Millisecond, Seed: 98406},
+		{},
+	} {
+		l, err := r.LossyLink(ctx, imp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ClientIface() != "tap-client" {
+			t.Errorf("client interface %q, want tap-client", r.ClientIface())
+		}
+		if _, err := r.LossyLink(ctx, imp); err == nil {
+			t.Error("a second lossy link started beside the first")
+		}
+		res, err := r.Run(ctx, netnsrig.Scenario{NoDrain: true})
+		st, stopErr := l.Stop()
+		if err != nil || stopErr != nil {
+			t.Fatalf("impairment %+v: run: %v; stop: %v", imp, err, stopErr)
+		}
+		t.Logf("impairment %+v: client %v, link %+v", imp, res.Elapsed.Round(time.Millisecond), st)
+		if res.Call.Result != "invoice-42: written by backend1" || res.Drained != "" || len(res.Resumes) != 0 {
+			t.Errorf("call %+v, drained %q, resumes %v: want the call completed on backend1", res.Call, res.Drained, res.Resumes)
+		}
+		for _, d := range []netnsrig.DirStats{st.AToB, st.BToA} {
+			if d.Frames == 0 || d.WriteErrors != 0 || d.Written != d.Frames-d.Dropped+d.Duplicated {
+				t.Errorf("direction %+v: want frames, each written once unless dropped or duplicated", d)
+			}
+		}
+		if imp == (netnsrig.Impairment{}) {
+			if st.AToB.Dropped+st.AToB.Duplicated+st.AToB.Reordered+st.BToA.Dropped+st.BToA.Duplicated+st.BToA.Reordered != 0 {
+				t.Errorf("the clean link impaired frames: %+v", st)
+			}
+		} else if st.AToB.Dropped == 0 || st.BToA.Dropped == 0 {
+			t.Errorf("the impaired link dropped nothing in a direction: %+v", st)
+		}
+	}
+}
+
 // TestRollingDeployCapture proves the rig on the wire: tcpdump on the
 // client's veth records the rolling deploy, and replaywatch analyze finds
 // the session swap in that capture, and nothing it should not.
@@ -115,7 +150,7 @@ func TestRollingDeployCapture(t *testing.T) {
 			t.Logf("process logs:\n%s", logs)
 		}
 	})
-	tcpdump := requireTool(t, "tcpdump", "tcpdump")
+	tcpdump := netnsrig.RequireTool(t, "tcpdump", "tcpdump")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -127,9 +162,16 @@ func TestRollingDeployCapture(t *testing.T) {
 
 	pcap := filepath.Join(dir, "client.pcap")
 	began := time.Now()
-	stopCapture := startTcpdump(t, r, tcpdump, pcap)
+	capture, err := r.StartTcpdump(tcpdump, netnsrig.Client, r.ClientIface(), pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := r.RollingDeploy(ctx)
-	stopCapture()
+	if log, err := capture.Stop(); err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("tcpdump: %s", log)
+	}
 	t.Logf("rolling deploy and capture: %v (client %v)", time.Since(began).Round(time.Millisecond), res.Elapsed.Round(time.Millisecond))
 	js, _ := json.MarshalIndent(res, "", "  ")
 	t.Logf("result:\n%s", js)
@@ -150,58 +192,6 @@ func TestRollingDeployCapture(t *testing.T) {
 	}
 	t.Logf("capture %d bytes; analyze:\n%s", info.Size(), out)
 	checkAnalysis(t, res, out)
-}
-
-// startTcpdump captures on the client's veth, inside the client's
-// namespace, until the returned function is called.
-func startTcpdump(t *testing.T, r *netnsrig.Rig, tcpdump, pcap string) (stop func()) {
-	t.Helper()
-	// --immediate-mode and -U: take each packet from the kernel and write
-	// it as it comes (otherwise packets still buffered when tcpdump is
-	// stopped are lost: the end of the session); -Z root: Debian's tcpdump
-	// otherwise drops to user tcpdump, which cannot write in our temp dir.
-	cmd := r.Exec(netnsrig.Client, tcpdump, "-i", r.ClientIface(), "-n", "--immediate-mode", "-U", "-Z", "root", "-w", pcap)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan struct{})
-	var log strings.Builder
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			fmt.Fprintln(&log, sc.Text())
-			if strings.Contains(sc.Text(), "listening on") {
-				close(listening)
-			}
-		}
-	}()
-	select {
-	case <-listening:
-	case <-logDone:
-		cmd.Wait()
-		t.Fatalf("tcpdump exited: %s", log.String())
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-logDone
-		cmd.Wait()
-		t.Fatalf("tcpdump not listening after 10s: %s", log.String())
-	}
-	return func() {
-		// Let the last packets (the DELETE's answer, FINs) arrive.
-		time.Sleep(200 * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGINT)
-		<-logDone
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("tcpdump: %v: %s", err, log.String())
-		}
-		t.Logf("tcpdump: %s", strings.TrimSpace(log.String()))
-	}
 }
 
 // checkResult checks the client's story: the drain hit backend1 during the
