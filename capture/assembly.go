@@ -387,6 +387,21 @@ func (w *worker) open(s *tcpSeg) *conn {
 	return c
 }
 
+// seqRange is the sequence numbers from start up to end; zero when unused.
+type seqRange struct{ start, end uint32 }
+
+func (r seqRange) empty() bool { return r.start == r.end }
+
+// holeStart is the first byte of half d that a proven hole would begin at:
+// the next byte the assembler will deliver, for a connection in its care
+// (data after a hole may wait there), else the end of the bytes seen.
+func (c *conn) holeStart(d int) uint32 {
+	if c.inAsm && c.delivKnown[d] {
+		return c.deliv[d]
+	}
+	return c.seen[d]
+}
+
 // after reports whether sequence number a comes after b, modulo 2^32.
 func after(a, b uint32) bool { return int32(a-b) > 0 }
 
@@ -439,7 +454,7 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	inOrder := !c.inAsm && !w.assembleAll
 	for _, h := range [2]int{d, o} {
 		switch {
-		case !after(c.proof[h], c.seen[h]):
+		case !after(c.proof[h], c.holeStart(h)):
 			c.proofAt[h] = time.Time{} // no hole, or it was filled
 		case c.proofAt[h].IsZero():
 			if c.proofAt[1-h].IsZero() {
@@ -452,7 +467,7 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 		// The other half's proven hole comes before anything this half
 		// sends: a request must not be paired with a response whose end
 		// was lost.
-		w.reportLoss(c, o, c.seen[o], s.ts)
+		w.reportLoss(c, o, c.holeStart(o), s.ts)
 	}
 	switch {
 	case inOrder && c.started[d] && s.seq == c.next[d] && s.lost > 0:
@@ -495,7 +510,7 @@ func (w *worker) checkProofs(now time.Time) {
 		}
 		for d := range 2 {
 			if at := c.proofAt[d]; !at.IsZero() && !now.Before(at) {
-				w.reportLoss(c, d, c.seen[d], at)
+				w.reportLoss(c, d, c.holeStart(d), at)
 			}
 		}
 		if !c.proofAt[0].IsZero() || !c.proofAt[1].IsZero() {
@@ -515,13 +530,70 @@ func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
 	}
 	c.proofAt[d] = time.Time{}
 	n := to - from
+	c.seen[d] = latest(c.seen[d], to)
+	if c.inAsm && c.delivKnown[d] && from == c.deliv[d] && c.fill[d].empty() && !c.closed && !c.heldOverflow[d] {
+		// Up to the first byte the assembler holds after the hole.
+		for _, h := range c.held[d] {
+			if after(h, from) && after(to, h) {
+				to = h
+			}
+		}
+		n = to - from
+	}
+	if c.inAsm && c.delivKnown[d] && from == c.deliv[d] && n <= MaxHoleFill && c.fill[d].empty() && !c.closed && !c.heldOverflow[d] {
+		// The assembler may hold data after the hole, waiting for it until
+		// the reorder timeout: far too late for a resume on another
+		// connection, and at a time that depends on the worker's clock.
+		// Give it the hole as synthetic bytes, which ReassembledSG reports
+		// as the gap, so the data after it is delivered now.
+		c.fill[d] = seqRange{from, to}
+		w.injectFill(c, d, from, int(n), ts)
+		return
+	}
 	w.stats.Gaps++
 	w.stats.GapBytes += uint64(n)
 	c.stream.Gap(c.fromA(d), int(n), ts)
-	c.seen[d] = latest(c.seen[d], to)
 	if !c.inAsm && c.started[d] {
 		c.next[d] = to
 	}
+}
+
+// maxHeldStarts bounds conn.held per direction; beyond it holes are not
+// filled (reported directly).
+const maxHeldStarts = 16
+
+// MaxHoleFill bounds the synthetic bytes given to the assembler for one
+// proven hole (reportLoss); a larger hole is reported directly, and data
+// held after it waits for the assembler's timeout.
+const MaxHoleFill = 1 << 20
+
+// holeFiller is MaxHoleFill bytes of zeros, shared: the assembler copies
+// what it keeps.
+var holeFiller []byte
+
+// injectFill gives the assembler n synthetic bytes at seq in direction d.
+func (w *worker) injectFill(c *conn, d int, seq uint32, n int, ts time.Time) {
+	if holeFiller == nil {
+		holeFiller = make([]byte, MaxHoleFill)
+	}
+	fromLo := (d == 0) == c.lo0
+	src, dst := c.key.hiPort, c.key.loPort
+	if fromLo {
+		src, dst = dst, src
+	}
+	b := w.synthBuf[:]
+	clear(b)
+	binary.BigEndian.PutUint16(b[0:], src)
+	binary.BigEndian.PutUint16(b[2:], dst)
+	binary.BigEndian.PutUint32(b[4:], seq)
+	b[12] = 5 << 4
+	b[13] = flagACK
+	if err := w.synthTCP.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
+		return
+	}
+	w.synthTCP.Payload = holeFiller[:n]
+	w.asm.AssembleWithContext(c.key.netFlow(fromLo), &w.synthTCP, w.newCtx(w.clock, ts))
+	w.synthTCP.Payload = nil
 }
 
 // inOrder delivers a segment of a connection the worker follows itself, the
@@ -844,6 +916,17 @@ type conn struct {
 	seen, proof [2]uint32
 	proofAt     [2]time.Time // when a proven hole is reported (zero: none pending)
 	finAt       [2]uint32    // the sequence number of a FIN that came past the bytes seen (0: none)
+	// In the assembler's care, per direction: the sequence number of the
+	// next byte it will deliver (once known), and a proven hole it was
+	// given synthetic bytes for, which ReassembledSG turns into a Gap.
+	deliv      [2]uint32
+	delivKnown [2]bool
+	fill       [2]seqRange
+	// held are the first sequence numbers of segments the assembler took
+	// ahead of deliv (data after a hole), at most maxHeldStarts; a fill
+	// stops at the first, so no byte the capture holds is replaced.
+	held         [2][]uint32
+	heldOverflow [2]bool
 	fin         [2]bool      // per direction
 	rst         bool
 	closed      bool // Close was called on the stream
@@ -874,10 +957,21 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 	d := dirIndex(dir)
 	if nextSeq >= 0 {
 		c.nextSeq[d] = uint32(nextSeq)
+		c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
+		if len(tcp.Payload) > 0 && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
+			if len(c.held[d]) < maxHeldStarts {
+				c.held[d] = append(c.held[d], tcp.Seq)
+			} else {
+				c.heldOverflow[d] = true
+			}
+		}
 	} else if !tcp.SYN {
 		// The handshake of this half was not captured: start at the
 		// first segment seen instead of waiting for a SYN forever.
 		*start = true
+		c.deliv[d], c.delivKnown[d] = tcp.Seq, true
+	} else {
+		c.deliv[d], c.delivKnown[d] = tcp.Seq+1, true
 	}
 	if c.closed {
 		return c.w.injecting
@@ -910,15 +1004,64 @@ func (c *conn) ReassembledSG(sg reassembly.ScatterGather, ac reassembly.Assemble
 			st.PageLimitHits++
 		}
 		c.stream.Gap(fromA, skip, ts)
+		c.deliv[d] += uint32(skip)
 	}
 	if n, _ := sg.Lengths(); n > 0 {
-		st.PayloadBytes += uint64(n)
-		c.stream.Data(fromA, sg.Fetch(n), ts)
+		c.deliver(d, sg.Fetch(n), ts)
 	}
 	if end && !c.rst && !c.fin[d] {
+		c.deliv[d]++ // the FIN takes a sequence number; its ACK proves no hole
 		c.fin[d] = true
 		st.Fins++
 		c.stream.Fin(fromA, ts)
+	}
+}
+
+// deliver hands the stream bytes the assembler delivers in direction d,
+// the synthetic bytes of a filled hole (reportLoss) as a gap.
+func (c *conn) deliver(d int, p []byte, ts time.Time) {
+	defer c.pruneHeld(d)
+	st := &c.w.stats
+	fromA := c.fromA(d)
+	f := &c.fill[d]
+	if !f.empty() && !after(f.end, c.deliv[d]) {
+		*f = seqRange{} // skipped past it
+	}
+	for len(p) > 0 {
+		k := len(p)
+		if !f.empty() {
+			if !after(f.start, c.deliv[d]) {
+				k = min(k, int(f.end-c.deliv[d]))
+				st.Gaps++
+				st.GapBytes += uint64(k)
+				c.stream.Gap(fromA, k, ts)
+				p = p[k:]
+				if c.deliv[d] += uint32(k); c.deliv[d] == f.end {
+					*f = seqRange{}
+				}
+				continue
+			}
+			k = min(k, int(f.start-c.deliv[d]))
+		}
+		st.PayloadBytes += uint64(k)
+		c.stream.Data(fromA, p[:k], ts)
+		p = p[k:]
+		c.deliv[d] += uint32(k)
+	}
+}
+
+// pruneHeld forgets the held segments the assembler has delivered.
+func (c *conn) pruneHeld(d int) {
+	kept := c.held[d][:0]
+	for _, h := range c.held[d] {
+		if after(h, c.deliv[d]) {
+			kept = append(kept, h)
+		}
+	}
+	c.held[d] = kept
+	if !after(c.seen[d], c.deliv[d]) {
+		// Nothing is held any more, recorded or not.
+		c.heldOverflow[d] = false
 	}
 }
 
@@ -934,12 +1077,12 @@ func (c *conn) close(reason decode.CloseReason) {
 	// Bytes the traffic proved were sent and the capture never held, with
 	// nothing after them for the assembler to notice the hole by.
 	for d := range 2 {
-		if !c.w.noProofs && c.known[d] && after(c.proof[d], c.seen[d]) {
+		if !c.w.noProofs && c.known[d] && after(c.proof[d], c.holeStart(d)) {
 			at := c.proofAt[d]
 			if at.IsZero() || at.After(c.w.now) {
 				at = c.w.now
 			}
-			c.w.reportLoss(c, d, c.seen[d], at)
+			c.w.reportLoss(c, d, c.holeStart(d), at)
 		}
 	}
 	switch reason {

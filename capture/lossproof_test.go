@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/layers"
 )
@@ -109,5 +110,40 @@ func TestSameFileTwice(t *testing.T) {
 	}
 	if w := st.Warnings(); len(w) != 1 {
 		t.Errorf("warnings %q", w)
+	}
+}
+
+// TestProvenHoleReleasesHeldData: data that arrived after a lost segment
+// waits in the assembler for the hole; once the receiver's ACK proves the
+// hole was capture loss, the hole is reported and the held data delivered
+// right after (LossProofDelay), not at the reorder timeout: a resume on
+// another connection must already know of the gap.
+func TestProvenHoleReleasesHeldData(t *testing.T) {
+	ms := time.Millisecond
+	segs := []seg{
+		{src: client, dst: server, seq: 1000, flags: "S", at: 1 * ms},
+		{src: server, dst: client, seq: 5000, ack: 1001, flags: "SA", at: 2 * ms},
+		{src: client, dst: server, seq: 1001, ack: 5001, flags: "A", at: 3 * ms},
+		{src: client, dst: server, seq: 1001, ack: 5001, flags: "PA", payload: "GET / HTTP/1.1\r\n\r\n", at: 4 * ms},
+		// 5001 "part1" lost by the capture
+		{src: server, dst: client, seq: 5006, ack: 1019, flags: "PA", payload: "part2", at: 6 * ms},
+		{src: client, dst: server, seq: 1019, ack: 5011, flags: "A", at: 7 * ms},
+		{src: client, dst: server, seq: 1019, ack: 5011, flags: "FA", at: 5000 * ms},
+		{src: server, dst: client, seq: 5011, ack: 1020, flags: "FA", at: 5001 * ms},
+		{src: client, dst: server, seq: 1020, ack: 5012, flags: "A", at: 5002 * ms},
+	}
+	for _, workers := range []int{1, 2} {
+		rec, _, err := run(t, Config{Workers: workers}.WithDefaults(), capFile(t, segs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rec.streams()[0]
+		want := []string{`data A "GET / HTTP/1.1\r\n\r\n"`, "gap B 5", `data B "part2"`, "fin A", "fin B", "close fin"}
+		if !slices.Equal(s.calls, want) {
+			t.Fatalf("workers %d: calls %q, want %q", workers, s.calls, want)
+		}
+		if got, limit := s.times[1], t0.Add(100*ms); got.After(limit) {
+			t.Errorf("workers %d: data after the hole delivered at %v, want by %v", workers, got, limit)
+		}
 	}
 }
