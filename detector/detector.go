@@ -910,21 +910,25 @@ func (d *Detector) cutCallsUnknown(s *session) {
 		}
 	}
 	sort.Strings(ids)
+	// The session's last activity, not the detector's clock: when the
+	// session is let go depends on when ticks come, which differs with the
+	// number of workers, and the record must not.
+	at := s.lastSeen
 	for _, id := range ids {
 		c := s.calls.at(id)
 		c.unknown = true
 		if s.ended == "evicted" {
 			// The detector let go of the session, not the client: a
 			// resume may yet deliver the response, unseen by us.
-			d.unverifiable(d.now, s, nil, "unknown_outcome", ReasonSessionEvicted, "call", id)
+			d.unverifiable(at, s, nil, "unknown_outcome", ReasonSessionEvicted, "call", id)
 			continue
 		}
 		if s.gap || d.gapSince(s.firstSeen, decode.Conn{Client: s.client, Server: s.server}) {
 			// The response, or the resume that delivered it, may be
 			// in the bytes the capture lost.
-			d.unverifiable(d.now, s, nil, "unknown_outcome", ReasonCaptureGap, "call", id)
+			d.unverifiable(at, s, nil, "unknown_outcome", ReasonCaptureGap, "call", id)
 			continue
 		}
-		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, d.now, "the stream carrying the call ended before its response and no resume delivered it"))
+		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, at, "the stream carrying the call ended before its response and no resume delivered it"))
 	}
 }
