@@ -927,10 +927,10 @@ type conn struct {
 	// stops at the first, so no byte the capture holds is replaced.
 	held         [2][]uint32
 	heldOverflow [2]bool
-	fin         [2]bool      // per direction
-	rst         bool
-	closed      bool // Close was called on the stream
-	removed     bool // complete: the connection is forgotten
+	fin          [2]bool // per direction
+	rst          bool
+	closed       bool // Close was called on the stream
+	removed      bool // complete: the connection is forgotten
 }
 
 func (c *conn) dirOf(fromLo bool) int {
