@@ -185,3 +185,55 @@ func (c Capture) Variants(seeds int) []Variant {
 	}
 	return out
 }
+
+// AsLinuxSLL rewrites Ethernet frames as Linux cooked (SLL) frames: the same
+// packets as another interface (`any`, a tunnel) records them, with another
+// link header, so a merge cannot take them for byte-identical copies.
+func AsLinuxSLL(pkts []pcaprec.Packet) []pcaprec.Packet {
+	out := make([]pcaprec.Packet, 0, len(pkts))
+	for _, p := range pkts {
+		if len(p.Data) < 14 {
+			continue
+		}
+		sll := make([]byte, 16, 16+len(p.Data)-14)
+		sll[3] = 1                      // ARPHRD_ETHER
+		sll[5] = 6                      // address length
+		copy(sll[6:12], p.Data[6:12])   // the source MAC
+		copy(sll[14:16], p.Data[12:14]) // EtherType
+		data := append(sll, p.Data[14:]...)
+		ci := p.CI
+		ci.CaptureLength, ci.Length = len(data), ci.Length-14+16
+		out = append(out, pcaprec.Packet{CI: ci, Data: data})
+	}
+	return out
+}
+
+// SplitLoss makes two copies of the capture as two interfaces would record
+// it, each missing some of the payload segments (each segment is lost, with
+// probability rate, from one copy or the other, never both): merged, they
+// hold every byte.
+func (c Capture) SplitLoss(rate float64, seed uint64) (a, b []pcaprec.Packet) {
+	r := rand.New(rand.NewPCG(seed, 0x5b17))
+	payload := c.PayloadSegments()
+	j := 0
+	for i, p := range c.Packets {
+		inA, inB := true, true
+		if j < len(payload) && payload[j] == i {
+			j++
+			if r.Float64() < rate {
+				if r.IntN(2) == 0 {
+					inA = false
+				} else {
+					inB = false
+				}
+			}
+		}
+		if inA {
+			a = append(a, p)
+		}
+		if inB {
+			b = append(b, p)
+		}
+	}
+	return a, b
+}
