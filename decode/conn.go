@@ -56,6 +56,9 @@ type conn struct {
 	// at once.
 	dead   bool
 	synced bool // a request or status line was found at least once
+	// scanLimited: given up at NonHTTPScanLimit; its close is reported
+	// too (a limit gap), since what it carried until then was not read.
+	scanLimited bool
 	// clientFin: the client sent FIN, so a response ending after it was
 	// given up by the client (End.ClientClosed).
 	clientFin bool
@@ -252,6 +255,18 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		c.endQueued(ts)
 	}
 	c.queue = nil
+	if c.scanLimited {
+		c.emitLimitGap(ts, true)
+	}
+}
+
+// emitLimitGap tells the consumer that the connection's bytes are not being
+// read because of NonHTTPScanLimit: it may have been HTTP whose framing the
+// capture missed (a midstream connection inside a long compressed body), so
+// checks between its endpoints cannot rest on what it did not show.
+func (c *conn) emitLimitGap(ts time.Time, ended bool) {
+	g := &Gap{Lost: -1, Limit: "NonHTTPScanLimit", Ended: ended, RolesUnknown: c.dirs[0].role == roleUnknown}
+	c.emit(&Observation{Kind: KindGap, Time: ts, Gap: g})
 }
 
 // giveUp marks the connection as not HTTP.
@@ -368,8 +383,10 @@ func (d *dir) skipped(a, b []byte) {
 		d.sawBinary = isBinary(a) || isBinary(b)
 	}
 	d.unsynced += int64(n)
-	if d.unsynced > NonHTTPScanLimit && d.sawBinary {
+	if d.unsynced > NonHTTPScanLimit && d.sawBinary && !d.c.dead {
 		d.c.giveUp()
+		d.c.scanLimited = true
+		d.c.emitLimitGap(d.ts, false)
 	}
 }
 

@@ -127,6 +127,10 @@ func (k Kind) String() string {
 // Event..., Body, End.
 type Observation struct {
 	Kind Kind
+	// Late is set when the merger delivered this observation after a newer
+	// one (of another connection): it names the limit that let the newer
+	// one out first. Checks whose evidence spans it cannot trust the order.
+	Late Late
 	Time time.Time
 	Conn Conn
 	// Exchange is the 1-based index of the HTTP exchange on the connection.
@@ -283,10 +287,44 @@ type End struct {
 	Limit string
 }
 
-// Gap reports bytes lost by the capture on a connection.
+// Late names the merger limit behind an observation delivered out of capture
+// order (Observation.Late).
+type Late uint8
+
+const (
+	NotLate                     Late = iota
+	LateReorderWindow                // it reached the merger later than Config.ReorderWindow
+	LateMaxBufferedObservations      // newer ones were released early at Config.MaxBufferedObservations
+)
+
+// String is the limit's Config field name ("" when not late).
+func (l Late) String() string {
+	switch l {
+	case LateReorderWindow:
+		return "ReorderWindow"
+	case LateMaxBufferedObservations:
+		return "MaxBufferedObservations"
+	}
+	return ""
+}
+
+// Gap reports bytes lost by the capture on a connection, or (Limit set) a
+// connection the decoder stopped following because of a limit.
 type Gap struct {
 	FromClient bool
 	Lost       int // -1 when unknown
+	// Limit names the decoder limit that made the connection's later bytes
+	// unreadable ("NonHTTPScanLimit": given up as not HTTP); "" for bytes
+	// the capture lost. Such a gap is reported when the connection is given
+	// up and again when it closes: whatever it carried in between is
+	// unseen.
+	Limit string
+	// Ended: the connection given up for Limit closed (its first report
+	// said it was given up).
+	Ended bool
+	// RolesUnknown: the connection never showed which side is the client,
+	// so Conn.Client and Conn.Server are ConnMeta.A and B, maybe reversed.
+	RolesUnknown bool
 }
 
 // MsgType classifies a JSON-RPC message.

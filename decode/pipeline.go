@@ -53,7 +53,10 @@ type Pipeline struct {
 	done        []bool
 	released    item // the newest observation released so far
 	hasReleased bool
-	closed      bool
+	// releasedEarly: released left early (MaxBufferedObservations), so an
+	// older observation arriving now is late because of that limit.
+	releasedEarly bool
+	closed        bool
 
 	outCh chan []*Observation
 	// free returns delivered batches for reuse: grown one append at a
@@ -182,13 +185,18 @@ func (p *Pipeline) insertLocked(items []item, src int) {
 	for i := range items {
 		if p.hasReleased && items[i].less(&p.released) {
 			p.late.Add(1)
+			// Not yet handed out, so still the merger's to mark.
+			items[i].obs.Late = LateReorderWindow
+			if p.releasedEarly {
+				items[i].obs.Late = LateMaxBufferedObservations
+			}
 		}
 	}
 	p.buffered.pushFrom(items, src)
 	var early []*Observation
 	for p.buffered.len() > p.cfg.MaxBufferedObservations {
 		old := p.buffered.pop()
-		p.noteReleased(old)
+		p.noteReleased(old, true)
 		early = append(early, old.obs)
 		p.early.Add(1)
 	}
@@ -207,10 +215,11 @@ func (p *Pipeline) newBatch() []*Observation {
 	}
 }
 
-func (p *Pipeline) noteReleased(it item) {
+func (p *Pipeline) noteReleased(it item, early bool) {
 	if !p.hasReleased || p.released.less(&it) {
 		p.released = it
 		p.hasReleased = true
+		p.releasedEarly = early
 	}
 }
 
@@ -238,7 +247,7 @@ func (p *Pipeline) releaseLocked() {
 			batch = p.newBatch()
 		}
 		it := p.buffered.pop()
-		p.noteReleased(it)
+		p.noteReleased(it, false)
 		batch = append(batch, it.obs)
 	}
 	if len(batch) > 0 {

@@ -62,6 +62,14 @@ type Detector struct {
 	// rebuilt exchange may be one).
 	refused    map[exKey]struct{}
 	refusedAll bool
+	// limitMarks: pairs whose evidence a pipeline limit cut (limitmark.go),
+	// at most MaxSessions; limitFloor stands for all of them once that
+	// overflowed. mcpPairs: pairs that carried MCP sessions (mcpPairsAll
+	// once it overflowed).
+	limitMarks  map[addrKey]limitMark
+	limitFloor  limitMark
+	mcpPairs    map[addrKey]struct{}
+	mcpPairsAll bool
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -82,6 +90,8 @@ func New(cfg Config, sink Sink) *Detector {
 		tombs:           newTombstones(),
 		retiring:        map[*session]struct{}{},
 		refused:         map[exKey]struct{}{},
+		limitMarks:      map[addrKey]limitMark{},
+		mcpPairs:        map[addrKey]struct{}{},
 		stats:           newStats(),
 	}
 }
@@ -126,7 +136,10 @@ type exchange struct {
 	// afterDelete: the request carried the id of a session already
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
-	seq         int // ordinal among the exchanges bound to sess
+	// tombForgotten: the id may be a deleted session's whose tombstone was
+	// dropped at MaxSessions (afterDelete is set too).
+	tombForgotten bool
+	seq           int // ordinal among the exchanges bound to sess
 	// limit names the bound that thinned this exchange's evidence (a
 	// decoder limit: a head, body, line or event cut, pipelined requests
 	// forgotten; or MaxOpenExchanges: observations missed while the table
@@ -177,6 +190,9 @@ func (d *Detector) Observe(o *decode.Observation) {
 	d.cur = o
 	defer func() { d.cur = nil }()
 	d.advance(o.Time)
+	if o.Late != decode.NotLate {
+		d.onLate(o)
+	}
 	switch o.Kind {
 	case decode.KindRequest:
 		d.onRequest(o)
@@ -473,6 +489,8 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	if ex.hasReqSession && !revAtLeast(ex.rev, revSessionless) {
 		if s := d.sessionUnlessDeleted(ex.reqSession, o); s == nil {
 			ex.afterDelete = true
+			_, tomb := d.tombs.byID[ex.reqSession]
+			ex.tombForgotten = !tomb
 		} else {
 			if ex.protoHeader != "" && !s.revFromInit {
 				s.rev = ex.protoHeader
@@ -609,11 +627,28 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		return
 	}
-	if !ex.isInit && (ex.afterDelete || s == nil && ex.hasRespSession && d.tombs.use(ex.respSession, o.Time)) {
+	forgot := ex.tombForgotten
+	if !ex.isInit && !ex.afterDelete && s == nil && ex.hasRespSession && d.sessions[ex.respSession] == nil &&
+		!d.tombs.use(ex.respSession, o.Time) && d.tombs.mayBeForgotten(ex.respSession) {
+		forgot = true
+	}
+	if !ex.isInit && (ex.afterDelete || forgot || s == nil && ex.hasRespSession && d.tombs.use(ex.respSession, o.Time)) {
 		// The session was deleted and its state is gone: an answer for
 		// it now can be judged against nothing.
+		reason := ReasonSessionDeleted
+		if forgot {
+			// Maybe deleted: its tombstone was dropped at MaxSessions,
+			// so whether this answer (another session id, a stream for
+			// a cursor) is wrong cannot be told.
+			reason = ReasonLimitPrefix + "MaxSessions"
+			check := "session"
+			if ex.hasReqSession {
+				check = "session_swap"
+			}
+			d.unverifiable(o.Time, nil, ex, check, reason, ex.reqSession, ex.respSession)
+		}
 		if ex.resume != nil {
-			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonSessionDeleted)
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
 		}
 		return
 	}
@@ -765,6 +800,10 @@ func (d *Detector) gapSince(t time.Time, conn decode.Conn) bool {
 }
 
 func (d *Detector) onGap(o *decode.Observation) {
+	if o.Gap.Limit != "" {
+		d.onLimitGap(o)
+		return
+	}
 	d.noteGap(o)
 	d.markOpenExchangesGapped(o)
 }
@@ -927,6 +966,12 @@ func (d *Detector) cutCallsUnknown(s *session) {
 			// The response, or the resume that delivered it, may be
 			// in the bytes the capture lost.
 			d.unverifiable(at, s, nil, "unknown_outcome", ReasonCaptureGap, "call", id)
+			continue
+		}
+		if l := d.limitOn(s.firstSeen, addrKey{s.client.Addr(), s.server}); l != "" {
+			// The resume that delivered the response may be what the
+			// limit hid (a connection not read, or out of order).
+			d.unverifiable(at, s, nil, "unknown_outcome", ReasonLimitPrefix+l, "call", id)
 			continue
 		}
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, at, "the stream carrying the call ended before its response and no resume delivered it"))

@@ -142,6 +142,20 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 	if d.cur != nil {
 		ev = d.cur.Event
 	}
+	if l := d.limitOnEvidence(ex, s, v.Evidence); l != "" {
+		// A pipeline limit cut or reordered the evidence of this pair:
+		// what looks like a violation may be the limit's doing.
+		reason := ReasonLimitPrefix + l
+		var parts []string
+		if s != nil {
+			parts = append(parts, s.id)
+		}
+		d.unverifiable(v.Time, s, ex, string(v.Kind), reason, append(append(parts, v.LastEventID, v.FirstEventID, v.NewSessionID), idParts...)...)
+		if ex != nil && ex.resume != nil && !ex.resume.emitted && ex.resume.limitHidden == "" {
+			ex.resume.limitHidden = reason
+		}
+		return nil
+	}
 	v.Severity = severities[v.Kind]
 	if s != nil {
 		if v.SessionID == "" {

@@ -38,6 +38,9 @@ type resumeState struct {
 	delivered    int
 	violations   []string
 	emitted      bool
+	// limitHidden: a violation against this resume was made Unverifiable
+	// with this reason (limitOnEvidence).
+	limitHidden string
 }
 
 func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
@@ -78,6 +81,9 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 	if len(rs.violations) > 0 {
 		outcome = ResumeViolated
 		reason = fmt.Sprintf("%d violation(s) raised against this resume", len(rs.violations))
+	} else if rs.limitHidden != "" && (outcome == ResumeViolated || outcome == ResumeResumed) {
+		// A violation was turned into Unverifiable by a pipeline limit.
+		outcome, reason = ResumeUnverifiable, rs.limitHidden
 	}
 	a.Outcome, a.Reason, a.ViolationIDs = outcome, reason, rs.violations
 	d.stats.Resumes[outcome]++

@@ -184,7 +184,7 @@ func (d *Detector) sessionUnlessDeleted(id string, o *decode.Observation) *sessi
 		d.touch(s, o.Time)
 		return s
 	}
-	if d.tombs.use(id, o.Time) {
+	if d.tombs.use(id, o.Time) || d.tombs.mayBeForgotten(id) {
 		return nil
 	}
 	return d.session(id, o)
@@ -305,6 +305,7 @@ func (d *Detector) bind(ex *exchange, s *session) {
 	}
 	ex.sess = s
 	if s != nil {
+		d.noteMCPPair(pairOf(ex.conn))
 		s.open++
 		s.bound++
 		ex.seq = s.bound

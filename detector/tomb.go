@@ -1,6 +1,9 @@
 package detector
 
-import "time"
+import (
+	"hash/maphash"
+	"time"
+)
 
 // tomb is what is left of a deleted session: enough to know that a later
 // request for its id is for a session that no longer exists (the server
@@ -18,6 +21,33 @@ type tombstones struct {
 	// is moved to the back when it reaches the front (see expire).
 	order []tombEntry
 	head  int
+	// forgotten holds (as bits of a small filter) the ids dropped because
+	// the table was full, while one may still come back (SessionIdleTimeout
+	// after the last drop): a request for such an id is maybe for a deleted
+	// session, which cannot be judged. False positives only make checks
+	// Unverifiable.
+	forgotten   []uint64
+	forgottenAt time.Time
+}
+
+// forgottenBits sizes the filter of ids forgotten at MaxSessions (8 KiB).
+const forgottenBits = 1 << 16
+
+var forgottenSeed = maphash.MakeSeed()
+
+func forgottenHash(id string) (uint64, uint64) {
+	h := maphash.String(forgottenSeed, id)
+	return h % forgottenBits, (h >> 32) % forgottenBits
+}
+
+// mayBeForgotten reports whether id may be a deleted session's whose
+// tombstone was dropped at MaxSessions.
+func (t *tombstones) mayBeForgotten(id string) bool {
+	if t.forgotten == nil {
+		return false
+	}
+	a, b := forgottenHash(id)
+	return t.forgotten[a/64]&(1<<(a%64)) != 0 && t.forgotten[b/64]&(1<<(b%64)) != 0
 }
 
 type tombEntry struct {
@@ -32,7 +62,15 @@ func newTombstones() tombstones {
 func (t *tombstones) add(d *Detector, id, rev string, now time.Time) {
 	if _, ok := t.byID[id]; !ok && len(t.byID) >= d.cfg.MaxSessions {
 		d.stats.LimitsHit["MaxSessions"]++
-		t.pop()
+		if old := t.pop(); old != "" {
+			if t.forgotten == nil {
+				t.forgotten = make([]uint64, forgottenBits/64)
+			}
+			a, b := forgottenHash(old)
+			t.forgotten[a/64] |= 1 << (a % 64)
+			t.forgotten[b/64] |= 1 << (b % 64)
+			t.forgottenAt = now
+		}
 	}
 	t.byID[id] = tomb{rev: rev, last: now.UnixNano()}
 	t.order = append(t.order, tombEntry{id, now.UnixNano()})
@@ -54,22 +92,30 @@ func (t *tombstones) forget(id string) {
 	delete(t.byID, id)
 }
 
-// pop forgets the id at the front of the queue (the oldest deletion).
-func (t *tombstones) pop() {
+// pop forgets the id at the front of the queue (the oldest deletion) and
+// returns it.
+func (t *tombstones) pop() string {
+	var id string
 	for t.head < len(t.order) {
 		e := t.order[t.head]
 		t.order[t.head] = tombEntry{}
 		t.head++
 		if _, ok := t.byID[e.id]; ok {
 			delete(t.byID, e.id)
+			id = e.id
 			break
 		}
 	}
 	t.compact()
+	return id
 }
 
 // expire forgets ids unused for longer than idle.
 func (t *tombstones) expire(now time.Time, idle time.Duration) {
+	if t.forgotten != nil && now.Sub(t.forgottenAt) > idle {
+		// A forgotten tombstone would have expired by now.
+		t.forgotten = nil
+	}
 	oldest := now.Add(-idle).UnixNano()
 	for t.head < len(t.order) {
 		e := t.order[t.head]
