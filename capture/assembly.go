@@ -22,13 +22,17 @@ const (
 	// its out-of-order queue, so contexts cannot be reused; allocating them
 	// in slabs keeps the in-order path nearly free of allocation.
 	ctxSlab = 1024
-	// LossProofDelay is how long, in capture time, a hole proven by an ACK
-	// (or a sequence number past the bytes seen) waits for the data to
-	// arrive after all before it is reported as lost: a capture merged
-	// from several rings or interfaces can hold an ACK a little before
-	// the data it covers. Short, because a resume on another connection
-	// right after the loss must already know of it.
-	LossProofDelay = time.Millisecond
+	// DefaultLossProofDelay is Config.LossProofDelay's default: how long,
+	// in capture time, a hole proven by an ACK waits for the data to
+	// arrive after all before it is reported as lost (a capture can hold
+	// an ACK a little before the data it covers). Short, because a resume
+	// on another connection right after the loss must already know of it.
+	DefaultLossProofDelay = time.Millisecond
+	// LiveMultiInterfaceLossProofDelay is LossProofDelay when Live reads
+	// several named interfaces: each has its own ring and reader, and a
+	// segment one interface missed reaches the worker through another's
+	// ring up to a ring block's timeout and a batch flush later.
+	LiveMultiInterfaceLossProofDelay = 500 * time.Millisecond
 	// evictFraction: when a worker exceeds its connection share it evicts
 	// 1/evictFraction of that share at once, because each eviction pass
 	// scans every connection.
@@ -185,6 +189,10 @@ type workerLimits struct {
 	maxConns       int
 	idleTimeout    time.Duration
 	reorderTimeout time.Duration
+	// proofDelay is Config.LossProofDelay; proveAtOnce says a proven hole
+	// is reported before the other side's next data (a short delay).
+	proofDelay  time.Duration
+	proveAtOnce bool
 	// flushEvery is how often (capture time) the timeouts are checked: a
 	// check scans every connection, so not on every packet.
 	flushEvery time.Duration
@@ -200,6 +208,8 @@ func limitsFor(cfg Config) workerLimits {
 		maxConns:       share(cfg.MaxConnections, cfg.Workers),
 		idleTimeout:    cfg.IdleTimeout,
 		reorderTimeout: cfg.ReorderTimeout,
+		proofDelay:     cfg.LossProofDelay,
+		proveAtOnce:    cfg.LossProofDelay <= DefaultLossProofDelay,
 		flushEvery:     min(cfg.IdleTimeout, cfg.ReorderTimeout) / 4,
 		closedTTL:      cfg.ReorderTimeout,
 	}
@@ -418,7 +428,7 @@ func after(a, b uint32) bool { return int32(a-b) > 0 }
 // sender's retransmission is still to come. A proven hole is reported before
 // anything that could be read as coming after it (the other half's next data
 // or FIN: a request must not be paired with a response whose end was lost),
-// else LossProofDelay after its proof (checkProofs), else at close; on the
+// else Config.LossProofDelay after its proof (checkProofs), else at close; on the
 // in-order path the expected sequence number then moves past it. A capture
 // that holds an ACK before the data it covers (two interfaces, several
 // rings) makes a hole that was not: that costs a finding, never adds one.
@@ -460,10 +470,10 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 			if c.proofAt[1-h].IsZero() {
 				w.proving = append(w.proving, c)
 			}
-			c.proofAt[h] = s.ts.Add(LossProofDelay)
+			c.proofAt[h] = s.ts.Add(w.limits.proofDelay)
 		}
 	}
-	if !c.proofAt[o].IsZero() && (len(s.payload) > 0 || f&flagFIN != 0) {
+	if w.limits.proveAtOnce && !c.proofAt[o].IsZero() && (len(s.payload) > 0 || f&flagFIN != 0) {
 		// The other half's proven hole comes before anything this half
 		// sends: a request must not be paired with a response whose end
 		// was lost.
@@ -481,11 +491,15 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	}
 	// A FIN right after the bytes seen takes one sequence number, so its
 	// ACK proves nothing lost; one past a hole leaves the hole to prove.
+	if !c.fin[d] {
+		// Where the FIN is, in case it is not taken at once: the
+		// assembler keeps no FIN without data out of order, and loses
+		// the flag of some it keeps (deliver takes it then).
+		c.finAt[d] = end
+	}
 	if end == c.seen[d] {
 		c.seen[d] = end + 1
 		c.proof[d] = latest(c.proof[d], c.seen[d])
-	} else if after(end, c.seen[d]) {
-		c.finAt[d] = end
 	}
 }
 
@@ -497,7 +511,7 @@ func latest(a, b uint32) uint32 {
 	return a
 }
 
-// checkProofs reports the holes whose proof has waited LossProofDelay by
+// checkProofs reports the holes whose proof has waited Config.LossProofDelay by
 // the reader's time now, at the time the wait ended. Both come from the
 // capture and the reader, not from the worker's share of it, so a report
 // lands at the same place among a connection's segments and at the same
@@ -528,6 +542,9 @@ func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
 	if !after(to, from) {
 		return
 	}
+	if c.finAt[d] != 0 && after(to, c.finAt[d]) && after(c.finAt[d], from) {
+		to = c.finAt[d] // the FIN itself is not lost: it was seen
+	}
 	c.proofAt[d] = time.Time{}
 	n := to - from
 	c.seen[d] = latest(c.seen[d], to)
@@ -555,6 +572,9 @@ func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
 	c.stream.Gap(c.fromA(d), int(n), ts)
 	if !c.inAsm && c.started[d] {
 		c.next[d] = to
+		if c.finAt[d] == to && !c.halfClosed[d] && !c.closed {
+			w.finInOrder(c, d, ts)
+		}
 	}
 }
 
@@ -629,6 +649,13 @@ func (w *worker) inOrder(c *conn, s *tcpSeg) bool {
 			c.lastSeen, c.nextSeq[d] = w.clock, c.next[d]
 			return true
 		}
+		if len(s.payload) == 0 && !w.noProofs && c.finAt[d] == s.seq && after(s.seq, c.next[d]) {
+			// A FIN ahead of data still to come (from another ring, or
+			// a retransmission) or lost: proveLoss noted it, and it is
+			// taken when the data reaches it or the loss is proven.
+			c.lastSeen = w.clock
+			return true
+		}
 		return false
 	}
 	c.lastSeen = w.clock
@@ -642,19 +669,26 @@ func (w *worker) inOrder(c *conn, s *tcpSeg) bool {
 		w.stats.PayloadBytes += uint64(len(s.payload))
 		c.stream.Data(fromA, s.payload, s.ts)
 	}
-	if f&flagFIN != 0 {
-		c.next[d]++
-		c.halfClosed[d] = true
-		if !c.fin[d] {
-			c.fin[d] = true
-			w.stats.Fins++
-			c.stream.Fin(fromA, s.ts)
-		}
-		if c.halfClosed[1-d] {
-			w.complete(c)
-		}
+	if f&flagFIN != 0 || c.finAt[d] != 0 && c.next[d] == c.finAt[d] {
+		w.finInOrder(c, d, s.ts)
 	}
 	return true
+}
+
+// finInOrder ends half d of a connection the worker follows in order: its
+// FIN is at the next expected sequence number.
+func (w *worker) finInOrder(c *conn, d int, ts time.Time) {
+	c.next[d]++
+	c.finAt[d] = 0
+	c.halfClosed[d] = true
+	if !c.fin[d] {
+		c.fin[d] = true
+		w.stats.Fins++
+		c.stream.Fin(c.fromA(d), ts)
+	}
+	if c.halfClosed[1-d] {
+		w.complete(c)
+	}
 }
 
 // handOver gives a connection the worker followed itself to the assembler.
@@ -1011,6 +1045,7 @@ func (c *conn) ReassembledSG(sg reassembly.ScatterGather, ac reassembly.Assemble
 	}
 	if end && !c.rst && !c.fin[d] {
 		c.deliv[d]++ // the FIN takes a sequence number; its ACK proves no hole
+		c.finAt[d] = 0
 		c.fin[d] = true
 		st.Fins++
 		c.stream.Fin(fromA, ts)
@@ -1047,6 +1082,15 @@ func (c *conn) deliver(d int, p []byte, ts time.Time) {
 		c.stream.Data(fromA, p[:k], ts)
 		p = p[k:]
 		c.deliv[d] += uint32(k)
+	}
+	if c.finAt[d] != 0 && c.deliv[d] == c.finAt[d] && !c.fin[d] && !c.rst {
+		// A FIN that came ahead of these bytes: the assembler does not
+		// keep a FIN without data out of order.
+		c.deliv[d]++
+		c.finAt[d] = 0
+		c.fin[d] = true
+		st.Fins++
+		c.stream.Fin(fromA, ts)
 	}
 }
 

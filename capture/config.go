@@ -63,6 +63,14 @@ type Config struct {
 	MaxConnections                int
 	IdleTimeout                   time.Duration
 	ReorderTimeout                time.Duration
+	// LossProofDelay is how long, in capture time, a hole proven by the
+	// receiver's ACK waits for the data to arrive after all before it is
+	// reported as lost (see README "Lost and doubled bytes"). Longer than
+	// DefaultLossProofDelay, a hole is also no longer reported at once
+	// before the other side's next data: for captures whose packets reach
+	// the workers through several rings, out of order by tens of
+	// milliseconds (Live on several named interfaces).
+	LossProofDelay time.Duration
 
 	// Progress, when set, is called from the reader goroutine with the bytes
 	// read from the input files so far and their total size (-1 when one of
@@ -90,6 +98,7 @@ func DefaultConfig() Config {
 		MaxConnections:                DefaultMaxConnections,
 		IdleTimeout:                   DefaultIdleTimeout,
 		ReorderTimeout:                DefaultReorderTimeout,
+		LossProofDelay:                DefaultLossProofDelay,
 	}
 }
 
@@ -108,6 +117,7 @@ func (c Config) Validate() error {
 	check("MaxConnections", int64(c.MaxConnections))
 	check("IdleTimeout", int64(c.IdleTimeout))
 	check("ReorderTimeout", int64(c.ReorderTimeout))
+	check("LossProofDelay", int64(c.LossProofDelay))
 	return errors.Join(errs...)
 }
 
@@ -135,6 +145,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReorderTimeout == 0 {
 		c.ReorderTimeout = d.ReorderTimeout
+	}
+	if c.LossProofDelay == 0 {
+		c.LossProofDelay = d.LossProofDelay
 	}
 	return c
 }

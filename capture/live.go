@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/replaywatch/replaywatch/decode"
 )
 
@@ -84,12 +86,18 @@ type LiveConfig struct {
 	// traceReader (tests only) is called by each socket reader with the
 	// worker that socket belongs to and every TCP segment it read.
 	traceReader func(worker, iface int, key flowKey, fromLo bool)
+	// missReader (tests only), when it returns true, makes a socket
+	// reader drop a TCP segment as if that interface had never seen it.
+	missReader func(iface int, tcp *layers.TCP) bool
 }
 
 // WithDefaults returns the config a run really uses: zero fields replaced by
 // their defaults (Interfaces by "any"), Workers capped at MaxWorkers.
 // newFactory(i) is called for i in [0, WithDefaults().Workers).
 func (c LiveConfig) WithDefaults() LiveConfig {
+	if c.LossProofDelay == 0 && len(c.Interfaces) > 1 {
+		c.LossProofDelay = LiveMultiInterfaceLossProofDelay
+	}
 	c.Config = c.Config.WithDefaults()
 	if len(c.Interfaces) == 0 {
 		c.Interfaces = []string{AnyInterface}

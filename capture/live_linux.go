@@ -473,6 +473,7 @@ type liveReader struct {
 	fixed   layers.LinkType         // the interface's link type, 0 on "any"
 	links   map[int]layers.LinkType // on "any", by interface index
 	trace   func(worker, iface int, key flowKey, fromLo bool)
+	miss    func(iface int, tcp *layers.TCP) bool
 
 	stats       Stats
 	beforeStart uint64
@@ -494,7 +495,7 @@ func (c *LiveCapture) newReader(s *liveSocket, slot *statsSlot, queues []chan *b
 		// workers' queues are full.
 		feed:    newFeeder(queues, len(queues)+batchesPerWorker),
 		workers: len(queues), fixed: c.ifaces[s.iface].linkType, links: map[int]layers.LinkType{},
-		trace: c.cfg.traceReader}
+		trace: c.cfg.traceReader, miss: c.cfg.missReader}
 }
 
 func (r *liveReader) run(ctx context.Context) error {
@@ -549,6 +550,9 @@ func (r *liveReader) handle(data []byte, ci gopacket.CaptureInfo) {
 	}
 	if _, ok := r.dec.classify(&r.stats, data, r.linkType(ci.InterfaceIndex)); ok {
 		tcp := &r.dec.tcp
+		if r.miss != nil && r.miss(r.s.iface, tcp) {
+			return
+		}
 		key, fromLo := makeFlowKey(r.dec.src, r.dec.dst, uint16(tcp.SrcPort), uint16(tcp.DstPort))
 		if r.trace != nil {
 			r.trace(r.s.worker, r.s.iface, key, fromLo)
