@@ -486,6 +486,9 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 		s.seq = c.next[d]
 		return
 	}
+	if f&(flagFIN|flagRST) != 0 && (c.sentAt[d].IsZero() || after(end, c.sentTo[d])) {
+		c.sentTo[d], c.sentAt[d] = end, s.ts
+	}
 	if f&flagFIN == 0 {
 		return
 	}
@@ -950,6 +953,11 @@ type conn struct {
 	seen, proof [2]uint32
 	proofAt     [2]time.Time // when a proven hole is reported (zero: none pending)
 	finAt       [2]uint32    // the sequence number of a FIN that came past the bytes seen (0: none)
+	// sentTo is the furthest sequence number a FIN or RST said was sent,
+	// seen at sentAt: a hole before it that no retransmission filled by
+	// the time the connection closed was lost by the capture.
+	sentTo [2]uint32
+	sentAt [2]time.Time
 	// In the assembler's care, per direction: the sequence number of the
 	// next byte it will deliver (once known), and a proven hole it was
 	// given synthetic bytes for, which ReassembledSG turns into a Gap.
@@ -1121,6 +1129,14 @@ func (c *conn) close(reason decode.CloseReason) {
 	// Bytes the traffic proved were sent and the capture never held, with
 	// nothing after them for the assembler to notice the hole by.
 	for d := range 2 {
+		if !c.w.noProofs && c.known[d] && !c.sentAt[d].IsZero() && after(c.sentTo[d], c.proof[d]) {
+			// A FIN or RST past the bytes seen, and the connection ended
+			// with no retransmission filling the hole: the capture lost it.
+			c.proof[d] = c.sentTo[d]
+			if c.proofAt[d].IsZero() {
+				c.proofAt[d] = c.sentAt[d]
+			}
+		}
 		if !c.w.noProofs && c.known[d] && after(c.proof[d], c.holeStart(d)) {
 			at := c.proofAt[d]
 			if at.IsZero() || at.After(c.w.now) {

@@ -35,6 +35,7 @@ func TestHolesProvenBySequenceNumbers(t *testing.T) {
 		{"response lost, proven by the next request's ACK", without(4), "gap B 23"},
 		{"first request lost, proven by the response's ACK", without(3), "gap A 18"},
 		{"last segment and FIN lost, ACKs prove them", without(6, 8), "gap B 23"},
+		{"last segment lost, no ACK after it captured: the FIN proves it at close", without(6, 7, 9), "gap B 23"},
 	}
 	for _, tc := range tests {
 		for _, workers := range []int{1, 2} {
