@@ -599,24 +599,7 @@ func (w *worker) injectFill(c *conn, d int, seq uint32, n int, ts time.Time) {
 	if holeFiller == nil {
 		holeFiller = make([]byte, MaxHoleFill)
 	}
-	fromLo := (d == 0) == c.lo0
-	src, dst := c.key.hiPort, c.key.loPort
-	if fromLo {
-		src, dst = dst, src
-	}
-	b := w.synthBuf[:]
-	clear(b)
-	binary.BigEndian.PutUint16(b[0:], src)
-	binary.BigEndian.PutUint16(b[2:], dst)
-	binary.BigEndian.PutUint32(b[4:], seq)
-	b[12] = 5 << 4
-	b[13] = flagACK
-	if err := w.synthTCP.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
-		return
-	}
-	w.synthTCP.Payload = holeFiller[:n]
-	w.asm.AssembleWithContext(c.key.netFlow(fromLo), &w.synthTCP, w.newCtx(w.clock, ts))
-	w.synthTCP.Payload = nil
+	w.inject(c, d, seq, flagACK, holeFiller[:n], w.newCtx(w.clock, ts))
 }
 
 // inOrder delivers a segment of a connection the worker follows itself, the
@@ -715,16 +698,16 @@ func (w *worker) handOver(c *conn) {
 		if c.halfClosed[d] {
 			seq-- // the FIN took one sequence number too
 		}
-		w.inject(c, d, seq, flagSYN, ctx)
+		w.inject(c, d, seq, flagSYN, nil, ctx)
 		if c.halfClosed[d] {
-			w.inject(c, d, seq+1, flagFIN, ctx)
+			w.inject(c, d, seq+1, flagFIN, nil, ctx)
 		}
 	}
 }
 
-// inject feeds the assembler a synthetic empty segment with the given
-// sequence number and flags in direction d of c.
-func (w *worker) inject(c *conn, d int, seq uint32, flags uint8, ctx *pktCtx) {
+// inject feeds the assembler a synthetic segment with the given sequence
+// number, flags and payload in direction d of c.
+func (w *worker) inject(c *conn, d int, seq uint32, flags uint8, payload []byte, ctx *pktCtx) {
 	fromLo := (d == 0) == c.lo0
 	src, dst := c.key.hiPort, c.key.loPort
 	if fromLo {
@@ -740,7 +723,9 @@ func (w *worker) inject(c *conn, d int, seq uint32, flags uint8, ctx *pktCtx) {
 	if err := w.synthTCP.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
 		return
 	}
+	w.synthTCP.Payload = payload
 	w.asm.AssembleWithContext(c.key.netFlow(fromLo), &w.synthTCP, ctx)
+	w.synthTCP.Payload = nil
 }
 
 // assemble hands a segment of a connection in the assembler's care to it.
@@ -863,7 +848,7 @@ func (w *worker) finishReset(c *conn, ctx *pktCtx) {
 		}
 		// An old sequence number of the half is at or before its next
 		// expected byte, so the assembler takes the RST as in order.
-		w.inject(c, d, c.nextSeq[d], flagRST, ctx)
+		w.inject(c, d, c.nextSeq[d], flagRST, nil, ctx)
 	}
 	w.injecting = false
 	if !c.closed {

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/replaywatch/replaywatch/internal/damage"
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
 	"github.com/replaywatch/replaywatch/sink"
 )
@@ -41,16 +42,7 @@ func writeSnapped(t *testing.T, path string, lt layers.LinkType, snaplen uint32,
 // snapped cuts every packet to n bytes and keeps its original length, as a
 // capture with snap length n records it.
 func snapped(pkts []pcaprec.Packet, n int) []pcaprec.Packet {
-	out := make([]pcaprec.Packet, len(pkts))
-	for i, p := range pkts {
-		if len(p.Data) > n {
-			ci := p.CI
-			ci.CaptureLength = n
-			p = pcaprec.Packet{CI: ci, Data: p.Data[:n]}
-		}
-		out[i] = p
-	}
-	return out
+	return damage.Capture{Packets: pkts}.Snaplen(n)
 }
 
 // recordConns records TCP connections from 10.0.0.1 to 10.0.0.2:5432, each
