@@ -268,8 +268,13 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 				// capture: the ids went backwards. Calling it a replay
 				// would claim a delivery the capture does not show.
 				d.eventIDReset(ex, s, ex.stream, o, fmt.Sprintf("go-sdk index %d after resuming from index %d, an id this capture never saw delivered", n, rs.goCursor))
-			case n > rs.goNext && (ex.gap || ex.limit != "" || rs.unverifiable == ReasonCaptureGap):
-				// Lost or unread bytes may hold the events between.
+			case n > rs.goNext && (ex.gap || ex.limit != "" || rs.unverifiable == ReasonCaptureGap ||
+				strings.HasPrefix(rs.unverifiable, ReasonLimitPrefix)):
+				// Lost or unread bytes, or a limit, may hold the events
+				// between.
+			case n > rs.goNext && rs.primingBetween(s, rs.goNext, n):
+				// The ids between were priming events this capture saw:
+				// empty data, never owed.
 			case n > rs.goNext && ex.once(onceIncomplete):
 				d.incomplete(ex, s, o, fmt.Sprintf("go-sdk ids are dense per stream: after %s_%d came %s, so %d event(s) were never delivered", rs.goPrefix, rs.goNext-1, ev.ID, n-rs.goNext))
 			}
@@ -284,6 +289,26 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	if !rs.emitted && (rs.stream < 0 || rs.moved || rs.owedLeft == 0) {
 		d.finishResume(ex, o.Time)
 	}
+}
+
+// maxPrimingScan bounds primingBetween's walk over the ids a go-sdk replay
+// skipped.
+const maxPrimingScan = 1024
+
+// primingBetween reports whether every go-sdk id from index from up to (not
+// including) to was seen on the resumed stream as a priming event.
+func (rs *resumeState) primingBetween(s *session, from, to int64) bool {
+	if rs.stream < 0 || to-from > maxPrimingScan {
+		return false
+	}
+	st := s.streams[rs.stream]
+	for k := from; k < to; k++ {
+		ref, ok := s.events[rs.goPrefix+"_"+strconv.FormatInt(k, 10)]
+		if !ok || ref.stream != rs.stream || !st.isPriming(ref.pos) {
+			return false
+		}
+	}
+	return true
 }
 
 func (rs *resumeState) markOwed(pos int32, st *stream) {
