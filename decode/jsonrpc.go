@@ -22,6 +22,7 @@ type Peeker struct {
 	canon   []byte
 	members []canonMember
 	args    []byte // compacted arguments, before they are copied out
+	ident   []byte // params without _meta (identityHash)
 }
 
 // PeekJSONRPC classifies the JSON-RPC message or batch in b. isJSON is false
@@ -138,7 +139,7 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 			// unknown outcome's identity); a notification's never are, and
 			// notifications are most SSE events, so they skip the hash.
 			if m.Type == MsgRequest {
-				m.ParamsHash = pk.hash(f.params)
+				m.ParamsHash = pk.identityHash(f.params)
 			}
 			pk.peekParams(&m, f.params)
 		}
@@ -340,6 +341,31 @@ func smallIntString(raw []byte) (string, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return smallInts[n], true
+}
+
+// identityHash is the hash of a request's params without their top-level
+// _meta: a progress token, trace context or per-request revision data
+// changes on every send of the same call (every SDK mints a new progress
+// token per request) and is no part of what the call asks for.
+func (pk *Peeker) identityHash(params []byte) string {
+	if !bytes.Contains(params, []byte(`_meta`)) {
+		return pk.hash(params)
+	}
+	buf := append(pk.ident[:0], '{')
+	err := eachMember(params, func(key, value []byte) {
+		if keyIs(key, "_meta") {
+			return
+		}
+		if len(buf) > 1 {
+			buf = append(buf, ',')
+		}
+		buf = append(append(append(buf, key...), ':'), value...)
+	})
+	pk.ident = buf[:0]
+	if err != nil {
+		return pk.hash(params) // not an object: nothing to leave out
+	}
+	return pk.hash(append(buf, '}'))
 }
 
 // hash returns the hex SHA-256 of v in canonical JSON.

@@ -375,3 +375,35 @@ func TestHexEncode(t *testing.T) {
 		t.Fatalf("hex64 %s", got)
 	}
 }
+
+// TestCallIdentityIgnoresMeta: the same tools/call sent again with a new
+// progress token or trace context is the same call; other arguments are not.
+func TestCallIdentityIgnoresMeta(t *testing.T) {
+	hash := func(body string) string {
+		var pk Peeker
+		msgs, _, ok := pk.PeekJSONRPC([]byte(body))
+		if !ok || len(msgs) != 1 {
+			t.Fatalf("not one message: %s", body)
+		}
+		return msgs[0].ParamsHash
+	}
+	base := hash(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"order":"o-1","cents":500}}}`)
+	same := []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"_meta":{"progressToken":7},"name":"charge_card","arguments":{"cents":500,"order":"o-1"}}}`,
+		`{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"arguments":{"order":"o-1","cents":500},"name":"charge_card","_meta":{"traceparent":"00-abc-def-01","progressToken":"p-9"}}}`,
+	}
+	for _, b := range same {
+		if h := hash(b); h != base {
+			t.Errorf("%s: hash %s, want that of the call without _meta %s", b, h, base)
+		}
+	}
+	other := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"order":"o-2","cents":500}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge_card","arguments":{"order":"o-1","cents":500,"_meta":{"k":1}}}}`,
+	}
+	for _, b := range other {
+		if h := hash(b); h == base {
+			t.Errorf("%s: same hash as a different call", b)
+		}
+	}
+}

@@ -364,7 +364,9 @@ type Message struct {
 	// Tool is params.name of a tools/call request.
 	Tool string
 	// ParamsHash is a hex SHA-256 of the params in canonical JSON (object
-	// keys sorted), so identical calls hash equal however they were spelled.
+	// keys sorted), without their top-level _meta (progress token, trace
+	// context), so the same call hashes equal however it was spelled and
+	// whatever per-request metadata rode along: a call's identity.
 	// Requests only: a notification's params are never compared, so "".
 	ParamsHash string
 	// ProgressToken (compact JSON) and Progress of a notifications/progress,
