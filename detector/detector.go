@@ -607,6 +607,12 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	s := ex.sess
+	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
+		// A rejected resume may still carry a lost session's cursor.
+		if l, conf := d.lost.link(ex.conn, s, o.Time, d.cfg.LinkWindow); l != nil {
+			d.checkOldCursor(ex, o, l, conf)
+		}
+	}
 	switch {
 	case ex.status == 404:
 		if s != nil {

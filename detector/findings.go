@@ -156,7 +156,9 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 		}
 		return nil
 	}
-	v.Severity = severities[v.Kind]
+	if v.Severity == "" {
+		v.Severity = severities[v.Kind]
+	}
 	if s != nil {
 		if v.SessionID == "" {
 			v.SessionID = s.id

@@ -202,21 +202,8 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 	if l != nil && s.prev == "" {
 		s.prev, s.linkConf = l.id, conf
 	}
-	if l != nil && ex.hasCursor && ex.resume != nil {
-		_, own := s.events[ex.cursor]
-		_, theirs := l.events[ex.cursor]
-		_, partial := l.partial[ex.cursor]
-		if !own && (theirs || partial) {
-			d.violation(&Violation{
-				Kind: KindSilentReinitAfter404, Time: o.Time, SessionID: l.id, NewSessionID: s.id, LastEventID: ex.cursor, Confidence: conf,
-				Explanation: fmt.Sprintf("Session %s got 404; the same client (%s) opened session %s and resumed it with "+
-					"Last-Event-ID %s, an event id of the lost session. Event ids mean something only in the session that "+
-					"minted them, so the client is merging two epochs: what the new session sends is not the continuation of "+
-					"what it holds. Check the client: after 404 it must drop its stream cursors and reconcile in-flight calls.", l.id, conf, s.id, ex.cursor),
-				Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
-					lostEvidence(l)},
-			}, ex, s, "form1")
-		}
+	if l != nil {
+		d.checkOldCursor(ex, o, l, conf)
 	}
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
@@ -236,24 +223,72 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		if c == nil {
 			continue
 		}
-		state := "completed"
-		if !c.answered {
-			state = "in flight when the session was lost"
+		if !c.reissueFlagged {
+			c.reissueFlagged = true
+			d.reissuedCall(ex, o, l, s, c, m, conf)
 		}
-		d.violation(&Violation{
-			Kind: KindSilentReinitAfter404, Time: o.Time, SessionID: l.id, NewSessionID: s.id, JSONRPCIDs: []string{c.id, m.ID}, Tool: m.Tool, Confidence: conf,
-			Explanation: fmt.Sprintf("Session %s got 404 while tools/call %s (id %s) was %s; the same client (%s) opened "+
-				"session %s and issued the identical call again (same tool, same arguments hash) as id %s. If the first "+
-				"call ran, its side effect now happens twice. Check the client's recovery: calls of a lost session have an "+
-				"unknown outcome and must be reconciled (idempotency key or status query) before being re-run.", l.id, m.Tool, c.id, state, conf, s.id, m.ID),
-			Evidence: []Evidence{
-				{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, params sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
-				lostEvidence(l),
-				ex.requestEvidence(),
-			},
-		}, ex, s, "form2", c.id, m.ID)
 		d.reissued(l, c, s.id)
 	}
+}
+
+// reissuedCall raises form 2: S1's tools/call c issued again, identical, as
+// m on S2. Critical when c's outcome was unknown (in flight when S1 was lost:
+// it may have run, and now runs again); high when it had completed (the
+// client is replaying its log).
+func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *session, c *call, m *decode.Message, conf string) {
+	severity, state := SeverityHigh, "had completed"
+	if !c.answered {
+		severity, state = SeverityCritical, "was in flight (its outcome unknown to the client)"
+	}
+	reached := "the server accepted it and answered it"
+	if !c.answered {
+		reached = "the server had accepted it; whether it ran is unknown"
+	}
+	d.violation(&Violation{
+		Kind: KindSilentReinitAfter404, Severity: severity, Time: o.Time, SessionID: l.id, NewSessionID: s.id,
+		JSONRPCIDs: []string{c.id, m.ID}, Tool: m.Tool, Confidence: conf,
+		Explanation: fmt.Sprintf("Session %s got 404 at %s while tools/call %s (id %s, sent %s) %s; the same client (%s) "+
+			"opened session %s and at %s issued the identical call again (same tool, same arguments) as id %s. The first "+
+			"attempt reached the server (%s), so if it ran, its side effect now happens twice. Check the client's "+
+			"recovery: calls of a lost session must be reconciled (idempotency key or status query) before being re-run.",
+			l.id, l.lostAt.Format(time.RFC3339Nano), m.Tool, c.id, c.at.Format(time.RFC3339Nano), state, conf, s.id,
+			o.Time.Format(time.RFC3339Nano), m.ID, reached),
+		Evidence: []Evidence{
+			{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, arguments sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
+			lostEvidence(l),
+			ex.requestEvidence(),
+		},
+	}, ex, s, "form2", c.id)
+}
+
+// checkOldCursor raises form 1: S2 resumed with an event id of the lost
+// session S1. Whatever the server answered, the client is merging two
+// epochs: critical when the server accepted the cursor, high when it
+// rejected it (this server caught it; another would not).
+func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, l *session, conf string) {
+	s := ex.sess
+	if !ex.hasCursor || ex.resume == nil || s == nil {
+		return
+	}
+	_, own := s.events[ex.cursor]
+	_, theirs := l.events[ex.cursor]
+	_, partial := l.partial[ex.cursor]
+	if own || !theirs && !partial {
+		return
+	}
+	severity, answer := SeverityCritical, "the server accepted it"
+	if !ex.ok2xx() {
+		severity, answer = SeverityHigh, fmt.Sprintf("this server rejected it with %d, but the client is wrong all the same", ex.status)
+	}
+	d.violation(&Violation{
+		Kind: KindSilentReinitAfter404, Severity: severity, Time: o.Time, SessionID: l.id, NewSessionID: s.id, LastEventID: ex.cursor, Confidence: conf,
+		Explanation: fmt.Sprintf("Session %s got 404; the same client (%s) opened session %s and resumed it with "+
+			"Last-Event-ID %s, an event id of the lost session (%s). Event ids mean something only in the session that "+
+			"minted them, so the client is merging two epochs: what the new session sends is not the continuation of "+
+			"what it holds. Check the client: after 404 it must drop its stream cursors and reconcile in-flight calls.",
+			l.id, conf, s.id, ex.cursor, answer),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), lostEvidence(l)},
+	}, ex, s, "form1")
 }
 
 // checkSessionlessReinit: form 3, a request without session id accepted by

@@ -69,6 +69,9 @@ type call struct {
 	cut bool
 	// unknown: an UnknownOutcome was already made for it.
 	unknown bool
+	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue
+	// of this call; later repeats are the same finding.
+	reissueFlagged bool
 }
 
 // session is all the detector knows about one Mcp-Session-Id.
