@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -153,6 +154,9 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 	case f.result != nil:
 		m.Type = MsgResponse
 		m.ResultHash = pk.hash(f.result)
+		if bytes.Contains(f.result, []byte(`Hint"`)) {
+			m.RepeatableTools = repeatableTools(f.result)
+		}
 		if bytes.Contains(f.result, []byte(`"protocolVersion"`)) {
 			_ = eachMember(f.result, func(key, value []byte) {
 				if keyIs(key, "protocolVersion") {
@@ -341,6 +345,39 @@ func smallIntString(raw []byte) (string, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return smallInts[n], true
+}
+
+// repeatableTools reads a tools/list result's tools annotated readOnlyHint
+// or idempotentHint true. Any result with a tools array of that shape is
+// read: a response does not name its method, and a list of annotated tools
+// is what it is wherever it comes from.
+func repeatableTools(result []byte) string {
+	var names []string
+	_ = eachMember(result, func(key, value []byte) {
+		if !keyIs(key, "tools") {
+			return
+		}
+		_ = eachElement(value, func(tool []byte) {
+			var name string
+			repeatable := false
+			_ = eachMember(tool, func(key, value []byte) {
+				switch {
+				case keyIs(key, "name"):
+					name, _ = jsonString(value)
+				case keyIs(key, "annotations"):
+					_ = eachMember(value, func(key, value []byte) {
+						if (keyIs(key, "readOnlyHint") || keyIs(key, "idempotentHint")) && string(value) == "true" {
+							repeatable = true
+						}
+					})
+				}
+			})
+			if repeatable && name != "" && !strings.Contains(name, "\n") && len(names) < MaxAnnotatedTools {
+				names = append(names, name)
+			}
+		})
+	})
+	return strings.Join(names, "\n")
 }
 
 // identityHash is the hash of a request's params without their top-level

@@ -407,3 +407,19 @@ func TestCallIdentityIgnoresMeta(t *testing.T) {
 		}
 	}
 }
+
+func TestRepeatableToolsFromToolsList(t *testing.T) {
+	var pk Peeker
+	body := `{"jsonrpc":"2.0","id":4,"result":{"tools":[
+		{"name":"charge_card","annotations":{"destructiveHint":true}},
+		{"name":"get_order","annotations":{"readOnlyHint":true}},
+		{"name":"set_flag","annotations":{"readOnlyHint":false,"idempotentHint":true}},
+		{"name":"plain","inputSchema":{"type":"object"}}]}}`
+	msgs, _, ok := pk.PeekJSONRPC([]byte(body))
+	if !ok || len(msgs) != 1 {
+		t.Fatal("not one message")
+	}
+	if got, want := msgs[0].RepeatableTools, "get_order\nset_flag"; got != want {
+		t.Errorf("RepeatableTools = %q, want %q", got, want)
+	}
+}

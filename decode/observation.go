@@ -391,4 +391,12 @@ type Message struct {
 	ProtocolVersion string
 	ErrorCode       int
 	ResultHash      string // hex SHA-256 of the result in canonical JSON
+	// RepeatableTools names the tools a tools/list result annotates as
+	// safe to call twice (readOnlyHint or idempotentHint true), one per
+	// line, at most MaxAnnotatedTools: a re-issue of one is no corruption.
+	// A string, so Message stays comparable. Responses only.
+	RepeatableTools string
 }
+
+// MaxAnnotatedTools bounds Message.RepeatableTools per tools/list result.
+const MaxAnnotatedTools = 256

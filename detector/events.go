@@ -314,6 +314,9 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 					s.rev, s.revFromInit = m.ProtocolVersion, true
 				}
 			}
+			if m.RepeatableTools != "" && s != nil && !s.removed {
+				s.noteRepeatable(m.RepeatableTools)
+			}
 			// id null answers a request the server could not read
 			// (e.g. a 404 body): it names no request.
 			if s != nil && !ex.sessionless && !s.removed && m.ID != "" && m.ID != "null" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
@@ -225,10 +226,34 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		}
 		if !c.reissueFlagged {
 			c.reissueFlagged = true
-			d.reissuedCall(ex, o, l, s, c, m, conf)
+			if !l.isRepeatable(m.Tool) && !s.isRepeatable(m.Tool) {
+				d.reissuedCall(ex, o, l, s, c, m, conf)
+			}
 		}
 		d.reissued(l, c, s.id)
 	}
+}
+
+// noteRepeatable remembers the tools a tools/list result annotated
+// read-only or idempotent (one name per line), at most
+// decode.MaxAnnotatedTools.
+func (s *session) noteRepeatable(names string) {
+	if s.repeatable == nil {
+		s.repeatable = map[string]struct{}{}
+	}
+	for name := range strings.SplitSeq(names, "\n") {
+		if len(s.repeatable) >= decode.MaxAnnotatedTools {
+			return
+		}
+		s.repeatable[name] = struct{}{}
+	}
+}
+
+// isRepeatable says whether a tools/list of s annotated tool as read-only or
+// idempotent: calling it twice does no harm, so a re-issue is no corruption.
+func (s *session) isRepeatable(tool string) bool {
+	_, ok := s.repeatable[tool]
+	return ok
 }
 
 // reissuedCall raises form 2: S1's tools/call c issued again, identical, as

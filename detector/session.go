@@ -133,8 +133,11 @@ type sessionState struct {
 	partial        map[string]struct{}
 	calls          smallMap[string, *call]  // JSON-RPC id -> call
 	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
-	progress       smallMap[string, float64]
-	streamSlab     slab[stream]
+	// repeatable are the tools a tools/list result in this session
+	// annotated read-only or idempotent (decode.Message.RepeatableTools).
+	repeatable map[string]struct{}
+	progress   smallMap[string, float64]
+	streamSlab slab[stream]
 	// redelivered counts deliveries beyond the first per event id; only
 	// an EventSink needs it, and only replays and duplicates create it.
 	redelivered map[string]int
@@ -296,7 +299,7 @@ func (d *Detector) release(s *session) {
 	}
 	s.removed = true
 	d.cutCallsUnknown(s)
-	s.sessionState = sessionState{events: s.events, partial: s.partial, toolCalls: s.toolCalls}
+	s.sessionState = sessionState{events: s.events, partial: s.partial, toolCalls: s.toolCalls, repeatable: s.repeatable}
 }
 
 // bind makes s the session of ex, keeping the sessions' counts of open

@@ -475,7 +475,7 @@ func (r *specRun) gap(args []string) error {
 //
 //	METHOD#ID[:tool=T][:args=A][:token=K][:proto=V]  request
 //	METHOD[:token=K][:progress=P]                     notification
-//	response#ID[:result=R][:proto=V]                  response
+//	response#ID[:result=R][:proto=V][:repeatable=T+T] response (a tools/list naming read-only or idempotent tools)
 //	error#ID[:code=C]                                 error
 func parseMessages(s string) ([]decode.Message, error) {
 	var out []decode.Message
@@ -517,6 +517,8 @@ func parseMessages(s string) ([]decode.Message, error) {
 				m.ProtocolVersion = v
 			case "result":
 				m.ResultHash = v
+			case "repeatable":
+				m.RepeatableTools = strings.ReplaceAll(v, "+", "\n")
 			case "code":
 				m.ErrorCode, _ = strconv.Atoi(v)
 			default:
