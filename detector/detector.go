@@ -36,7 +36,11 @@ type Detector struct {
 	// otherwise, and then no per-event record is built.
 	events EventSink
 
-	sessions         map[string]*session
+	sessions map[string]*session
+	// connEndpoint is the logical endpoint of each connection's last
+	// request, for responses whose request was not seen (endpointOf);
+	// at most MaxOpenExchanges.
+	connEndpoint     map[uint64]string
 	lruHead, lruTail *session
 	exchanges        map[exKey]*exchange
 	openByConn       map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
@@ -82,6 +86,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sink:            sink,
 		events:          events,
 		sessions:        map[string]*session{},
+		connEndpoint:    map[uint64]string{},
 		exchanges:       map[exKey]*exchange{},
 		openByConn:      map[uint64]*exchange{},
 		gaps:            map[addrKey]time.Time{},
@@ -103,11 +108,14 @@ type exKey struct {
 
 // exchange is one HTTP request/response pair being followed.
 type exchange struct {
-	key            exKey
-	serial         uint64 // unique per exchange for the detector's life (calls refer to it)
-	conn           decode.Conn
-	start, respAt  time.Time
-	method, path   string
+	key           exKey
+	serial        uint64 // unique per exchange for the detector's life (calls refer to it)
+	conn          decode.Conn
+	start, respAt time.Time
+	method, path  string
+	// endpoint is the logical MCP endpoint (Host header and path, else the
+	// server address): sessions are keyed by id within it.
+	endpoint       string
 	reqSession     string
 	hasReqSession  bool
 	cursor         string
@@ -328,7 +336,8 @@ func (d *Detector) newExchange(o *decode.Observation) *exchange {
 	} else {
 		ex = new(exchange)
 	}
-	*ex = exchange{key: exKey{o.Conn.ID, o.Exchange}, serial: d.exSerial, conn: o.Conn, start: o.Time, lastAt: o.Time}
+	*ex = exchange{key: exKey{o.Conn.ID, o.Exchange}, serial: d.exSerial, conn: o.Conn, start: o.Time, lastAt: o.Time,
+		endpoint: d.endpointOf(o)}
 	d.exchanges[ex.key] = ex
 	ex.nextOnConn = d.openByConn[ex.key.conn]
 	d.openByConn[ex.key.conn] = ex
@@ -343,9 +352,9 @@ func (d *Detector) refuseExchange(o *decode.Observation) {
 	key := exKey{o.Conn.ID, o.Exchange}
 	var s *session
 	if r := o.Request; r != nil && r.HasSessionID {
-		s = d.sessions[r.SessionID]
+		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
 	} else if r := o.Response; r != nil && r.HasSessionID {
-		s = d.sessions[r.SessionID]
+		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
 	}
 	if s != nil && s.indexLimit == "" {
 		s.indexLimit = field
@@ -478,18 +487,18 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.rev = ex.protoHeader
 	}
 	if ex.rev == "" && ex.hasReqSession {
-		if s, ok := d.sessions[ex.reqSession]; ok {
+		if s, ok := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]; ok {
 			ex.rev = s.rev
-		} else if t, ok := d.tombs.byID[ex.reqSession]; ok {
+		} else if t, ok := d.tombs.byID[sessionKey(ex.endpoint, ex.reqSession)]; ok {
 			ex.rev = t.rev
 		}
 	}
 	// 2026-07-28 and later have no sessions: a session id there is a
 	// finding (checkSessionless), never state to track.
 	if ex.hasReqSession && !revAtLeast(ex.rev, revSessionless) {
-		if s := d.sessionUnlessDeleted(ex.reqSession, o); s == nil {
+		if s := d.sessionUnlessDeleted(ex.endpoint, ex.reqSession, o); s == nil {
 			ex.afterDelete = true
-			_, tomb := d.tombs.byID[ex.reqSession]
+			_, tomb := d.tombs.byID[sessionKey(ex.endpoint, ex.reqSession)]
 			ex.tombForgotten = !tomb
 		} else {
 			if ex.protoHeader != "" && !s.revFromInit {
@@ -634,11 +643,11 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	forgot := ex.tombForgotten
-	if !ex.isInit && !ex.afterDelete && s == nil && ex.hasRespSession && d.sessions[ex.respSession] == nil &&
-		!d.tombs.use(ex.respSession, o.Time) && d.tombs.mayBeForgotten(ex.respSession) {
+	if !ex.isInit && !ex.afterDelete && s == nil && ex.hasRespSession && d.sessions[sessionKey(ex.endpoint, ex.respSession)] == nil &&
+		!d.tombs.use(sessionKey(ex.endpoint, ex.respSession), o.Time) && d.tombs.mayBeForgotten(sessionKey(ex.endpoint, ex.respSession)) {
 		forgot = true
 	}
-	if !ex.isInit && (ex.afterDelete || forgot || s == nil && ex.hasRespSession && d.tombs.use(ex.respSession, o.Time)) {
+	if !ex.isInit && (ex.afterDelete || forgot || s == nil && ex.hasRespSession && d.tombs.use(sessionKey(ex.endpoint, ex.respSession), o.Time)) {
 		// The session was deleted and its state is gone: an answer for
 		// it now can be judged against nothing.
 		reason := ReasonSessionDeleted
@@ -681,7 +690,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		// (not initialize): the server minted or echoed it; its start is
 		// unknown to us.
 		d.checkSessionlessReinit(ex, o)
-		s = d.session(ex.respSession, o)
+		s = d.session(ex.endpoint, ex.respSession, o)
 		if s.rev == "" {
 			s.rev = ex.rev
 		}
@@ -743,7 +752,7 @@ func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 	if !pairing && s == nil && ex.hasRespSession {
 		// The server's session for this exchange: follow its events
 		// (without the checks that need the request).
-		ns := d.session(ex.respSession, o)
+		ns := d.session(ex.endpoint, ex.respSession, o)
 		if ns.rev == "" {
 			ns.rev = ex.rev
 		}
@@ -755,8 +764,8 @@ func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 
 // onInitialized binds a new session to its initialize exchange.
 func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
-	_, existed := d.sessions[ex.respSession]
-	s := d.session(ex.respSession, o)
+	_, existed := d.sessions[sessionKey(ex.endpoint, ex.respSession)]
+	s := d.session(ex.endpoint, ex.respSession, o)
 	if !existed {
 		s.startSeen = true
 	}

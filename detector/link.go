@@ -169,8 +169,8 @@ func (d *Detector) reissued(src *session, c *call, to string) {
 // sessionSwap: a request on S1 answered 2xx with Mcp-Session-Id S2.
 func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 	s1 := ex.sess
-	_, existed := d.sessions[ex.respSession]
-	s2 := d.session(ex.respSession, o)
+	_, existed := d.sessions[sessionKey(ex.endpoint, ex.respSession)]
+	s2 := d.session(ex.endpoint, ex.respSession, o)
 	if !existed {
 		s2.prev, s2.linkConf, s2.swappedFrom = s1.id, ConfidenceSameExchange, s1
 		s2.rev = s1.rev

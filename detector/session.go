@@ -2,6 +2,7 @@ package detector
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
@@ -77,6 +78,7 @@ type call struct {
 // session is all the detector knows about one Mcp-Session-Id.
 type session struct {
 	id             string
+	key            string // sessionKey: the id within its logical endpoint
 	rev            string
 	revFromInit    bool
 	client, server netip.AddrPort
@@ -167,17 +169,19 @@ func (s *session) revision() string {
 
 // session returns the live session id, creating it (start not captured)
 // when unknown.
-func (d *Detector) session(id string, o *decode.Observation) *session {
-	if s, ok := d.sessions[id]; ok {
+func (d *Detector) session(endpoint, id string, o *decode.Observation) *session {
+	key := sessionKey(endpoint, id)
+	if s, ok := d.sessions[key]; ok {
 		d.touch(s, o.Time)
 		return s
 	}
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.evictOldest(o.Time)
 	}
-	d.tombs.forget(id) // the id is live again (a new initialize, a swap)
+	d.tombs.forget(key) // the id is live again (a new initialize, a swap)
 	s := newSession(id, o)
-	d.sessions[id] = s
+	s.key = key
+	d.sessions[key] = s
 	d.stats.SessionsSeen++
 	d.pushFront(s)
 	return s
@@ -185,15 +189,43 @@ func (d *Detector) session(id string, o *decode.Observation) *session {
 
 // sessionUnlessDeleted is session(id), or nil when id is a deleted
 // session's (a tombstone).
-func (d *Detector) sessionUnlessDeleted(id string, o *decode.Observation) *session {
-	if s, ok := d.sessions[id]; ok {
+func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observation) *session {
+	key := sessionKey(endpoint, id)
+	if s, ok := d.sessions[key]; ok {
 		d.touch(s, o.Time)
 		return s
 	}
-	if d.tombs.use(id, o.Time) || d.tombs.mayBeForgotten(id) {
+	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
 		return nil
 	}
-	return d.session(id, o)
+	return d.session(endpoint, id, o)
+}
+
+// sessionKey names session id within its logical endpoint: a session that
+// moves between load-balanced backends of one endpoint stays one session,
+// and two unrelated servers that mint the same id stay two.
+func sessionKey(endpoint, id string) string { return endpoint + "\x00" + id }
+
+// endpointOf is the logical MCP endpoint of o's exchange: the Host header
+// (lower case) and path (without query) of its request, else that of the
+// connection's last request, else the server address.
+func (d *Detector) endpointOf(o *decode.Observation) string {
+	if r := o.Request; r != nil && r.Host != "" {
+		path := r.Path
+		if i := strings.IndexAny(path, "?#"); i >= 0 {
+			path = path[:i]
+		}
+		e := strings.ToLower(r.Host) + path
+		if len(d.connEndpoint) >= d.cfg.MaxOpenExchanges {
+			clear(d.connEndpoint) // bounded; a response alone then falls back to the address
+		}
+		d.connEndpoint[o.Conn.ID] = e
+		return e
+	}
+	if e, ok := d.connEndpoint[o.Conn.ID]; ok {
+		return e
+	}
+	return o.Conn.Server.String()
 }
 
 func (d *Detector) touch(s *session, t time.Time) {
@@ -255,7 +287,7 @@ func (d *Detector) expire(now time.Time) {
 // ended yet and flushing unknown outcomes it still held.
 func (d *Detector) removeSession(s *session, how string) {
 	d.unlink(s)
-	delete(d.sessions, s.id)
+	delete(d.sessions, s.key)
 	s.removed = true
 	if s.ended == "" {
 		d.endSession(s, how)
@@ -278,9 +310,9 @@ func (d *Detector) freeSession(s *session) {
 // session). Its state is freed once the exchanges still bound to it end.
 func (d *Detector) retire(s *session) {
 	d.unlink(s)
-	delete(d.sessions, s.id)
+	delete(d.sessions, s.key)
 	s.retired = true
-	d.tombs.add(d, s.id, s.rev, d.now)
+	d.tombs.add(d, s.key, s.rev, d.now)
 	if s.open == 0 {
 		d.release(s)
 		return

@@ -38,6 +38,7 @@ var specBase = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 // specConn is one connection of a .test file and its exchanges in order.
 type specConn struct {
 	conn      decode.Conn
+	host      string // the Host header of its requests
 	exchanges []*specExchange
 }
 
@@ -181,7 +182,9 @@ func quoteAll(words []string) []string {
 	return out
 }
 
-// connLine: conn NAME client IP:PORT server IP:PORT [midstream]
+// connLine: conn NAME client IP:PORT server IP:PORT [midstream] [host=H]
+// Requests carry Host: H (default mcp.test, one logical endpoint for every
+// connection, as behind a load balancer).
 func (r *specRun) connLine(args []string) error {
 	if len(args) < 5 || args[1] != "client" || args[3] != "server" {
 		return fmt.Errorf("want: conn NAME client IP:PORT server IP:PORT")
@@ -195,7 +198,18 @@ func (r *specRun) connLine(args []string) error {
 		return err
 	}
 	r.nextID++
-	r.conns[args[0]] = &specConn{conn: decode.Conn{ID: r.nextID, Client: c, Server: s, StartSeen: len(args) < 6 || args[5] != "midstream"}}
+	sc := &specConn{conn: decode.Conn{ID: r.nextID, Client: c, Server: s, StartSeen: true}, host: "mcp.test"}
+	for _, a := range args[5:] {
+		switch k, v, _ := strings.Cut(a, "="); k {
+		case "midstream":
+			sc.conn.StartSeen = false
+		case "host":
+			sc.host = v
+		default:
+			return fmt.Errorf("unknown conn attribute %q", a)
+		}
+	}
+	r.conns[args[0]] = sc
 	return nil
 }
 
@@ -287,7 +301,7 @@ func (r *specRun) request(args []string) error {
 		return err
 	}
 	m := kv(args[3:])
-	req := &decode.Request{Method: args[1], Path: args[2], Host: c.conn.Server.String()}
+	req := &decode.Request{Method: args[1], Path: args[2], Host: c.host}
 	if v, ok := m["session"]; ok {
 		req.SessionID, req.HasSessionID = v, true
 	}
