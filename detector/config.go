@@ -20,6 +20,7 @@ const (
 	DefaultMaxProgressTokens          = 1000
 	DefaultMaxOpenExchanges           = 100000
 	DefaultMaxLostSessions            = 10000
+	DefaultMaxEventsIndexedPerServer  = 100000
 	DefaultReorderTolerance           = 2 * time.Second
 )
 
@@ -58,6 +59,12 @@ type Config struct {
 	// MaxLostSessions bounds the sessions remembered after a 404 for
 	// linking a re-initialising client (silent_reinit_after_404).
 	MaxLostSessions int
+	// MaxEventsIndexedPerServer bounds the index of event ids over all
+	// sessions of all logical endpoints (which session and stream first
+	// sent each, for cross-session replays). Beyond it new ids are not
+	// indexed and a replayed event the index does not hold makes the
+	// cross-session check unverifiable.
+	MaxEventsIndexedPerServer int
 	// ReorderTolerance: observations on different connections may be
 	// merged slightly out of order (decode's reorder window); an event id
 	// that is lower than one seen on another stream less than this long ago
@@ -78,6 +85,7 @@ func DefaultConfig() Config {
 		MaxProgressTokensPerSession: DefaultMaxProgressTokens,
 		MaxOpenExchanges:            DefaultMaxOpenExchanges,
 		MaxLostSessions:             DefaultMaxLostSessions,
+		MaxEventsIndexedPerServer:   DefaultMaxEventsIndexedPerServer,
 		ReorderTolerance:            DefaultReorderTolerance,
 	}
 }
@@ -98,6 +106,7 @@ func (c Config) Validate() error {
 		{"MaxProgressTokensPerSession", int64(c.MaxProgressTokensPerSession)},
 		{"MaxOpenExchanges", int64(c.MaxOpenExchanges)},
 		{"MaxLostSessions", int64(c.MaxLostSessions)},
+		{"MaxEventsIndexedPerServer", int64(c.MaxEventsIndexedPerServer)},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("detector config: %s must be positive, got %d", f.name, f.v)
@@ -126,6 +135,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.LinkWindow, d.LinkWindow)
 	setInt(&c.MaxSessions, d.MaxSessions)
 	setInt(&c.MaxEventsIndexedPerSession, d.MaxEventsIndexedPerSession)
+	setInt(&c.MaxEventsIndexedPerServer, d.MaxEventsIndexedPerServer)
 	setInt(&c.MaxStreamsPerSession, d.MaxStreamsPerSession)
 	setInt(&c.MaxInflightPerSession, d.MaxInflightPerSession)
 	setInt(&c.MaxResponsesPerSession, d.MaxResponsesPerSession)

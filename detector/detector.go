@@ -7,6 +7,7 @@
 package detector
 
 import (
+	"hash/maphash"
 	"sort"
 	"strconv"
 	"time"
@@ -40,10 +41,18 @@ type Detector struct {
 	// connEndpoint is the logical endpoint of each connection's last
 	// request, for responses whose request was not seen (endpointOf);
 	// at most MaxOpenExchanges.
-	connEndpoint     map[uint64]string
-	lruHead, lruTail *session
-	exchanges        map[exKey]*exchange
-	openByConn       map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
+	connEndpoint map[uint64]string
+	// serverEvents is the cross-session event index (crossindex.go), at
+	// most MaxEventsIndexedPerServer ids.
+	serverEvents     map[uint64]eventOrigin
+	serverEventsFull bool
+	hashSeed         maphash.Seed // for the index's keys (membership only: no output depends on it)
+	// sharedIDEndpoints are the endpoints whose sessions were seen to
+	// send the same event id (idsShared).
+	sharedIDEndpoints map[string]struct{}
+	lruHead, lruTail  *session
+	exchanges         map[exKey]*exchange
+	openByConn        map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
 	// gaps: the last capture gap per client address and server endpoint;
 	// gapFloor: sessions that started before it are treated as gapped
 	// (set when gaps outgrew its bound).
@@ -82,22 +91,25 @@ func New(cfg Config, sink Sink) *Detector {
 	cfg = cfg.withDefaults()
 	events, _ := sink.(EventSink)
 	return &Detector{
-		cfg:             cfg,
-		sink:            sink,
-		events:          events,
-		sessions:        map[string]*session{},
-		connEndpoint:    map[uint64]string{},
-		exchanges:       map[exKey]*exchange{},
-		openByConn:      map[uint64]*exchange{},
-		gaps:            map[addrKey]time.Time{},
-		lost:            newLostIndex(cfg.MaxLostSessions),
-		sessionlessSeen: map[string]struct{}{},
-		tombs:           newTombstones(),
-		retiring:        map[*session]struct{}{},
-		refused:         map[exKey]struct{}{},
-		limitMarks:      map[addrKey]limitMark{},
-		mcpPairs:        map[addrKey]struct{}{},
-		stats:           newStats(),
+		cfg:               cfg,
+		sink:              sink,
+		events:            events,
+		sessions:          map[string]*session{},
+		connEndpoint:      map[uint64]string{},
+		serverEvents:      map[uint64]eventOrigin{},
+		hashSeed:          maphash.MakeSeed(),
+		sharedIDEndpoints: map[string]struct{}{},
+		exchanges:         map[exKey]*exchange{},
+		openByConn:        map[uint64]*exchange{},
+		gaps:              map[addrKey]time.Time{},
+		lost:              newLostIndex(cfg.MaxLostSessions),
+		sessionlessSeen:   map[string]struct{}{},
+		tombs:             newTombstones(),
+		retiring:          map[*session]struct{}{},
+		refused:           map[exKey]struct{}{},
+		limitMarks:        map[addrKey]limitMark{},
+		mcpPairs:          map[addrKey]struct{}{},
+		stats:             newStats(),
 	}
 }
 
@@ -116,6 +128,7 @@ type exchange struct {
 	// endpoint is the logical MCP endpoint (Host header and path, else the
 	// server address): sessions are keyed by id within it.
 	endpoint       string
+	auth           string // the request's Authorization hash
 	reqSession     string
 	hasReqSession  bool
 	cursor         string
@@ -468,6 +481,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		return ex
 	}
 	ex.reqSession, ex.hasReqSession = r.SessionID, r.HasSessionID && r.SessionID != ""
+	ex.auth = r.AuthHash
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages

@@ -43,6 +43,7 @@ const (
 	onceReplayed
 	onceCross
 	onceIncomplete
+	onceCrossSession
 )
 
 func (ex *exchange) once(bit uint16) bool {
@@ -87,7 +88,11 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 			reused = d.knownEvent(ex, s, o, ref, data)
 			known = !reused
 		} else {
+			if !priming && ex.resume != nil && ex.resume.active {
+				d.checkCrossSession(ex, s, o, data)
+			}
 			d.newEvent(ex, s, o, data, priming)
+			d.indexServerEvent(ex, s, o, data)
 		}
 	}
 	// Priming and `event: close` carry no content: they neither deliver

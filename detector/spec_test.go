@@ -225,6 +225,8 @@ func (r *specRun) configLine(args []string) error {
 			r.cfg.MaxStreamsPerSession, _ = strconv.Atoi(v)
 		case "max_open_exchanges":
 			r.cfg.MaxOpenExchanges, _ = strconv.Atoi(v)
+		case "max_server_events":
+			r.cfg.MaxEventsIndexedPerServer, _ = strconv.Atoi(v)
 		case "max_lost_sessions":
 			r.cfg.MaxLostSessions, _ = strconv.Atoi(v)
 		case "max_inflight":

@@ -57,6 +57,7 @@ type agentFile struct {
 		MaxEventBytes         *int           `yaml:"max_event_bytes"`
 		MaxSessions           *int           `yaml:"max_sessions"`
 		MaxEventsPerSession   *int           `yaml:"max_events_per_session"`
+		MaxServerEvents       *int           `yaml:"max_server_events"`
 		SessionIdleTimeout    *time.Duration `yaml:"session_idle_timeout"`
 	} `yaml:"limits"`
 }
@@ -117,7 +118,8 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 			"max-connections": l.MaxConnections, "max-pages-total": l.MaxPagesTotal, "max-pages-per-connection": l.MaxPagesPerConnection,
 			"connection-idle-timeout": l.ConnectionIdleTimeout, "max-header-bytes": l.MaxHeaderBytes, "max-body-bytes": l.MaxBodyBytes,
 			"max-sse-line-bytes": l.MaxSSELineBytes, "max-event-bytes": l.MaxEventBytes, "max-sessions": l.MaxSessions,
-			"max-events-per-session": l.MaxEventsPerSession, "session-idle-timeout": l.SessionIdleTimeout,
+			"max-events-per-session": l.MaxEventsPerSession, "max-server-events": l.MaxServerEvents,
+			"session-idle-timeout": l.SessionIdleTimeout,
 		} {
 			if err := set(name, v); err != nil {
 				return err

@@ -100,6 +100,7 @@ func registerLimits(fs *flag.FlagSet, cp *capture.Config, dc *decode.Config, dt 
 	fs.DurationVar(&dt.LinkWindow, "link-window", dt.LinkWindow, "link a new session to a lost one from the same client address within this window")
 	fs.IntVar(&dt.MaxSessions, "max-sessions", dt.MaxSessions, "MCP sessions tracked at once")
 	fs.IntVar(&dt.MaxEventsIndexedPerSession, "max-events-per-session", dt.MaxEventsIndexedPerSession, "event ids indexed per session; beyond it checks on that session are unverifiable")
+	fs.IntVar(&dt.MaxEventsIndexedPerServer, "max-server-events", dt.MaxEventsIndexedPerServer, "event ids indexed over all sessions (which session first sent each, about 80 B each), for cross-session replays; beyond it that check is unverifiable")
 }
 
 func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("analyze", flag.ContinueOnError) }
@@ -271,6 +272,7 @@ func validateLimits(cp *capture.Config, dc *decode.Config, dt *detector.Config) 
 		"--max-header-bytes": dc.MaxHeaderBytes, "--max-body-bytes": dc.MaxBodyBytes,
 		"--max-sse-line-bytes": dc.MaxSSELineBytes, "--max-argument-bytes": dc.MaxArgumentBytes, "--max-event-bytes": dc.MaxEventBytes,
 		"--max-sessions": dt.MaxSessions, "--max-events-per-session": dt.MaxEventsIndexedPerSession,
+		"--max-server-events": dt.MaxEventsIndexedPerServer,
 	} {
 		if v <= 0 {
 			bad = append(bad, name)

@@ -33,14 +33,15 @@ const soakHost = "127.0.0.3"
 
 // The soak's limits, small enough that the flood hits them all the time.
 const (
-	soakWorkers        = 2
-	soakMaxSessions    = 500
-	soakMaxConnections = 256
-	soakMaxEvents      = 16
-	soakMaxPagesTotal  = 1024
-	soakMaxPagesConn   = 64
-	soakMaxHeader      = 8 << 10
-	soakMaxBody        = 16 << 10 // also the SSE line and event bounds
+	soakWorkers         = 2
+	soakMaxSessions     = 500
+	soakMaxConnections  = 256
+	soakMaxEvents       = 16
+	soakMaxPagesTotal   = 1024
+	soakMaxServerEvents = 20000
+	soakMaxPagesConn    = 64
+	soakMaxHeader       = 8 << 10
+	soakMaxBody         = 16 << 10 // also the SSE line and event bounds
 )
 
 // soakRSSBound is the most the agent's peak RSS (VmHWM) may reach under
@@ -54,14 +55,15 @@ const (
 //	  decode: 256 connections × 2 directions × (8 KiB head + 16 KiB body
 //	          + 16 KiB SSE line + 16 KiB event)                               28 MiB
 //	  detector: 500 sessions and 500 tombstones, a few KiB each with
-//	            16 indexed events of 24 B (detector/README.md)                 2 MiB
+//	            16 indexed events of 24 B (detector/README.md), and the
+//	            cross-session index of 20,000 events × about 80 B            4 MiB
 //	  merger: the observations of the 2 s reorder window. No flag bounds
 //	          them: they follow the rate, hence the flood's cap of 850
 //	          sessions a second × 19 observations (measured) × 2 s, about
 //	          600 B each with their messages                                 19 MiB
-//	  = 51 MiB, and the heap may grow to twice its live size before a
-//	  collection (GOGC=100)                                                  102 MiB
-//	                                                                         248 MiB
+//	  = 53 MiB, and the heap may grow to twice its live size before a
+//	  collection (GOGC=100)                                                  106 MiB
+//	                                                                         252 MiB
 //
 // The bound is that, rounded up to 256 MiB. Measured on the 2-core machine
 // with this flood (about 760 sessions a second, GODEBUG=gctrace=1): VmRSS
@@ -280,7 +282,8 @@ func startSoakAgent(t *testing.T, filter string) *soakAgent {
 	a.cmd = exec.Command(bin, "agent", "--interface", "lo", "--filter", filter, "--format", "json", "--listen", "127.0.0.1:0",
 		"--workers", strconv.Itoa(soakWorkers),
 		"--max-sessions", strconv.Itoa(soakMaxSessions), "--max-connections", strconv.Itoa(soakMaxConnections),
-		"--max-events-per-session", strconv.Itoa(soakMaxEvents), "--session-idle-timeout", "2s",
+		"--max-events-per-session", strconv.Itoa(soakMaxEvents), "--max-server-events", strconv.Itoa(soakMaxServerEvents),
+		"--session-idle-timeout", "2s",
 		"--max-pages-total", strconv.Itoa(soakMaxPagesTotal), "--max-pages-per-connection", strconv.Itoa(soakMaxPagesConn),
 		"--max-header-bytes", strconv.Itoa(soakMaxHeader), "--max-body-bytes", strconv.Itoa(soakMaxBody),
 		"--max-sse-line-bytes", strconv.Itoa(soakMaxBody), "--max-event-bytes", strconv.Itoa(soakMaxBody))
