@@ -91,6 +91,7 @@ const (
 	slotProtocol
 	slotRequestType
 	slotAccept
+	slotUserAgent
 	slotResponseType
 	numValueSlots
 )
@@ -771,6 +772,8 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 			req.ContentType = d.c.value(slotRequestType, value)
 		case "accept":
 			req.Accept = d.c.value(slotAccept, value)
+		case "user-agent":
+			req.UserAgent = d.c.value(slotUserAgent, value)
 		case "authorization":
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)

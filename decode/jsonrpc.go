@@ -190,6 +190,19 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 			m.Arguments, m.ArgumentsTruncated = pk.keepArguments(value)
 		case wantVersion && keyIs(key, "protocolVersion"):
 			m.ProtocolVersion, _ = jsonString(value)
+		case wantVersion && keyIs(key, "clientInfo"):
+			var name, version string
+			_ = eachMember(value, func(key, value []byte) {
+				switch {
+				case keyIs(key, "name"):
+					name, _ = jsonString(value)
+				case keyIs(key, "version"):
+					version, _ = jsonString(value)
+				}
+			})
+			if name != "" || version != "" {
+				m.ClientInfo = name + "/" + version
+			}
 		case progress && keyIs(key, "progressToken"):
 			m.ProgressToken = compactJSON(value)
 		case progress && keyIs(key, "progress"):

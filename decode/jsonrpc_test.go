@@ -423,3 +423,11 @@ func TestRepeatableToolsFromToolsList(t *testing.T) {
 		t.Errorf("RepeatableTools = %q, want %q", got, want)
 	}
 }
+
+func TestInitializeClientInfo(t *testing.T) {
+	var pk Peeker
+	msgs, _, _ := pk.PeekJSONRPC([]byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"billing-agent","version":"1.4.2"}}}`))
+	if len(msgs) != 1 || msgs[0].ClientInfo != "billing-agent/1.4.2" || msgs[0].ProtocolVersion != "2025-11-25" {
+		t.Fatalf("got %+v", msgs)
+	}
+}

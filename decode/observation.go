@@ -158,6 +158,9 @@ type Request struct {
 	ProtocolVersion string // MCP-Protocol-Version
 	ContentType     string
 	Accept          string
+	// UserAgent is the User-Agent header (client software, not a person:
+	// kept to tell clients behind one address apart).
+	UserAgent string
 	// AuthHash is a hex SHA-256 of the Authorization header; "" when absent.
 	// The value itself is never kept. Cookies are dropped entirely.
 	AuthHash string
@@ -389,8 +392,11 @@ type Message struct {
 	Arguments string
 	// ProtocolVersion from initialize params (request) or result (response).
 	ProtocolVersion string
-	ErrorCode       int
-	ResultHash      string // hex SHA-256 of the result in canonical JSON
+	// ClientInfo is an initialize request's params.clientInfo as
+	// "name/version": which client software opened the session.
+	ClientInfo string
+	ErrorCode  int
+	ResultHash string // hex SHA-256 of the result in canonical JSON
 	// RepeatableTools names the tools a tools/list result annotates as
 	// safe to call twice (readOnlyHint or idempotentHint true), one per
 	// line, at most MaxAnnotatedTools: a re-issue of one is no corruption.

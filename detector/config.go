@@ -32,10 +32,11 @@ type Config struct {
 	// and summarised as "expired". That is our bookkeeping, not the
 	// server's: it is never reported as if the server had answered 404.
 	SessionIdleTimeout time.Duration
-	// LinkWindow: after a session got 404, a new session from the same
-	// client IP to the same server within this window is taken to be the
-	// same client re-initialising ("same client address" confidence). The
-	// same TCP connection links regardless of the window.
+	// LinkWindow: after a session got 404, new sessions from the same
+	// client IP to the same server within this window are candidates for
+	// the same client re-initialising, scored by the evidence the wire
+	// offers (link.go). The 404's TCP connection is a candidate regardless
+	// of the window.
 	LinkWindow time.Duration
 	// MaxSessions tracked at once; beyond it the least recently active
 	// session is evicted (summarised as "evicted") and counted.

@@ -129,6 +129,7 @@ type exchange struct {
 	// server address): sessions are keyed by id within it.
 	endpoint       string
 	auth           string // the request's Authorization hash
+	userAgent      string
 	reqSession     string
 	hasReqSession  bool
 	cursor         string
@@ -481,7 +482,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		return ex
 	}
 	ex.reqSession, ex.hasReqSession = r.SessionID, r.HasSessionID && r.SessionID != ""
-	ex.auth = r.AuthHash
+	ex.auth, ex.userAgent = r.AuthHash, r.UserAgent
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
@@ -632,9 +633,8 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
-		if l, conf := d.lost.link(ex.conn, s, o.Time, d.cfg.LinkWindow); l != nil {
-			d.checkOldCursor(ex, o, l, conf)
-		}
+		r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)
+		d.checkOldCursor(ex, o, r)
 	}
 	switch {
 	case ex.status == 404:
@@ -793,8 +793,8 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 		d.recordCalls(s, ex, o)
 	}
 	if s.prev == "" {
-		if l, conf := d.lost.link(ex.conn, s, o.Time, d.cfg.LinkWindow); l != nil {
-			s.prev, s.linkConf = l.id, conf
+		if r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow); r.s != nil {
+			s.prev, s.linkConf = r.s.id, r.conf
 		}
 	}
 }

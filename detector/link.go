@@ -1,8 +1,10 @@
 package detector
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -10,11 +12,32 @@ import (
 	"github.com/replaywatch/replaywatch/decode"
 )
 
-// Link confidences, stated in findings and summaries.
+// Link confidences, stated in findings and summaries: how strongly the
+// wire ties a new session to the lost one (see lostIndex.link).
 const (
-	ConfidenceSameConnection = "same connection"
-	ConfidenceSameAddress    = "same client address"
-	ConfidenceSameExchange   = "same exchange"
+	ConfidenceCertain = "certain"
+	ConfidenceHigh    = "high"
+	ConfidenceMedium  = "medium"
+	// ConfidenceSameExchange: the server itself answered S1's request
+	// with S2 (a swap).
+	ConfidenceSameExchange = "same exchange"
+)
+
+// Evidence weights for linking a session to a lost one. Every candidate
+// shares the client address; these add to that, and a known difference in
+// clientInfo, Authorization or User-Agent rules a candidate out.
+const (
+	weightSameConnection = 4 // the 404 and the new session on one TCP connection
+	weightClientInfo     = 2 // initialize's clientInfo name/version
+	weightAuthorization  = 2 // the Authorization hash
+	weightUserAgent      = 1
+	weightIdenticalCall  = 3 // the lost session holds the very call (or cursor) the new one re-uses
+	// linkMargin is how much better than the next candidate the best must
+	// score to be linked; closer, the link is ambiguous.
+	linkMargin = 2
+	// maxLinkCandidates bounds the lost sessions of one address scanned
+	// per link, newest first.
+	maxLinkCandidates = 256
 )
 
 type addrKey struct {
@@ -23,20 +46,20 @@ type addrKey struct {
 }
 
 // lostIndex remembers sessions the client lost (404 or swap) in a FIFO of
-// MaxLostSessions. Only 404s are indexed for linking, newest per connection
-// and per client address. Their pending unknown outcomes wait LinkWindow for
-// a re-issue before they are emitted.
+// MaxLostSessions. 404s are indexed for linking by the connection that got
+// the 404 and by client address (every one, newest last). Their pending
+// unknown outcomes wait LinkWindow for a re-issue before they are emitted.
 type lostIndex struct {
 	ring    []*session
 	head    int
 	n       int
 	flushed int // ring entries from head whose unknown outcomes were emitted
 	byConn  map[uint64]*session
-	byAddr  map[addrKey]*session
+	byAddr  map[addrKey][]*session
 }
 
 func newLostIndex(capacity int) lostIndex {
-	return lostIndex{ring: make([]*session, capacity), byConn: map[uint64]*session{}, byAddr: map[addrKey]*session{}}
+	return lostIndex{ring: make([]*session, capacity), byConn: map[uint64]*session{}, byAddr: map[addrKey][]*session{}}
 }
 
 func (l *lostIndex) add(d *Detector, s *session) {
@@ -58,7 +81,8 @@ func (l *lostIndex) add(d *Detector, s *session) {
 	l.n++
 	if s.lostHow == "404" {
 		l.byConn[s.lostConn.ID] = s
-		l.byAddr[addrKey{s.lostConn.Client.Addr(), s.lostConn.Server}] = s
+		k := addrKey{s.lostConn.Client.Addr(), s.lostConn.Server}
+		l.byAddr[k] = append(l.byAddr[k], s)
 	}
 }
 
@@ -80,29 +104,175 @@ func (l *lostIndex) forget(s *session) {
 		delete(l.byConn, s.lostConn.ID)
 	}
 	k := addrKey{s.lostConn.Client.Addr(), s.lostConn.Server}
-	if l.byAddr[k] == s {
-		delete(l.byAddr, k)
+	list := l.byAddr[k]
+	if i := slices.Index(list, s); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+		if len(list) == 0 {
+			delete(l.byAddr, k)
+		} else {
+			l.byAddr[k] = list
+		}
 	}
 }
 
-// link finds the session the client on conn lost before t: same TCP
-// connection first, else the same client IP to the same server within
-// window. cur (may be nil) is never linked to itself, and a session that
-// already existed before the loss is not a re-initialisation.
-func (l *lostIndex) link(conn decode.Conn, cur *session, t time.Time, window time.Duration) (*session, string) {
+// clientEvidence is what the wire says about who sent a request: what a
+// new session is matched to a lost one by.
+type clientEvidence struct {
+	conn                        decode.Conn
+	auth, userAgent, clientInfo string
+}
+
+// evidenceOf is the evidence of session s (as seen on conn), or of a
+// request without a session (s nil).
+func evidenceOf(conn decode.Conn, s *session, ex *exchange) clientEvidence {
+	e := clientEvidence{conn: conn}
+	if s != nil {
+		e.auth, e.userAgent, e.clientInfo = s.auth, s.userAgent, s.clientInfo
+	}
+	if ex != nil {
+		e.auth = cmp.Or(e.auth, ex.auth)
+		e.userAgent = cmp.Or(e.userAgent, ex.userAgent)
+	}
+	return e
+}
+
+// linkCandidate is a lost session scored as the previous session of a
+// client.
+type linkCandidate struct {
+	s     *session
+	score int
+	why   []string
+}
+
+// linkResult is what link concluded: one session clearly best (s, with a
+// confidence and the evidence in words), or several equally good
+// (ambiguous), or none.
+type linkResult struct {
+	s         *session
+	conf, why string
+	ambiguous []linkCandidate
+}
+
+// link scores every session the client at e could have lost before t:
+// the one that got a 404 on the same TCP connection, and those of the same
+// client address within window (newest maxLinkCandidates), by the evidence
+// the wire offers (linkCandidate weights). cur (may be nil) is never linked
+// to itself, and a session that already existed before the loss is not a
+// re-initialisation. It links only when one candidate is clearly best.
+func (l *lostIndex) link(e clientEvidence, cur *session, t time.Time, window time.Duration) linkResult {
 	if l.n == 0 {
-		return nil, ""
+		return linkResult{}
 	}
 	ok := func(c *session) bool {
 		return c != nil && c != cur && !c.lostAt.After(t) && (cur == nil || !cur.firstSeen.Before(c.lostAt))
 	}
-	if c := l.byConn[conn.ID]; ok(c) {
-		return c, ConfidenceSameConnection
+	var cands []linkCandidate
+	consider := func(c *session) {
+		if !ok(c) || slices.ContainsFunc(cands, func(x linkCandidate) bool { return x.s == c }) {
+			return
+		}
+		if lc, fits := scoreCandidate(c, e); fits {
+			cands = append(cands, lc)
+		}
 	}
-	if c := l.byAddr[addrKey{conn.Client.Addr(), conn.Server}]; ok(c) && t.Sub(c.lostAt) <= window {
-		return c, ConfidenceSameAddress
+	consider(l.byConn[e.conn.ID])
+	list := l.byAddr[addrKey{e.conn.Client.Addr(), e.conn.Server}]
+	for i, n := len(list)-1, 0; i >= 0 && n < maxLinkCandidates; i, n = i-1, n+1 {
+		if c := list[i]; t.Sub(c.lostAt) <= window {
+			consider(c)
+		}
 	}
-	return nil, ""
+	return decideLink(cands)
+}
+
+// scoreCandidate scores lost session c against the new client's evidence;
+// fits is false when a known difference rules c out.
+func scoreCandidate(c *session, e clientEvidence) (lc linkCandidate, fits bool) {
+	lc = linkCandidate{s: c, why: []string{"the same client address"}}
+	if c.lostConn.ID == e.conn.ID {
+		lc.score += weightSameConnection
+		lc.why = append(lc.why, "the same TCP connection as the 404")
+	}
+	for _, f := range []struct {
+		old, cur, what string
+		weight         int
+	}{
+		{c.clientInfo, e.clientInfo, "clientInfo " + c.clientInfo, weightClientInfo},
+		{c.auth, e.auth, "the same Authorization (hash)", weightAuthorization},
+		{c.userAgent, e.userAgent, "User-Agent " + c.userAgent, weightUserAgent},
+	} {
+		switch {
+		case f.old == "" || f.cur == "":
+		case f.old != f.cur:
+			return lc, false
+		default:
+			lc.score += f.weight
+			lc.why = append(lc.why, f.what)
+		}
+	}
+	return lc, true
+}
+
+// decideLink picks the clearly best candidate: the only one, or one
+// scoring linkMargin more than the next (newest first among equals).
+func decideLink(cands []linkCandidate) linkResult {
+	if len(cands) == 0 {
+		return linkResult{}
+	}
+	slices.SortStableFunc(cands, func(a, b linkCandidate) int {
+		if a.score != b.score {
+			return b.score - a.score
+		}
+		return b.s.lostAt.Compare(a.s.lostAt)
+	})
+	if len(cands) > 1 && cands[0].score-cands[1].score < linkMargin {
+		n := 1
+		for n < len(cands) && cands[0].score-cands[n].score < linkMargin {
+			n++
+		}
+		return linkResult{ambiguous: cands[:n]}
+	}
+	best := cands[0]
+	return linkResult{s: best.s, conf: confidenceOf(best.score), why: strings.Join(best.why, ", ")}
+}
+
+func confidenceOf(score int) string {
+	switch {
+	case score >= weightSameConnection+weightClientInfo:
+		return ConfidenceCertain
+	case score >= weightSameConnection:
+		return ConfidenceHigh
+	}
+	return ConfidenceMedium
+}
+
+// resolveAmbiguous picks, among equally good candidates, the only one that
+// holds the evidence has() looks for (the cursor or the identical call the
+// new session re-uses), which is itself strong evidence of the link.
+func resolveAmbiguous(r linkResult, has func(*session) bool) linkResult {
+	var hit []linkCandidate
+	for _, c := range r.ambiguous {
+		if has(c.s) {
+			hit = append(hit, c)
+		}
+	}
+	if len(hit) != 1 {
+		return r
+	}
+	c := hit[0]
+	c.score += weightIdenticalCall
+	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(c.why, "the very state it re-uses"), ", ")}
+}
+
+// ambiguousLink records that a check could not say which lost session a
+// client re-used: several candidates were equally good.
+func (d *Detector) ambiguousLink(t time.Time, s *session, ex *exchange, form string, r linkResult) {
+	ids := make([]string, 0, len(r.ambiguous))
+	for _, c := range r.ambiguous {
+		ids = append(ids, c.s.id)
+	}
+	sort.Strings(ids)
+	d.unverifiable(t, s, ex, "silent_reinit_after_404", "ambiguous link: candidates "+strings.Join(ids, ", "), form)
 }
 
 func (l *lostIndex) flushAll(d *Detector) {
@@ -196,16 +366,14 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 // Last-Event-ID (form 1) and identical tools/calls (form 2).
 func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 	s := ex.sess
-	l, conf := d.lost.link(ex.conn, s, o.Time, d.cfg.LinkWindow)
-	if l == nil && s.swappedFrom == nil {
+	r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)
+	if r.s == nil && s.swappedFrom == nil && len(r.ambiguous) == 0 {
 		return
 	}
-	if l != nil && s.prev == "" {
-		s.prev, s.linkConf = l.id, conf
+	if r.s != nil && s.prev == "" {
+		s.prev, s.linkConf = r.s.id, r.conf
 	}
-	if l != nil {
-		d.checkOldCursor(ex, o, l, conf)
-	}
+	d.checkOldCursor(ex, o, r)
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
@@ -217,9 +385,18 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				d.reissued(src, c, s.id)
 			}
 		}
-		if l == nil {
+		holds := func(c *session) bool { return c.toolCalls.at(key) != nil }
+		link := r
+		if link.s == nil {
+			link = resolveAmbiguous(r, holds)
+		}
+		if link.s == nil {
+			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
+				d.ambiguousLink(o.Time, s, ex, "form2", r)
+			}
 			continue
 		}
+		l := link.s
 		c := l.toolCalls.at(key)
 		if c == nil {
 			continue
@@ -227,7 +404,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		if !c.reissueFlagged {
 			c.reissueFlagged = true
 			if !l.isRepeatable(m.Tool) && !s.isRepeatable(m.Tool) {
-				d.reissuedCall(ex, o, l, s, c, m, conf)
+				d.reissuedCall(ex, o, l, s, c, m, link)
 			}
 		}
 		d.reissued(l, c, s.id)
@@ -260,7 +437,7 @@ func (s *session) isRepeatable(tool string) bool {
 // m on S2. Critical when c's outcome was unknown (in flight when S1 was lost:
 // it may have run, and now runs again); high when it had completed (the
 // client is replaying its log).
-func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *session, c *call, m *decode.Message, conf string) {
+func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *session, c *call, m *decode.Message, link linkResult) {
 	severity, state := SeverityHigh, "had completed"
 	if !c.answered {
 		severity, state = SeverityCritical, "was in flight (its outcome unknown to the client)"
@@ -271,12 +448,12 @@ func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *sessi
 	}
 	d.violation(&Violation{
 		Kind: KindSilentReinitAfter404, Severity: severity, Time: o.Time, SessionID: l.id, NewSessionID: s.id,
-		JSONRPCIDs: []string{c.id, m.ID}, Tool: m.Tool, Confidence: conf,
-		Explanation: fmt.Sprintf("Session %s got 404 at %s while tools/call %s (id %s, sent %s) %s; the same client (%s) "+
+		JSONRPCIDs: []string{c.id, m.ID}, Tool: m.Tool, Confidence: link.conf,
+		Explanation: fmt.Sprintf("Session %s got 404 at %s while tools/call %s (id %s, sent %s) %s; the same client (linked with %s confidence by %s) "+
 			"opened session %s and at %s issued the identical call again (same tool, same arguments) as id %s. The first "+
 			"attempt reached the server (%s), so if it ran, its side effect now happens twice. Check the client's "+
 			"recovery: calls of a lost session must be reconciled (idempotency key or status query) before being re-run.",
-			l.id, l.lostAt.Format(time.RFC3339Nano), m.Tool, c.id, c.at.Format(time.RFC3339Nano), state, conf, s.id,
+			l.id, l.lostAt.Format(time.RFC3339Nano), m.Tool, c.id, c.at.Format(time.RFC3339Nano), state, link.conf, link.why, s.id,
 			o.Time.Format(time.RFC3339Nano), m.ID, reached),
 		Evidence: []Evidence{
 			{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, arguments sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
@@ -289,16 +466,31 @@ func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *sessi
 // checkOldCursor raises form 1: S2 resumed with an event id of the lost
 // session S1. Whatever the server answered, the client is merging two
 // epochs: critical when the server accepted the cursor, high when it
-// rejected it (this server caught it; another would not).
-func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, l *session, conf string) {
+// rejected it (this server caught it; another would not). r is the link of
+// S2 to its lost sessions.
+func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkResult) {
 	s := ex.sess
 	if !ex.hasCursor || ex.resume == nil || s == nil {
 		return
 	}
-	_, own := s.events[ex.cursor]
-	_, theirs := l.events[ex.cursor]
-	_, partial := l.partial[ex.cursor]
-	if own || !theirs && !partial {
+	if _, own := s.events[ex.cursor]; own {
+		return
+	}
+	holds := func(c *session) bool {
+		_, theirs := c.events[ex.cursor]
+		_, partial := c.partial[ex.cursor]
+		return theirs || partial
+	}
+	if r.s == nil {
+		if r = resolveAmbiguous(r, holds); r.s == nil {
+			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
+				d.ambiguousLink(o.Time, s, ex, "form1", r)
+			}
+			return
+		}
+	}
+	l := r.s
+	if !holds(l) {
 		return
 	}
 	severity, answer := SeverityCritical, "the server accepted it"
@@ -306,12 +498,12 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, l *sessio
 		severity, answer = SeverityHigh, fmt.Sprintf("this server rejected it with %d, but the client is wrong all the same", ex.status)
 	}
 	d.violation(&Violation{
-		Kind: KindSilentReinitAfter404, Severity: severity, Time: o.Time, SessionID: l.id, NewSessionID: s.id, LastEventID: ex.cursor, Confidence: conf,
-		Explanation: fmt.Sprintf("Session %s got 404; the same client (%s) opened session %s and resumed it with "+
-			"Last-Event-ID %s, an event id of the lost session (%s). Event ids mean something only in the session that "+
-			"minted them, so the client is merging two epochs: what the new session sends is not the continuation of "+
-			"what it holds. Check the client: after 404 it must drop its stream cursors and reconcile in-flight calls.",
-			l.id, conf, s.id, ex.cursor, answer),
+		Kind: KindSilentReinitAfter404, Severity: severity, Time: o.Time, SessionID: l.id, NewSessionID: s.id, LastEventID: ex.cursor, Confidence: r.conf,
+		Explanation: fmt.Sprintf("Session %s got 404; the same client (linked with %s confidence by %s) opened session %s and "+
+			"resumed it with Last-Event-ID %s, an event id of the lost session (%s). Event ids mean something only in the "+
+			"session that minted them, so the client is merging two epochs: what the new session sends is not the "+
+			"continuation of what it holds. Check the client: after 404 it must drop its stream cursors and reconcile "+
+			"in-flight calls.", l.id, r.conf, r.why, s.id, ex.cursor, answer),
 		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), lostEvidence(l)},
 	}, ex, s, "form1")
 }
@@ -322,7 +514,12 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if ex.isInit || !ex.ok2xx() {
 		return
 	}
-	l, conf := d.lost.link(ex.conn, nil, o.Time, d.cfg.LinkWindow)
+	r := d.lost.link(evidenceOf(ex.conn, nil, ex), nil, o.Time, d.cfg.LinkWindow)
+	if r.s == nil && len(r.ambiguous) > 0 {
+		d.ambiguousLink(o.Time, nil, ex, "form3", r)
+		return
+	}
+	l, conf := r.s, r.conf
 	if l == nil || l.reinitFlagged {
 		return
 	}
@@ -335,11 +532,11 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	l.reinitFlagged = true
 	d.violation(&Violation{
 		Kind: KindSilentReinitAfter404, Time: o.Time, SessionID: l.id, Confidence: conf,
-		Explanation: fmt.Sprintf("Session %s got 404; the same client (%s) then sent %s %s without any session id and "+
+		Explanation: fmt.Sprintf("Session %s got 404; the same client (linked with %s confidence by %s) then sent %s %s without any session id and "+
 			"without initializing, and the server answered %d. The client carried on as if the session still existed and "+
 			"the server executed requests outside any session, so results and notifications can no longer be tied to the "+
 			"client's history. Check the client (it must re-initialize after 404) and the server (it must reject "+
-			"session-less requests when it uses sessions).", l.id, conf, ex.method, ex.path, ex.status),
+			"session-less requests when it uses sessions).", l.id, conf, r.why, ex.method, ex.path, ex.status),
 		Evidence: []Evidence{lostEvidence(l), ex.requestEvidence(), ex.responseEvidence()},
 	}, ex, nil, "form3")
 }

@@ -60,8 +60,11 @@ type Violation struct {
 	Tool            string
 	Explanation     string
 	Evidence        []Evidence
-	// Confidence is set where the finding rests on an inference, e.g. linking
-	// a client across sessions ("same connection", "same client address").
+	// Confidence is set where the finding rests on an inference, linking a
+	// client across sessions: "certain" (the 404's TCP connection and the
+	// same clientInfo or Authorization), "high", "medium" (the address and
+	// what little else the wire offers), or "same exchange" for a swap; the
+	// explanation names the evidence.
 	Confidence string
 }
 

@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"cmp"
 	"net/netip"
 	"strings"
 	"time"
@@ -111,12 +112,15 @@ type session struct {
 	bound                                  int // exchanges ever bound: their ordinal names id-less events
 
 	prev, linkConf string
-	lostAt         time.Time
-	lostHow        string
-	lostConn       decode.Conn
-	lostEx         int
-	pendingUnknown []*UnknownOutcome
-	reinitFlagged  bool // form 3 of silent_reinit_after_404 already raised
+	// What the wire says about the client, from its first requests, for
+	// linking a later session to this one (lostIndex.link).
+	auth, userAgent, clientInfo string
+	lostAt                      time.Time
+	lostHow                     string
+	lostConn                    decode.Conn
+	lostEx                      int
+	pendingUnknown              []*UnknownOutcome
+	reinitFlagged               bool // form 3 of silent_reinit_after_404 already raised
 
 	swappedFrom    *session
 	limitsReported uint16
@@ -343,6 +347,11 @@ func (d *Detector) bind(ex *exchange, s *session) {
 	}
 	ex.sess = s
 	if s != nil {
+		s.auth = cmp.Or(s.auth, ex.auth)
+		s.userAgent = cmp.Or(s.userAgent, ex.userAgent)
+		for i := range ex.msgs {
+			s.clientInfo = cmp.Or(s.clientInfo, ex.msgs[i].ClientInfo)
+		}
 		d.noteMCPPair(pairOf(ex.conn))
 		s.open++
 		s.bound++

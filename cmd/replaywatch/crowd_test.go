@@ -1,0 +1,57 @@
+package main
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaywatch/replaywatch/internal/damage"
+	"github.com/replaywatch/replaywatch/internal/pcaprec"
+)
+
+// TestCrowdedCaptureFindsTheUnion: every real SDK capture of the suite
+// merged into one, as many clients behind one address reaching one MCP
+// endpoint (damage.Crowd: one client IP, one server port and Host, times
+// shifted to overlap), must give exactly the violations of each capture
+// alone: nothing lost, nothing added. Linking a new session to the wrong
+// lost one, or keying state by address alone, shows here.
+func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	var captures []damage.Capture
+	var want []finding
+	for _, fx := range fixtures {
+		pkts, lt, err := pcaprec.ReadPackets(fx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt})
+		alone := runDamaged(t, 1, fx)
+		want = append(want, alone.violations...)
+	}
+	// From all starting at once to one every 200 ms.
+	for _, stagger := range []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
+		merged, err := damage.Crowd(captures, stagger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "crowd.pcap")
+		writePackets(t, path, captures[0].LinkType, merged)
+		got := runDamaged(t, 1, path)
+		if again := runDamaged(t, 2, path); string(again.records) != string(got.records) {
+			t.Errorf("stagger %v: output differs between 1 and 2 workers:\n%s", stagger, firstDifference(got.records, again.records))
+		}
+		for _, f := range sortedFindings(want) {
+			if !slices.Contains(got.violations, f) {
+				t.Errorf("stagger %v: lost in the crowd: %s", stagger, f)
+			}
+		}
+		for _, f := range sortedFindings(got.violations) {
+			if !slices.Contains(want, f) {
+				t.Errorf("stagger %v: added by the crowd: %s: %s", stagger, f, strings.SplitN(got.explain[f], ". ", 2)[0])
+			}
+		}
+		t.Logf("stagger %v: %d captures, %d packets merged: %d violations, %d expected", stagger, len(captures), len(merged), len(got.violations), len(want))
+	}
+}
