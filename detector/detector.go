@@ -46,7 +46,11 @@ type Detector struct {
 	// most MaxEventsIndexedPerServer ids.
 	serverEvents     map[uint64]eventOrigin
 	serverEventsFull bool
-	hashSeed         maphash.Seed // for the index's keys (membership only: no output depends on it)
+	// callSessions counts, per endpoint and call identity (a hash), the
+	// sessions that made the call, at most MaxEventsIndexedPerServer
+	// identities: an identical call is evidence of a link only when rare.
+	callSessions map[uint64]uint8
+	hashSeed     maphash.Seed // for the index's keys (membership only: no output depends on it)
 	// sharedIDEndpoints are the endpoints whose sessions were seen to
 	// send the same event id (idsShared).
 	sharedIDEndpoints map[string]struct{}
@@ -97,6 +101,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sessions:          map[string]*session{},
 		connEndpoint:      map[uint64]string{},
 		serverEvents:      map[uint64]eventOrigin{},
+		callSessions:      map[uint64]uint8{},
 		hashSeed:          maphash.MakeSeed(),
 		sharedIDEndpoints: map[string]struct{}{},
 		exchanges:         map[exKey]*exchange{},
@@ -567,6 +572,9 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		s.inflight++
 		if m.Method == "tools/call" {
 			if s.toolCalls.len() < d.cfg.MaxInflightPerSession {
+				if s.toolCalls.at(toolKey{m.Tool, m.ParamsHash}) == nil {
+					d.countCall(ex.endpoint, m.Tool, m.ParamsHash)
+				}
 				s.toolCalls.set(toolKey{m.Tool, m.ParamsHash}, c)
 			}
 		}

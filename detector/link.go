@@ -151,6 +151,7 @@ type linkResult struct {
 	s         *session
 	conf, why string
 	ambiguous []linkCandidate
+	all       []linkCandidate // every candidate, best first
 }
 
 // link scores every session the client at e could have lost before t:
@@ -230,10 +231,10 @@ func decideLink(cands []linkCandidate) linkResult {
 		for n < len(cands) && cands[0].score-cands[n].score < linkMargin {
 			n++
 		}
-		return linkResult{ambiguous: cands[:n]}
+		return linkResult{ambiguous: cands[:n], all: cands}
 	}
 	best := cands[0]
-	return linkResult{s: best.s, conf: confidenceOf(best.score), why: strings.Join(best.why, ", ")}
+	return linkResult{s: best.s, conf: confidenceOf(best.score), why: strings.Join(best.why, ", "), all: cands}
 }
 
 func confidenceOf(score int) string {
@@ -246,12 +247,26 @@ func confidenceOf(score int) string {
 	return ConfidenceMedium
 }
 
-// resolveAmbiguous picks, among equally good candidates, the only one that
-// holds the evidence has() looks for (the cursor or the identical call the
-// new session re-uses), which is itself strong evidence of the link.
-func resolveAmbiguous(r linkResult, has func(*session) bool) linkResult {
+// resolveByState settles a link with the state the new session re-uses
+// (the cursor or the call has() looks for): among equally good candidates,
+// the only one that holds it is linked; and when the linked session does not
+// hold it but exactly one other candidate does and that state is rare (no
+// third session made the call: rare), that one is, since the evidence it
+// re-uses outweighs the rest (behind a pooling proxy or a shared client
+// pool, "the same TCP connection" can be another client's).
+func resolveByState(r linkResult, has func(*session) bool, rare bool) linkResult {
+	if r.s != nil && has(r.s) {
+		return r
+	}
+	pool := r.ambiguous
+	if r.s != nil {
+		if !rare {
+			return r
+		}
+		pool = r.all
+	}
 	var hit []linkCandidate
-	for _, c := range r.ambiguous {
+	for _, c := range pool {
 		if has(c.s) {
 			hit = append(hit, c)
 		}
@@ -261,7 +276,29 @@ func resolveAmbiguous(r linkResult, has func(*session) bool) linkResult {
 	}
 	c := hit[0]
 	c.score += weightIdenticalCall
-	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(c.why, "the very state it re-uses"), ", ")}
+	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(c.why, "the very state it re-uses"), ", "), all: r.all}
+}
+
+// countCall notes that a session of endpoint made the call tool(params).
+func (d *Detector) countCall(endpoint, tool, params string) {
+	k := d.serverEventKey(endpoint, tool+"\x00"+params)
+	if n, ok := d.callSessions[k]; ok {
+		if n < 255 {
+			d.callSessions[k] = n + 1
+		}
+		return
+	}
+	if len(d.callSessions) < d.cfg.MaxEventsIndexedPerServer {
+		d.callSessions[k] = 1
+	}
+}
+
+// rareCall says whether at most two sessions of endpoint (the lost one and
+// the new one) made the call: then its re-issue tells whose client re-used
+// it. A call the count does not hold (past its bound) is not rare.
+func (d *Detector) rareCall(endpoint, tool, params string) bool {
+	n, ok := d.callSessions[d.serverEventKey(endpoint, tool+"\x00"+params)]
+	return ok && n <= 2
 }
 
 // ambiguousLink records that a check could not say which lost session a
@@ -386,10 +423,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			}
 		}
 		holds := func(c *session) bool { return c.toolCalls.at(key) != nil }
-		link := r
-		if link.s == nil {
-			link = resolveAmbiguous(r, holds)
-		}
+		link := resolveByState(r, holds, d.rareCall(ex.endpoint, m.Tool, m.ParamsHash))
 		if link.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form2", r)
@@ -481,8 +515,9 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		_, partial := c.partial[ex.cursor]
 		return theirs || partial
 	}
-	if r.s == nil {
-		if r = resolveAmbiguous(r, holds); r.s == nil {
+	// A cursor is as rare as event ids are unique: only among equals.
+	if r.s == nil || !holds(r.s) {
+		if r = resolveByState(r, holds, false); r.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form1", r)
 			}
