@@ -141,7 +141,6 @@ func evidenceOf(conn decode.Conn, s *session, ex *exchange) clientEvidence {
 type linkCandidate struct {
 	s     *session
 	score int
-	why   []string
 }
 
 // linkResult is what link concluded: one session clearly best (s, with a
@@ -168,50 +167,71 @@ func (l *lostIndex) link(e clientEvidence, cur *session, t time.Time, window tim
 		return c != nil && c != cur && !c.lostAt.After(t) && (cur == nil || !cur.firstSeen.Before(c.lostAt))
 	}
 	var cands []linkCandidate
-	consider := func(c *session) {
-		if !ok(c) || slices.ContainsFunc(cands, func(x linkCandidate) bool { return x.s == c }) {
-			return
-		}
-		if lc, fits := scoreCandidate(c, e); fits {
-			cands = append(cands, lc)
+	byConn := l.byConn[e.conn.ID]
+	if ok(byConn) {
+		if sc, fits := scoreCandidate(byConn, e); fits {
+			cands = append(cands, linkCandidate{s: byConn, score: sc})
 		}
 	}
-	consider(l.byConn[e.conn.ID])
 	list := l.byAddr[addrKey{e.conn.Client.Addr(), e.conn.Server}]
 	for i, n := len(list)-1, 0; i >= 0 && n < maxLinkCandidates; i, n = i-1, n+1 {
-		if c := list[i]; t.Sub(c.lostAt) <= window {
-			consider(c)
+		c := list[i]
+		if c == byConn || !ok(c) || t.Sub(c.lostAt) > window {
+			continue
+		}
+		if sc, fits := scoreCandidate(c, e); fits {
+			cands = append(cands, linkCandidate{s: c, score: sc})
 		}
 	}
-	return decideLink(cands)
+	r := decideLink(cands)
+	if r.s != nil {
+		r.why = strings.Join(linkReasons(r.s, e), ", ")
+	}
+	return r
+}
+
+// linkReasons says in words what ties lost session c to the evidence e.
+func linkReasons(c *session, e clientEvidence) []string {
+	why := []string{"the same client address"}
+	if c.lostConn.ID == e.conn.ID {
+		why = append(why, "the same TCP connection as the 404")
+	}
+	if c.clientInfo != "" && c.clientInfo == e.clientInfo {
+		why = append(why, "clientInfo "+c.clientInfo)
+	}
+	if c.auth != "" && c.auth == e.auth {
+		why = append(why, "the same Authorization (hash)")
+	}
+	if c.userAgent != "" && c.userAgent == e.userAgent {
+		why = append(why, "User-Agent "+c.userAgent)
+	}
+	return why
 }
 
 // scoreCandidate scores lost session c against the new client's evidence;
-// fits is false when a known difference rules c out.
-func scoreCandidate(c *session, e clientEvidence) (lc linkCandidate, fits bool) {
-	lc = linkCandidate{s: c, why: []string{"the same client address"}}
+// fits is false when a known difference rules c out. (linkReasons says the
+// same in words, for the one linked.)
+func scoreCandidate(c *session, e clientEvidence) (score int, fits bool) {
 	if c.lostConn.ID == e.conn.ID {
-		lc.score += weightSameConnection
-		lc.why = append(lc.why, "the same TCP connection as the 404")
+		score += weightSameConnection
 	}
-	for _, f := range []struct {
-		old, cur, what string
-		weight         int
+	for _, f := range [...]struct {
+		old, cur string
+		weight   int
 	}{
-		{c.clientInfo, e.clientInfo, "clientInfo " + c.clientInfo, weightClientInfo},
-		{c.auth, e.auth, "the same Authorization (hash)", weightAuthorization},
-		{c.userAgent, e.userAgent, "User-Agent " + c.userAgent, weightUserAgent},
+		{c.clientInfo, e.clientInfo, weightClientInfo},
+		{c.auth, e.auth, weightAuthorization},
+		{c.userAgent, e.userAgent, weightUserAgent},
 	} {
 		switch {
 		case f.old == "" || f.cur == "":
 		case f.old != f.cur:
-			return lc, false
+			return 0, false
 		default:
-			lc.score += f.weight
-			lc.why = append(lc.why, f.what)
+			score += f.weight
 		}
 	}
-	return lc, true
+	return score, true
 }
 
 // decideLink picks the clearly best candidate: the only one, or one
@@ -234,7 +254,7 @@ func decideLink(cands []linkCandidate) linkResult {
 		return linkResult{ambiguous: cands[:n], all: cands}
 	}
 	best := cands[0]
-	return linkResult{s: best.s, conf: confidenceOf(best.score), why: strings.Join(best.why, ", "), all: cands}
+	return linkResult{s: best.s, conf: confidenceOf(best.score), all: cands}
 }
 
 func confidenceOf(score int) string {
@@ -254,7 +274,7 @@ func confidenceOf(score int) string {
 // third session made the call: rare), that one is, since the evidence it
 // re-uses outweighs the rest (behind a pooling proxy or a shared client
 // pool, "the same TCP connection" can be another client's).
-func resolveByState(r linkResult, has func(*session) bool, rare bool) linkResult {
+func resolveByState(r linkResult, e clientEvidence, has func(*session) bool, rare bool) linkResult {
 	if r.s != nil && has(r.s) {
 		return r
 	}
@@ -276,7 +296,7 @@ func resolveByState(r linkResult, has func(*session) bool, rare bool) linkResult
 	}
 	c := hit[0]
 	c.score += weightIdenticalCall
-	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(c.why, "the very state it re-uses"), ", "), all: r.all}
+	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(linkReasons(c.s, e), "the very state it re-uses"), ", "), all: r.all}
 }
 
 // countCall notes that a session of endpoint made the call tool(params).
@@ -403,7 +423,8 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 // Last-Event-ID (form 1) and identical tools/calls (form 2).
 func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 	s := ex.sess
-	r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)
+	e := evidenceOf(ex.conn, s, ex)
+	r := d.lost.link(e, s, o.Time, d.cfg.LinkWindow)
 	if r.s == nil && s.swappedFrom == nil && len(r.ambiguous) == 0 {
 		return
 	}
@@ -423,7 +444,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			}
 		}
 		holds := func(c *session) bool { return c.toolCalls.at(key) != nil }
-		link := resolveByState(r, holds, d.rareCall(ex.endpoint, m.Tool, m.ParamsHash))
+		link := resolveByState(r, e, holds, d.rareCall(ex.endpoint, m.Tool, m.ParamsHash))
 		if link.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form2", r)
@@ -517,7 +538,7 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 	}
 	// A cursor is as rare as event ids are unique: only among equals.
 	if r.s == nil || !holds(r.s) {
-		if r = resolveByState(r, holds, false); r.s == nil {
+		if r = resolveByState(r, evidenceOf(ex.conn, s, ex), holds, false); r.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form1", r)
 			}
