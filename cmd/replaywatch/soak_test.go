@@ -369,7 +369,7 @@ func (a *soakAgent) monitor(t *testing.T) *soakMonitor {
 			}
 		}
 	}
-	go every(200*time.Millisecond, m.stopSamples, m.sampled, m.sampleMemory)
+	go every(50*time.Millisecond, m.stopSamples, m.sampled, m.sampleMemory)
 	go every(500*time.Millisecond, m.stopScrapes, m.scraped, m.scrape)
 	t.Cleanup(func() { m.endScrapes(); m.endSamples() })
 	return m
@@ -431,17 +431,15 @@ func (m *soakMonitor) sampleMemory() {
 	}
 }
 
-// hwm is the agent's peak RSS: once it has exited, its whole life's
-// (wait4's ru_maxrss, the kernel's VmHWM at exit, so the shutdown's flush
-// counts too); before, the last VmHWM read.
+// hwm is the agent's peak RSS: the last VmHWM read, sampled every 50 ms
+// until it exits, so the shutdown's flush counts too. Not wait4's
+// ru_maxrss: os/exec starts the agent with vfork and exec, and the kernel
+// folds the RSS of the address space exec leaves (the test process's) into
+// the child's ru_maxrss, so a test binary that grew past the bound on other
+// tests made the agent look 920 MiB while its own VmHWM was 220.
 func (m *soakMonitor) hwm() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ps := m.a.cmd.ProcessState; ps != nil {
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			return max(m.peak, ru.Maxrss<<10) // KiB on Linux
-		}
-	}
 	return m.peak
 }
 
@@ -450,7 +448,7 @@ func (m *soakMonitor) rssTrace() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var b strings.Builder
-	for i := 0; i < len(m.rss); i += 5 {
+	for i := 0; i < len(m.rss); i += 20 { // samples every 50 ms
 		fmt.Fprintf(&b, "%d ", m.rss[i]>>20)
 	}
 	return b.String()
