@@ -551,7 +551,8 @@ func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
 	c.proofAt[d] = time.Time{}
 	n := to - from
 	c.seen[d] = latest(c.seen[d], to)
-	if c.inAsm && c.delivKnown[d] && from == c.deliv[d] && c.fill[d].empty() && !c.closed && !c.heldOverflow[d] {
+	canFill := c.inAsm && c.delivKnown[d] && from == c.deliv[d] && c.fill[d].empty() && !c.closed && !c.heldOverflow[d]
+	if canFill {
 		// Up to the first byte the assembler holds after the hole.
 		for _, h := range c.held[d] {
 			if after(h, from) && after(to, h) {
@@ -560,7 +561,7 @@ func (w *worker) reportLoss(c *conn, d int, from uint32, ts time.Time) {
 		}
 		n = to - from
 	}
-	if c.inAsm && c.delivKnown[d] && from == c.deliv[d] && n <= MaxHoleFill && c.fill[d].empty() && !c.closed && !c.heldOverflow[d] {
+	if canFill && n <= MaxHoleFill {
 		// The assembler may hold data after the hole, waiting for it until
 		// the reorder timeout: far too late for a resume on another
 		// connection, and at a time that depends on the worker's clock.

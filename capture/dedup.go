@@ -33,18 +33,46 @@ type dupKey struct {
 	rest     uint64
 }
 
+// recentSet remembers the last keys it was given, at most its capacity,
+// the oldest forgotten first: the duplicate checks of Live (dupWindow) and
+// of a merged read of several files (readMerged).
+type recentSet[K comparable] struct {
+	keys map[K]struct{}
+	ring []K
+	next int // where the next key goes in ring, once it is full
+}
+
+func newRecentSet[K comparable](size int) recentSet[K] {
+	return recentSet[K]{keys: make(map[K]struct{}, size), ring: make([]K, 0, size)}
+}
+
+// seen reports whether k is among the remembered keys, and remembers it
+// otherwise.
+func (r *recentSet[K]) seen(k K) bool {
+	if _, ok := r.keys[k]; ok {
+		return true
+	}
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, k)
+	} else {
+		delete(r.keys, r.ring[r.next])
+		r.ring[r.next] = k
+		r.next = (r.next + 1) % len(r.ring)
+	}
+	r.keys[k] = struct{}{}
+	return false
+}
+
 // dupWindow remembers the last DuplicateWindow segments a worker saw.
 type dupWindow struct {
-	keys map[dupKey]struct{}
-	ring []dupKey
-	next int // where the next key goes in ring, once it is full
+	recentSet[dupKey]
 	seed maphash.Seed
 	// dropped counts the copies dropped.
 	dropped uint64
 }
 
 func newDupWindow(size int) *dupWindow {
-	return &dupWindow{keys: make(map[dupKey]struct{}, size), ring: make([]dupKey, 0, size), seed: maphash.MakeSeed()}
+	return &dupWindow{recentSet: newRecentSet[dupKey](size), seed: maphash.MakeSeed()}
 }
 
 // seen reports whether s, a segment of b, is a copy of one already handed to
@@ -65,17 +93,9 @@ func (d *dupWindow) seen(b *batch, s *segment) bool {
 }
 
 func (d *dupWindow) check(k dupKey) bool {
-	if _, ok := d.keys[k]; ok {
+	if d.recentSet.seen(k) {
 		d.dropped++
 		return true
 	}
-	if len(d.ring) < cap(d.ring) {
-		d.ring = append(d.ring, k)
-	} else {
-		delete(d.keys, d.ring[d.next])
-		d.ring[d.next] = k
-		d.next = (d.next + 1) % len(d.ring)
-	}
-	d.keys[k] = struct{}{}
 	return false
 }

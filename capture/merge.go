@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"time"
@@ -162,14 +161,12 @@ func overlapping(ins []*mergeInput) int {
 // copyWindow remembers the last packets of a merged read by a hash of their
 // time and bytes, to recognise a second copy of one.
 type copyWindow struct {
-	keys map[uint64]struct{}
-	ring []uint64
-	next int
+	recentSet[uint64]
 	seed maphash.Seed
 }
 
 func newCopyWindow(size int) *copyWindow {
-	return &copyWindow{keys: make(map[uint64]struct{}, size), ring: make([]uint64, 0, size), seed: maphash.MakeSeed()}
+	return &copyWindow{recentSet: newRecentSet[uint64](size), seed: maphash.MakeSeed()}
 }
 
 // seen reports whether a packet with this time and these bytes was among
@@ -182,29 +179,5 @@ func (w *copyWindow) seen(ts time.Time, data []byte) bool {
 	binary.LittleEndian.PutUint32(b[8:], uint32(ts.Nanosecond()))
 	h.Write(b[:])
 	h.Write(data)
-	k := h.Sum64()
-	if _, ok := w.keys[k]; ok {
-		return true
-	}
-	if len(w.ring) < cap(w.ring) {
-		w.ring = append(w.ring, k)
-	} else {
-		delete(w.keys, w.ring[w.next])
-		w.ring[w.next] = k
-		w.next = (w.next + 1) % len(w.ring)
-	}
-	w.keys[k] = struct{}{}
-	return false
-}
-
-// Warnings says, in words for the report, what the capture lost or held
-// twice: nothing of it is a finding, but a reader of the findings must know.
-func (s Stats) Warnings() []string {
-	var out []string
-	if s.OverlappingFiles > 0 {
-		out = append(out, fmt.Sprintf("%d of the %d input files overlap in time: they were merged packet by packet in time order, %d packets held twice were counted once", s.OverlappingFiles, s.Files, s.DuplicatePackets))
-	} else if s.DuplicatePackets > 0 {
-		out = append(out, fmt.Sprintf("%d packets were held twice in the input and counted once", s.DuplicatePackets))
-	}
-	return out
+	return w.recentSet.seen(h.Sum64())
 }

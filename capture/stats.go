@@ -1,5 +1,7 @@
 package capture
 
+import "fmt"
+
 // Stats counts what a run read and every limit or damage it met. Counters are
 // totals over all files and workers.
 type Stats struct {
@@ -53,4 +55,16 @@ func (s *Stats) add(o Stats) {
 	s.OverlappingFiles += o.OverlappingFiles
 	s.TruncatedFiles += o.TruncatedFiles
 	s.CorruptFiles += o.CorruptFiles
+}
+
+// Warnings says, in words for the report, what the capture lost or held
+// twice: nothing of it is a finding, but a reader of the findings must know.
+func (s Stats) Warnings() []string {
+	var out []string
+	if s.OverlappingFiles > 0 {
+		out = append(out, fmt.Sprintf("%d of the %d input files overlap in time: they were merged packet by packet in time order, %d packets held twice were counted once", s.OverlappingFiles, s.Files, s.DuplicatePackets))
+	} else if s.DuplicatePackets > 0 {
+		out = append(out, fmt.Sprintf("%d packets were held twice in the input and counted once", s.DuplicatePackets))
+	}
+	return out
 }

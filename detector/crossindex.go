@@ -67,14 +67,17 @@ func (d *Detector) indexServerEvent(ex *exchange, s *session, o *decode.Observat
 		}
 		return
 	}
-	if len(d.serverEvents) >= d.cfg.MaxEventsIndexedPerServer {
-		if !d.serverEventsFull {
-			d.serverEventsFull = true
-		}
+	if d.serverEventsFull() {
 		d.limitHit("MaxEventsIndexedPerServer", o.Time, s, "cross_stream_replay")
 		return
 	}
 	d.serverEvents[key] = eventOrigin{sessionKey: s.key, data: data, party: d.partyOf(ex), at: o.Time.UnixNano()}
+}
+
+// serverEventsFull says the cross-session index holds
+// MaxEventsIndexedPerServer ids (it never forgets one).
+func (d *Detector) serverEventsFull() bool {
+	return len(d.serverEvents) >= d.cfg.MaxEventsIndexedPerServer
 }
 
 // idsShared says whether two sessions of endpoint were seen to send the
@@ -101,7 +104,7 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 	reason := ""
 	switch {
 	case !ok:
-		if !d.serverEventsFull {
+		if !d.serverEventsFull() {
 			return // a new event, or one first sent on this session
 		}
 		reason = ReasonLimitPrefix + "MaxEventsIndexedPerServer"

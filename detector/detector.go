@@ -44,8 +44,7 @@ type Detector struct {
 	connEndpoint map[uint64]string
 	// serverEvents is the cross-session event index (crossindex.go), at
 	// most MaxEventsIndexedPerServer ids.
-	serverEvents     map[uint64]eventOrigin
-	serverEventsFull bool
+	serverEvents map[uint64]eventOrigin
 	// callSessions counts, per endpoint and call identity (a hash), the
 	// sessions that made the call, at most MaxEventsIndexedPerServer
 	// identities: an identical call is evidence of a link only when rare.

@@ -139,17 +139,9 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 		}
 		counted := map[string]bool{}
 		check := func(vname string, files ...string) damageRun {
-			got := runDamaged(t, 1, files...)
+			got, lost := checkDamaged(t, name+" "+vname, intact, []int{2, 2}, files...)
 			if got.code == exitError {
-				t.Errorf("%s %s: analyze failed: %s", name, vname, got.stderr)
 				return got
-			}
-			for _, w := range []int{2, 2} {
-				again := runDamaged(t, w, files...)
-				if !bytes.Equal(again.records, got.records) {
-					t.Errorf("%s %s: output differs between --workers 1 and --workers %d:\n%s", name, vname, w, firstDifference(got.records, again.records))
-					break
-				}
 			}
 			kind := damageKind(vname)
 			row := table[kind]
@@ -164,17 +156,9 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 			row.cases++
 			row.before += len(intact.violations)
 			row.unverified += max(0, got.unverifiable-intact.unverifiable)
-			for _, f := range intact.violations {
-				if !slices.Contains(got.violations, f) {
-					row.lost++
-				}
-			}
-			for _, f := range got.violations {
-				if !slices.Contains(intact.violations, f) {
-					row.added++
-					t.Errorf("%s %s: %s raised on damaged evidence (intact: %v): %s", name, vname, f, intact.violations, got.explain[f])
-				}
-			}
+			row.lost += len(lost)
+			_, added := diffFindings(intact.violations, got.violations)
+			row.added += len(added)
 			return got
 		}
 		for _, v := range variants {
@@ -212,6 +196,46 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d |\n", k, r.captures, r.cases, r.before, r.lost, r.added, r.unverified)
 	}
 	t.Log(b.String())
+}
+
+// checkDamaged analyses files (a damaged capture) with one worker and again
+// with each of reruns, which must print the very same records, and reports
+// every violation intact does not have (the rule: damage may lose a finding,
+// never add one). It returns the one-worker run and the violations lost.
+func checkDamaged(t *testing.T, label string, intact damageRun, reruns []int, files ...string) (damageRun, []finding) {
+	t.Helper()
+	got := runDamaged(t, 1, files...)
+	if got.code == exitError {
+		t.Errorf("%s: analyze failed: %s", label, got.stderr)
+		return got, nil
+	}
+	for _, w := range reruns {
+		if again := runDamaged(t, w, files...); !bytes.Equal(again.records, got.records) {
+			t.Errorf("%s: output differs between --workers 1 and --workers %d:\n%s", label, w, firstDifference(got.records, again.records))
+			break
+		}
+	}
+	lost, added := diffFindings(intact.violations, got.violations)
+	for _, f := range added {
+		t.Errorf("%s: %s raised on damaged evidence (intact: %v): %s", label, f, intact.violations, got.explain[f])
+	}
+	return got, lost
+}
+
+// diffFindings compares the violations of a run with those wanted: lost are
+// wanted and not got, added got and not wanted.
+func diffFindings(want, got []finding) (lost, added []finding) {
+	for _, f := range want {
+		if !slices.Contains(got, f) {
+			lost = append(lost, f)
+		}
+	}
+	for _, f := range got {
+		if !slices.Contains(want, f) {
+			added = append(added, f)
+		}
+	}
+	return lost, added
 }
 
 func sortedFindings(fs []finding) []finding {

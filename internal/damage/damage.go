@@ -156,13 +156,11 @@ func (c Capture) Duration() time.Duration {
 	return c.Packets[len(c.Packets)-1].CI.Timestamp.Sub(c.Packets[0].CI.Timestamp)
 }
 
-// Variants is every kind of damage the suite applies to one capture, each
-// case named so it can be rebuilt: each payload segment lost in turn, random
-// loss of 0.1%, 1% and 5% (several seeds), duplicates, reordering within a
-// window, snap lengths of 64, 200 and 1000 bytes, and the first and last
-// quarter, half of the capture's time cut.
-func (c Capture) Variants(seeds int) []Variant {
-	out := c.DropEach()
+// RandomVariants is the random damage, per seed: loss of 0.1%, 1% and 5%
+// of the payload segments, 5% duplicated and 5% moved later by up to four
+// places.
+func (c Capture) RandomVariants(seeds int) []Variant {
+	var out []Variant
 	for seed := range uint64(seeds) {
 		for _, rate := range []float64{0.001, 0.01, 0.05} {
 			out = append(out, Variant{fmt.Sprintf("drop %g%%:seed %d", rate*100, seed), c.DropRandom(rate, seed)})
@@ -172,6 +170,15 @@ func (c Capture) Variants(seeds int) []Variant {
 			Variant{fmt.Sprintf("reorder 5%% within 4:seed %d", seed), c.Reorder(0.05, 4, seed)},
 		)
 	}
+	return out
+}
+
+// Variants is every kind of damage the suite applies to one capture, each
+// case named so it can be rebuilt: each payload segment lost in turn, the
+// random damage of RandomVariants, snap lengths of 64, 200 and 1000 bytes,
+// and the first and last quarter, half of the capture's time cut.
+func (c Capture) Variants(seeds int) []Variant {
+	out := append(c.DropEach(), c.RandomVariants(seeds)...)
 	for _, n := range []int{64, 200, 1000} {
 		out = append(out, Variant{fmt.Sprintf("snaplen %d", n), c.Snaplen(n)})
 	}
