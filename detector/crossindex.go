@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,10 @@ type eventOrigin struct {
 	// id proves nothing about where an event came from.
 	shared bool
 }
+
+// maxCrossOriginsPerResume bounds the cross_stream_replay findings of one
+// resume: one per session whose events it replayed, the first few only.
+const maxCrossOriginsPerResume = 8
 
 // serverEventKey hashes an event id within its endpoint: the index holds
 // a hash, not the id, to stay small (a collision of 64-bit hashes among
@@ -56,7 +61,10 @@ func (d *Detector) partyOf(ex *exchange) uint64 {
 func (d *Detector) indexServerEvent(ex *exchange, s *session, o *decode.Observation, data uint64) {
 	key := d.serverEventKey(ex.endpoint, o.Event.ID)
 	if e, ok := d.serverEvents[key]; ok {
-		if e.sessionKey != s.key && !e.shared {
+		// A resume delivering the very event another session sent is
+		// the leak checkCrossSession reports, not a second sender.
+		replayed := ex.resume != nil && ex.resume.active && e.data == data
+		if e.sessionKey != s.key && !e.shared && !replayed {
 			e.shared = true
 			d.serverEvents[key] = e
 			// This endpoint's ids are not unique across sessions, so
@@ -117,20 +125,24 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 	case s.gap || d.gapped(ex, s.firstSeen):
 		reason = ReasonCaptureGap
 	}
-	if !ex.once(onceCrossSession) {
-		return
-	}
 	if reason != "" {
+		if !ex.once(onceCrossSession) {
+			return
+		}
 		d.unverifiable(o.Time, s, ex, "cross_stream_replay", reason, ev.ID)
 		if rs := ex.resume; !rs.emitted && rs.unverifiable == "" {
 			rs.unverifiable = reason
 		}
 		return
 	}
+	if len(ex.crossOrigins) >= maxCrossOriginsPerResume || slices.Contains(ex.crossOrigins, e.sessionKey) {
+		return // each session's leak once per resume; the first few suffice to page
+	}
 	severity, whose := SeverityHigh, "the same client's"
 	if e.party != d.partyOf(ex) {
 		severity, whose = SeverityCritical, "another client's"
 	}
+	ex.crossOrigins = append(ex.crossOrigins, e.sessionKey)
 	_, otherID, _ := strings.Cut(e.sessionKey, "\x00")
 	why := fmt.Sprintf("event %s was first sent on session %s at %s, %s session", ev.ID, otherID,
 		time.Unix(0, e.at).UTC().Format(time.RFC3339Nano), whose)
@@ -142,5 +154,5 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 			"stream ids are not scoped by session, a tenant reads another tenant's messages. Check how the event store "+
 			"keys its streams: by session and stream, never by stream id alone.", s.id, ex.cursor, why),
 		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)},
-	}, ex, s, "session", ev.ID)
+	}, ex, s, "session", otherID)
 }

@@ -42,6 +42,15 @@ type Detector struct {
 	// request, for responses whose request was not seen (endpointOf);
 	// at most MaxOpenExchanges.
 	connEndpoint map[uint64]string
+	// connSession is the key of the session each connection's last request
+	// was bound to (at most MaxOpenExchanges); sharedConns are the client
+	// address and server pairs with a connection seen to carry two live
+	// sessions (a pooling proxy, a shared client pool), at most MaxSessions,
+	// sharedConnsAll once that overflowed. On those pairs "the same TCP
+	// connection" is no evidence of the same client (noteConnSession).
+	connSession    map[uint64]string
+	sharedConns    map[addrKey]struct{}
+	sharedConnsAll bool
 	// serverEvents is the cross-session event index (crossindex.go), at
 	// most MaxEventsIndexedPerServer ids.
 	serverEvents map[uint64]eventOrigin
@@ -99,6 +108,8 @@ func New(cfg Config, sink Sink) *Detector {
 		events:            events,
 		sessions:          map[string]*session{},
 		connEndpoint:      map[uint64]string{},
+		connSession:       map[uint64]string{},
+		sharedConns:       map[addrKey]struct{}{},
 		serverEvents:      map[uint64]eventOrigin{},
 		callSessions:      map[uint64]uint8{},
 		hashSeed:          maphash.MakeSeed(),
@@ -174,6 +185,9 @@ type exchange struct {
 	// mcpUnknown: the request was cut by a limit before it showed whether
 	// it is MCP; its response decides.
 	mcpUnknown bool
+	// crossOrigins: the sessions whose events this exchange replayed and
+	// that were reported (checkCrossSession), at most maxCrossOriginsPerResume.
+	crossOrigins []string
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -640,7 +654,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
-		r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)
+		r := d.lost.link(d.evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)
 		d.checkOldCursor(ex, o, r)
 	}
 	switch {
@@ -800,7 +814,7 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 		d.recordCalls(s, ex, o)
 	}
 	if s.prev == "" {
-		if r := d.lost.link(evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow); r.s != nil {
+		if r := d.lost.link(d.evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow); r.s != nil {
 			s.prev, s.linkConf = r.s.id, r.conf
 		}
 	}

@@ -44,8 +44,24 @@ var severities = map[Kind]Severity{
 	KindResumeOnSessionlessRevision: SeverityMedium,
 }
 
+// lowerSeverities are the kinds whose findings may carry a lower severity
+// than the catalogue's (Violation.Severity) when the wire shows less at
+// stake: another session of the same client (cross_stream_replay); a call
+// that had completed before the 404, or an old cursor the server rejected
+// (silent_reinit_after_404).
+var lowerSeverities = map[Kind][]Severity{
+	KindCrossStreamReplay:    {SeverityHigh},
+	KindSilentReinitAfter404: {SeverityHigh},
+}
+
 // SeverityOf returns the catalogue severity of kind.
 func SeverityOf(k Kind) Severity { return severities[k] }
+
+// SeveritiesOf returns every severity a finding of kind can carry, the
+// catalogue's first: what alert rules must route.
+func SeveritiesOf(k Kind) []Severity {
+	return append([]Severity{severities[k]}, lowerSeverities[k]...)
+}
 
 // requestIdentity names an exchange by what its request said on the wire.
 func (ex *exchange) requestIdentity() string {

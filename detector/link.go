@@ -118,14 +118,17 @@ func (l *lostIndex) forget(s *session) {
 // clientEvidence is what the wire says about who sent a request: what a
 // new session is matched to a lost one by.
 type clientEvidence struct {
-	conn                        decode.Conn
+	conn decode.Conn
+	// sharedConn: conn's address and server pair carries several clients'
+	// sessions on one connection, so the same connection proves nothing.
+	sharedConn                  bool
 	auth, userAgent, clientInfo string
 }
 
 // evidenceOf is the evidence of session s (as seen on conn), or of a
 // request without a session (s nil).
-func evidenceOf(conn decode.Conn, s *session, ex *exchange) clientEvidence {
-	e := clientEvidence{conn: conn}
+func (d *Detector) evidenceOf(conn decode.Conn, s *session, ex *exchange) clientEvidence {
+	e := clientEvidence{conn: conn, sharedConn: d.connShared(conn)}
 	if s != nil {
 		e.auth, e.userAgent, e.clientInfo = s.auth, s.userAgent, s.clientInfo
 	}
@@ -194,7 +197,11 @@ func (l *lostIndex) link(e clientEvidence, cur *session, t time.Time, window tim
 func linkReasons(c *session, e clientEvidence) []string {
 	why := []string{"the same client address"}
 	if c.lostConn.ID == e.conn.ID {
-		why = append(why, "the same TCP connection as the 404")
+		if e.sharedConn {
+			why = append(why, "the same TCP connection as the 404 (not counted: this address's connections carry several clients' sessions)")
+		} else {
+			why = append(why, "the same TCP connection as the 404")
+		}
 	}
 	if c.clientInfo != "" && c.clientInfo == e.clientInfo {
 		why = append(why, "clientInfo "+c.clientInfo)
@@ -212,7 +219,7 @@ func linkReasons(c *session, e clientEvidence) []string {
 // fits is false when a known difference rules c out. (linkReasons says the
 // same in words, for the one linked.)
 func scoreCandidate(c *session, e clientEvidence) (score int, fits bool) {
-	if c.lostConn.ID == e.conn.ID {
+	if c.lostConn.ID == e.conn.ID && !e.sharedConn {
 		score += weightSameConnection
 	}
 	for _, f := range [...]struct {
@@ -423,7 +430,7 @@ func (d *Detector) sessionSwap(ex *exchange, o *decode.Observation) {
 // Last-Event-ID (form 1) and identical tools/calls (form 2).
 func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 	s := ex.sess
-	e := evidenceOf(ex.conn, s, ex)
+	e := d.evidenceOf(ex.conn, s, ex)
 	r := d.lost.link(e, s, o.Time, d.cfg.LinkWindow)
 	if r.s == nil && s.swappedFrom == nil && len(r.ambiguous) == 0 {
 		return
@@ -458,7 +465,13 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		}
 		if !c.reissueFlagged {
 			c.reissueFlagged = true
-			if !l.isRepeatable(m.Tool) && !s.isRepeatable(m.Tool) {
+			switch {
+			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
+			case l.gap || s.gap:
+				// The tools/list answer that annotated the tool read-only
+				// or idempotent may be in the lost bytes.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form2", c.id)
+			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
 			}
 		}
@@ -538,7 +551,7 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 	}
 	// A cursor is as rare as event ids are unique: only among equals.
 	if r.s == nil || !holds(r.s) {
-		if r = resolveByState(r, evidenceOf(ex.conn, s, ex), holds, false); r.s == nil {
+		if r = resolveByState(r, d.evidenceOf(ex.conn, s, ex), holds, false); r.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form1", r)
 			}
@@ -570,7 +583,7 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if ex.isInit || !ex.ok2xx() {
 		return
 	}
-	r := d.lost.link(evidenceOf(ex.conn, nil, ex), nil, o.Time, d.cfg.LinkWindow)
+	r := d.lost.link(d.evidenceOf(ex.conn, nil, ex), nil, o.Time, d.cfg.LinkWindow)
 	if r.s == nil && len(r.ambiguous) > 0 {
 		d.ambiguousLink(o.Time, nil, ex, "form3", r)
 		return

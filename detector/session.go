@@ -353,10 +353,46 @@ func (d *Detector) bind(ex *exchange, s *session) {
 			s.clientInfo = cmp.Or(s.clientInfo, ex.msgs[i].ClientInfo)
 		}
 		d.noteMCPPair(pairOf(ex.conn))
+		d.noteConnSession(ex.conn, s)
 		s.open++
 		s.bound++
 		ex.seq = s.bound
 	}
+}
+
+// noteConnSession notes that conn carries a request of s. When the
+// connection's previous session is still alive (not lost, ended or
+// forgotten), one connection carries several clients' sessions (a pooling
+// proxy's upstream, one HTTP client pool shared by several applications),
+// and the connections of its client address and server are marked shared:
+// any of them, even one seen carrying a single session so far, may carry
+// another client's next request.
+func (d *Detector) noteConnSession(conn decode.Conn, s *session) {
+	prev, seen := d.connSession[conn.ID]
+	if prev == s.key {
+		return
+	}
+	if p := d.sessions[prev]; seen && p != nil && p.ended == "" && !p.gone && p.lostAt.IsZero() {
+		if len(d.sharedConns) >= d.cfg.MaxSessions {
+			d.sharedConnsAll = true
+		} else {
+			d.sharedConns[pairOf(conn)] = struct{}{}
+		}
+	}
+	if len(d.connSession) >= d.cfg.MaxOpenExchanges {
+		clear(d.connSession) // bounded; only a sharing seen across the clear is missed
+	}
+	d.connSession[conn.ID] = s.key
+}
+
+// connShared says whether conn's client address and server pair was seen
+// to carry several live sessions on one connection.
+func (d *Detector) connShared(conn decode.Conn) bool {
+	if d.sharedConnsAll {
+		return true
+	}
+	_, ok := d.sharedConns[pairOf(conn)]
+	return ok
 }
 
 // releaseIfIdle frees a retired session once no exchange is bound to it.
