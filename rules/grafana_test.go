@@ -352,8 +352,14 @@ func kinds() []detector.Kind {
 
 // severityFor is the severity label a finding of kind carries: critical
 // pages, high warns, medium informs.
-func severityFor(k detector.Kind) string {
-	switch detector.SeverityOf(k) {
+func severityFor(k detector.Kind) string { return severityLabel(detector.SeverityOf(k)) }
+
+// severityFilter finds a rule query's filter on the finding's own severity
+// (for kinds whose findings carry several: detector.SeveritiesOf).
+var severityFilter = regexp.MustCompile(`AND severity = '([a-z]+)'`)
+
+func severityLabel(s detector.Severity) string {
+	switch s {
 	case detector.SeverityCritical:
 		return "critical"
 	case detector.SeverityHigh:
@@ -395,6 +401,7 @@ func TestAlertRules(t *testing.T) {
 	p := loadProvisioning(t)
 	uids := map[string]bool{}
 	covered := map[detector.Kind][]*alertRule{}
+	bySeverity := map[detector.Kind][]detector.Severity{}
 	for _, r := range p.rules {
 		t.Run(r.UID, func(t *testing.T) {
 			if uids[r.UID] {
@@ -462,8 +469,19 @@ func TestAlertRules(t *testing.T) {
 					if !strings.Contains(q.clickhouse.RawSQL, "kind = '"+string(k)+"'") {
 						t.Errorf("the query does not select kind %s", k)
 					}
-					if got, want := r.Labels["severity"], severityFor(k); got != want {
-						t.Errorf("kind %s (%s): severity %s, want %s", k, detector.SeverityOf(k), got, want)
+					sev := detector.SeverityOf(k)
+					if m := severityFilter.FindStringSubmatch(q.clickhouse.RawSQL); m != nil {
+						sev = detector.Severity(m[1])
+					} else if len(detector.SeveritiesOf(k)) > 1 {
+						t.Errorf("kind %s carries severities %v: each rule selects one (AND severity = '...')", k, detector.SeveritiesOf(k))
+					}
+					if !slices.Contains(detector.SeveritiesOf(k), sev) {
+						t.Errorf("kind %s never carries severity %s", k, sev)
+					}
+					bySeverity[k] = append(bySeverity[k], sev)
+					want := severityLabel(sev)
+					if got := r.Labels["severity"]; got != want {
+						t.Errorf("kind %s (%s): severity %s, want %s", k, sev, got, want)
 					}
 					if want == "critical" && r.For != "0s" {
 						t.Errorf("critical kind %s: for %q, want 0s (page at once)", k, r.For)
@@ -489,6 +507,11 @@ func TestAlertRules(t *testing.T) {
 		}
 		if severityFor(k) == "critical" && !slices.ContainsFunc(rs, func(r *alertRule) bool { return r.Labels["severity"] == "critical" }) {
 			t.Errorf("critical kind %s: no paging rule", k)
+		}
+		for _, sev := range detector.SeveritiesOf(k) {
+			if !slices.Contains(bySeverity[k], sev) {
+				t.Errorf("kind %s: no rule for its %s findings", k, sev)
+			}
 		}
 	}
 }

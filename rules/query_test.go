@@ -48,26 +48,34 @@ func at(t time.Time) string { return lit(t.UTC().Format("2006-01-02 15:04:05.000
 // scenarios returns, for a rule, data on which it must fire and data on
 // which it must stay silent: the finding absent, and the finding older than
 // the rule's window.
-func scenarios(r *alertRule, window time.Duration, now time.Time) []scenario {
+func scenarios(r *alertRule, sql string, window time.Duration, now time.Time) []scenario {
 	recent, old := now.Add(-time.Minute), now.Add(-window-10*time.Minute)
 	if k := detector.Kind(r.Labels["kind"]); k != "" {
-		violation := func(id string, kind detector.Kind, session string, when time.Time) row {
-			return row{"id": lit(id), "kind": lit(string(kind)), "severity": lit(string(detector.SeverityOf(kind))),
+		violation := func(id string, kind detector.Kind, sev detector.Severity, session string, when time.Time) row {
+			return row{"id": lit(id), "kind": lit(string(kind)), "severity": lit(string(sev)),
 				"time": at(when), "session_id": lit(session), "server": lit(server), "client": lit(client),
 				"explanation": lit("seeded " + string(kind)), "evidence": lit("[]")}
 		}
+		// A rule that selects one of its kind's severities must stay
+		// silent on the others.
+		sev := detector.SeverityOf(k)
+		if m := severityFilter.FindStringSubmatch(sql); m != nil {
+			sev = detector.Severity(m[1])
+		}
 		var others []row
 		for i, o := range catalogue {
-			if o != k {
-				others = append(others, violation(fmt.Sprint("o", i), o, "S-other-"+string(o), recent))
+			for j, osev := range detector.SeveritiesOf(o) {
+				if o != k || osev != sev {
+					others = append(others, violation(fmt.Sprint("o", i, "-", j), o, osev, "S-other-"+string(o)+"-"+string(osev), recent))
+				}
 			}
 		}
-		mine := violation("v1", k, "S-"+string(k), recent)
+		mine := violation("v1", k, sev, "S-"+string(k), recent)
 		return []scenario{
 			{"present", seed{"violations": append([]row{mine, mine}, others...)}, // the same finding twice: FINAL makes it one
 				[]instance{{map[string]string{"session_id": "S-" + string(k), "server": server, "client": client}, 1}}},
 			{"absent", seed{"violations": others}, nil},
-			{"older than the window", seed{"violations": {violation("v1", k, "S-"+string(k), old)}}, nil},
+			{"older than the window", seed{"violations": {violation("v1", k, sev, "S-"+string(k), old)}}, nil},
 		}
 	}
 	resume := func(id, srv, session, outcome string, when time.Time) row {
@@ -154,7 +162,7 @@ func TestClickHouseAlertQueries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			scs := scenarios(r, window, now)
+			scs := scenarios(r, q.clickhouse.RawSQL, window, now)
 			if len(scs) == 0 {
 				t.Fatal("no seeded scenarios for this rule: add them to scenarios()")
 			}
