@@ -9,12 +9,22 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/replaywatch/replaywatch/detector"
 )
 
-// crowdSDKFixture is the dense real-traffic capture recorded by
-// internal/fixturegen's ts-crowd-double-charge scenario, with the server's
-// charge log beside it.
-const crowdSDKFixture = "ts-crowd-double-charge"
+// The dense real-traffic captures recorded by internal/fixturegen's crowd
+// scenarios, each with the server's charge log and the clients'
+// re-initialisation log beside it: TypeScript clients on one address, the
+// same behind a reverse proxy that pools upstream connections (recorded
+// between proxy and server), and go-sdk clients on one address.
+const (
+	crowdSDKFixture    = "ts-crowd-double-charge"
+	crowdPooledFixture = "ts-crowd-pooling-proxy"
+	crowdGoFixture     = "go-crowd-double-charge"
+)
+
+var crowdFixtures = []string{crowdSDKFixture, crowdPooledFixture, crowdGoFixture}
 
 // serverCharge is one line of the crowd server's log: one execution of
 // charge_card (charge set) or get_order (read set).
@@ -116,15 +126,46 @@ func crowdScore(truth []doubleCharge, recs []map[string]any) (reported, missed [
 	return reported, missed, falses
 }
 
-// checkCrowd analyzes dir's crowd capture and checks it against the server's
-// charge log, logging the truth/reported/missed/false table.
-func checkCrowd(t *testing.T, scenario, dir string) {
+// checkLinks compares every link a session record states (previous_session)
+// with the clients' own log of re-initialisations at path: a stated link must
+// be one a client made. It returns the right links and the wrong ones.
+func checkLinks(t *testing.T, path string, recs []map[string]any) (right int, wrong []string) {
 	t.Helper()
-	truth, charges, rereads := crowdTruth(t, filepath.Join(dir, crowdSDKFixture+".charges.jsonl"))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r struct{ Lost, Session string }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, l)
+		}
+		prev[r.Session] = r.Lost
+	}
+	for _, r := range recs {
+		p, _ := r["previous_session"].(string)
+		if r["type"] != "session" || p == "" || r["link_confidence"] == detector.ConfidenceSameExchange {
+			continue
+		}
+		if s, _ := r["session_id"].(string); prev[s] == p {
+			right++
+		} else {
+			wrong = append(wrong, fmt.Sprintf("session %s linked to %s (%v), its client lost %q", s, p, r["link_confidence"], prev[s]))
+		}
+	}
+	return right, wrong
+}
+
+// checkCrowd analyzes dir's capture of fixture and checks it against the
+// server's charge log, logging the truth/reported/missed/false table.
+func checkCrowd(t *testing.T, scenario, dir, fixture string) {
+	t.Helper()
+	truth, charges, rereads := crowdTruth(t, filepath.Join(dir, fixture+".charges.jsonl"))
 	if len(truth) == 0 {
 		t.Fatalf("the server log holds no double charge: the scenario did not run as designed")
 	}
-	recs, code, stderr := analyzeJSON(t, nil, filepath.Join(dir, crowdSDKFixture+".pcap"))
+	recs, code, stderr := analyzeJSON(t, nil, filepath.Join(dir, fixture+".pcap"))
 	if code == exitError {
 		t.Fatalf("analyze failed: %s", stderr)
 	}
@@ -142,6 +183,11 @@ func checkCrowd(t *testing.T, scenario, dir string) {
 		}
 	}
 	reported, missed, falses := crowdScore(truth, recs)
+	links, wrong := checkLinks(t, filepath.Join(dir, fixture+".reinits.jsonl"), recs)
+	t.Logf("%d re-initialisations linked to their lost session, %d linked wrongly", links, len(wrong))
+	for _, w := range wrong {
+		t.Errorf("wrong link: %s", w)
+	}
 	t.Logf("%d sessions (%d lost to 404), %d charges executed, %d orders re-read (read-only), %d unverifiable",
 		sessions, lost, charges, rereads, unverifiable)
 	t.Logf("\n%-32s %6s %9s %7s %6s\n%-32s %6d %9d %7d %6d", "scenario", "truth", "reported", "missed", "false",
@@ -154,14 +200,18 @@ func checkCrowd(t *testing.T, scenario, dir string) {
 	}
 }
 
-// TestCrowdSDKDoubleCharges: fifty real TypeScript SDK clients share one
-// address; the server loses most sessions; fifteen naive clients re-send
-// their last charge_card after re-initialising. Every order the server's
-// own log shows charged twice must be reported once as
-// silent_reinit_after_404 naming both sessions and both JSON-RPC ids; no
-// re-read of the read-only get_order and no correct client may be.
+// TestCrowdSDKDoubleCharges: fifty real SDK clients (TypeScript; the same
+// behind a pooling reverse proxy, where one connection carries several
+// clients' requests; go-sdk) share one address; the server loses most
+// sessions; fifteen naive clients re-send their last charge_card after
+// re-initialising. Every order the server's own log shows charged twice must
+// be reported once as silent_reinit_after_404 naming both sessions and both
+// JSON-RPC ids; no re-read of the read-only get_order and no correct client
+// may be; and every link a session record states must be one a client made.
 func TestCrowdSDKDoubleCharges(t *testing.T) {
-	checkCrowd(t, crowdSDKFixture, filepath.Join("testdata", "fixtures"))
+	for _, f := range crowdFixtures {
+		t.Run(f, func(t *testing.T) { checkCrowd(t, f, filepath.Join("testdata", "fixtures"), f) })
+	}
 }
 
 // TestCrowdSDKDoubleChargesLive records the crowd afresh (as
@@ -179,19 +229,24 @@ func TestCrowdSDKDoubleChargesLive(t *testing.T) {
 		t.Skip("node not installed")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "", "-only", crowdSDKFixture)
+	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "", "-only", strings.Join(crowdFixtures, ","))
 	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("fixturegen: %v\n%s", err, out)
 	}
-	checkCrowd(t, crowdSDKFixture+" (live)", dir)
-	if t.Failed() {
-		for _, ext := range []string{".pcap", ".charges.jsonl"} {
-			b, _ := os.ReadFile(filepath.Join(dir, crowdSDKFixture+ext))
-			keep := filepath.Join(os.TempDir(), "crowd-failed-"+strings.TrimPrefix(ext, "."))
-			if os.WriteFile(keep, b, 0o644) == nil {
-				t.Logf("kept %s", keep)
+	for _, f := range crowdFixtures {
+		t.Run(f, func(t *testing.T) {
+			checkCrowd(t, f+" (live)", dir, f)
+			if !t.Failed() {
+				return
 			}
-		}
+			for _, ext := range []string{".pcap", ".charges.jsonl"} {
+				b, _ := os.ReadFile(filepath.Join(dir, f+ext))
+				keep := filepath.Join(os.TempDir(), "failed-"+f+ext)
+				if os.WriteFile(keep, b, 0o644) == nil {
+					t.Logf("kept %s", keep)
+				}
+			}
+		})
 	}
 }

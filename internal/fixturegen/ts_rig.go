@@ -222,6 +222,7 @@ type tsServer struct {
 type tsServerConfig struct {
 	RetryInterval int  `json:"retryInterval,omitempty"`
 	Permissive    bool `json:"permissive,omitempty"`
+	SharedStore   bool `json:"sharedStore,omitempty"`
 }
 
 func startTSServer(ctx context.Context, cfg tsServerConfig) (*tsServer, error) {
@@ -265,6 +266,10 @@ type tsAnnounceArgs struct {
 	DelayMs int `json:"delayMs"`
 }
 
+// tsTenants names the sharedStore flow's tenants; the first one's GET
+// stream is the one a scenario cuts.
+var tsTenants = []string{"tenant-a", "tenant-b", "tenant-c"}
+
 // tsClientConfig is client.mjs's configuration (see its header).
 type tsClientConfig struct {
 	URL         string          `json:"url"`
@@ -275,6 +280,7 @@ type tsClientConfig struct {
 	TimeoutMs   int             `json:"timeoutMs,omitempty"`
 	CallMayFail bool            `json:"callMayFail,omitempty"`
 	SettleMs    int             `json:"settleMs,omitempty"`
+	Tenants     []string        `json:"tenants,omitempty"`
 }
 
 func startTSClient(ctx context.Context, cfg tsClientConfig) (*nodeProc, error) {

@@ -7,6 +7,7 @@
 //   config.flow    what the application does (see flows below)
 //   config.call    the slow_write arguments
 //   config.timeoutMs  request timeout for the call
+//   config.tenants    the sharedStore flow's tenants (names)
 //
 // It prints one JSON line per step on stdout; lines {"wait":"<name>"} mean it
 // waits for one line on stdin before going on, so the generator can inject a
@@ -16,6 +17,7 @@
 import readline from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
@@ -31,8 +33,8 @@ async function waitFor(name) {
 // connect opens a new session. sessionLost resolves with the first HTTP 404
 // the transport reports (a POST answered 404, or a resume GET answered 404):
 // the signal a real application re-initialises on.
-async function connect(name) {
-    const transport = new StreamableHTTPClientTransport(new URL(config.url));
+async function connect(name, headers) {
+    const transport = new StreamableHTTPClientTransport(new URL(config.url), headers ? { requestInit: { headers } } : undefined);
     const client = new Client({ name, version: '1.0.0' });
     let lost;
     const sessionLost = new Promise(resolve => (lost = resolve));
@@ -146,6 +148,28 @@ const flows = {
         log({ result: r.content?.[0]?.text });
         await sleep(config.settleMs ?? 1500);
         await c.client.close();
+    },
+
+    // Several tenants (own session, own Authorization, own clientInfo), each
+    // with its standalone GET stream, ask for announcements at once; the
+    // proxy breaks the first tenant's GET stream and its transport resumes
+    // it. Every announcement a client receives is logged with whom it was for.
+    async sharedStore() {
+        const conns = [];
+        for (const tenant of config.tenants) {
+            const c = await connect(`fixture-ts-${tenant}`, { authorization: `Bearer token-${tenant}` });
+            c.client.setNotificationHandler(LoggingMessageNotificationSchema, n => log({ tenant, got: n.params.data }));
+            conns.push(c);
+            // One tenant's standalone GET stream opens before the next
+            // tenant connects, so the first GET on the wire is the first's.
+            await sleep(300);
+        }
+        const results = await Promise.all(
+            conns.map((c, i) => c.client.callTool({ name: 'announce', arguments: { ...config.announce, label: config.tenants[i] } }))
+        );
+        results.forEach((r, i) => log({ tenant: config.tenants[i], result: r.content?.[0]?.text }));
+        await sleep(config.settleMs ?? 1500);
+        for (const c of conns) await c.client.close();
     }
 };
 

@@ -16,6 +16,8 @@
 //   config.kinds      one kind per client
 //   config.rounds     orders each client places
 //   config.gapMs      [min, max] pause between two orders
+//   config.orderPrefix  makes this run's order ids its own (two recordings
+//                     never charge the same order)
 //   config.sharedPool true: every client shares the process's fetch pool
 //                     (connections carry several clients' requests)
 //
@@ -138,7 +140,7 @@ class App {
     async run() {
         for (let round = 0; round < config.rounds; round++) {
             await sleep(gapMin + Math.random() * (gapMax - gapMin));
-            const order = `ord-${String(this.index).padStart(2, '0')}-${round}`;
+            const order = `ord-${config.orderPrefix ?? 'x'}-${String(this.index).padStart(2, '0')}-${round}`;
             const charge = { order, amountCents: 1000 + this.index * 10 + round };
             if (!(await this.step('charge_card', charge))) continue;
             this.lastCharge = charge;

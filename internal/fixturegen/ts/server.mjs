@@ -9,6 +9,13 @@
 //                         new session, rewrite the request's session header and
 //                         serve it (the faulty "transparent recovery" of a
 //                         drained deployment; deliberately broken backend)
+//   config.sharedStore    one event store for every session, keyed by the stream
+//                         id the SDK hands it, with ids "<streamId>:<n>": the
+//                         store an application writes for Redis. Every
+//                         session's standalone stream is "_GET_stream"
+//                         (typescript-sdk #1004), so a resume of one session's
+//                         GET stream replays the others' events. It logs
+//                         {"resume":session,"after":id,"replayed":[{id,data}]}.
 //
 // It prints one line {"port":N} on stdout once listening. Commands arrive one
 // per line on stdin, so the generator can inject server-side faults at a moment
@@ -41,6 +48,42 @@ const sessions = new Map();
 // Permissive mode: an unknown session id the client keeps sending -> the id
 // minted for it, so one lost session maps to one replacement, not one per request.
 const recovered = new Map();
+
+// SharedEventStore keeps each stream id's events in order under ids
+// "<streamId>:<n>", whatever session sent them (the fault under test).
+class SharedEventStore {
+    constructor() {
+        this.streams = new Map();
+        this.next = 0;
+    }
+    async storeEvent(streamId, message) {
+        const id = `${streamId}:${++this.next}`;
+        if (!this.streams.has(streamId)) this.streams.set(streamId, []);
+        this.streams.get(streamId).push({ id, message });
+        return id;
+    }
+    async getStreamIdForEventId(eventId) {
+        const i = eventId.lastIndexOf(':');
+        return i > 0 && this.streams.has(eventId.slice(0, i)) ? eventId.slice(0, i) : undefined;
+    }
+    async replayEventsAfter(lastEventId, { send }) {
+        const streamId = await this.getStreamIdForEventId(lastEventId);
+        const events = streamId === undefined ? [] : this.streams.get(streamId);
+        const at = events.findIndex(e => e.id === lastEventId);
+        if (at < 0) return '';
+        const replayed = [];
+        for (const e of events.slice(at + 1)) {
+            await send(e.id, e.message);
+            replayed.push({ id: e.id, data: e.message.params?.data ?? null });
+        }
+        log({ resume: replaying, after: lastEventId, replayed });
+        return streamId;
+    }
+}
+const sharedStore = config.sharedStore ? new SharedEventStore() : undefined;
+// replaying is the session whose resume the shared store is answering (one
+// at a time in the scenarios that use it), for its log line.
+let replaying;
 
 function newMcpServer() {
     const server = new McpServer({ name: 'fixture-ts-server', version: '1.0.0' }, { capabilities: { logging: {} } });
@@ -91,14 +134,18 @@ function newMcpServer() {
         'announce',
         {
             description: 'sends server-initiated notifications on the GET stream',
-            inputSchema: { count: z.number().int().min(1).max(20), delayMs: z.number().int().min(0).max(2000) }
+            inputSchema: {
+                count: z.number().int().min(1).max(20),
+                delayMs: z.number().int().min(0).max(2000),
+                label: z.string().optional()
+            }
         },
-        async ({ count, delayMs }) => {
+        async ({ count, delayMs, label }, extra) => {
             for (let i = 1; i <= count; i++) {
                 await sleep(delayMs);
                 await server.server.notification({
                     method: 'notifications/message',
-                    params: { level: 'info', logger: 'announce', data: `announcement ${i} of ${count}` }
+                    params: { level: 'info', logger: 'announce', data: `announcement ${i} of ${count}${label ? ` for ${label} (session ${extra.sessionId})` : ''}` }
                 });
             }
             return { content: [{ type: 'text', text: `announced ${count}` }] };
@@ -110,7 +157,7 @@ function newMcpServer() {
 async function newSession() {
     const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => crypto.randomUUID(),
-        eventStore: new InMemoryEventStore(),
+        eventStore: sharedStore ?? new InMemoryEventStore(),
         retryInterval: config.retryInterval,
         keepAliveMs,
         onsessioninitialized: id => {
@@ -203,6 +250,7 @@ async function handle(req) {
     } else {
         return sessionNotFound();
     }
+    if (req.method === 'GET' && req.headers.get('last-event-id')) replaying = sid;
     const forwarded = new Request(req.url, { method: req.method, headers, body });
     return transport.handleRequest(forwarded, { parsedBody: parsed });
 }
