@@ -49,11 +49,33 @@ func (c Capture) Without(i int) []pcaprec.Packet {
 	return slices.Concat(c.Packets[:i:i], c.Packets[i+1:])
 }
 
-// DropEach returns one variant per payload segment, that segment lost.
-func (c Capture) DropEach() []Variant {
+// DropEach returns one variant per payload segment, that segment lost; of a
+// capture with more than most segments, most of them, evenly spaced.
+func (c Capture) DropEach(most int) []Variant {
 	var out []Variant
-	for _, i := range c.PayloadSegments() {
-		out = append(out, Variant{fmt.Sprintf("drop each segment:%d", i), c.Without(i)})
+	segs := c.PayloadSegments()
+	for _, k := range evenly(len(segs), most) {
+		out = append(out, Variant{fmt.Sprintf("drop each segment:%d", segs[k]), c.Without(segs[k])})
+	}
+	return out
+}
+
+// LateStarts returns the capture started late at each packet after the
+// first; of a longer capture, at most of them, evenly spaced.
+func (c Capture) LateStarts(most int) []Variant {
+	var out []Variant
+	for _, k := range evenly(len(c.Packets)-1, most) {
+		out = append(out, Variant{fmt.Sprintf("late start:%d", k+1), c.Packets[k+1:]})
+	}
+	return out
+}
+
+// evenly picks min(n, most) of the indexes 0..n-1, evenly spaced.
+func evenly(n, most int) []int {
+	m := max(0, min(n, most))
+	out := make([]int, 0, m)
+	for i := range m {
+		out = append(out, i*n/m)
 	}
 	return out
 }
@@ -174,11 +196,13 @@ func (c Capture) RandomVariants(seeds int) []Variant {
 }
 
 // Variants is every kind of damage the suite applies to one capture, each
-// case named so it can be rebuilt: each payload segment lost in turn, the
-// random damage of RandomVariants, snap lengths of 64, 200 and 1000 bytes,
-// and the first and last quarter, half of the capture's time cut.
-func (c Capture) Variants(seeds int) []Variant {
-	out := append(c.DropEach(), c.RandomVariants(seeds)...)
+// case named so it can be rebuilt: each payload segment lost in turn and the
+// capture started late at each packet (at most most of each, DropEach,
+// LateStarts), the random damage of RandomVariants, snap lengths of 64, 200
+// and 1000 bytes, and the first and last quarter, half of the capture's time
+// cut.
+func (c Capture) Variants(seeds, most int) []Variant {
+	out := slices.Concat(c.DropEach(most), c.LateStarts(most), c.RandomVariants(seeds))
 	for _, n := range []int{64, 200, 1000} {
 		out = append(out, Variant{fmt.Sprintf("snaplen %d", n), c.Snaplen(n)})
 	}
