@@ -21,7 +21,18 @@ import (
 // they overlap. It is the test of "many clients behind one address": the
 // merged capture must give exactly the findings of its parts.
 func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) {
-	const sharedServer = 40000
+	// Five-digit ports, so Host headers are rewritten in place: the shared
+	// server, then each capture's other servers (20 each), then each
+	// capture's clients (clientsPerCapture each), never overlapping.
+	const (
+		sharedServer      = 10000
+		otherServers      = 10001
+		firstClient       = 12000
+		clientsPerCapture = 1000
+	)
+	if n := len(captures); firstClient+n*clientsPerCapture > 65535 || otherServers+n*20 > firstClient {
+		return nil, fmt.Errorf("%d captures: more than the port plan holds", n)
+	}
 	var out []pcaprec.Packet
 	var t0 time.Time
 	for i, c := range captures {
@@ -33,13 +44,16 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 		}
 		servers := serverPorts(c.Packets)
 		ports := map[uint16]uint16{}
+		if len(servers) > 20 {
+			return nil, fmt.Errorf("capture %d: %d server ports, the port plan holds 20", i, len(servers))
+		}
 		for j, p := range servers {
-			ports[p] = uint16(41000 + i*20 + j)
+			ports[p] = uint16(otherServers + i*20 + j)
 		}
 		if len(servers) > 0 {
 			ports[servers[0]] = sharedServer
 		}
-		clientBase := 10000 + i*1000
+		clientBase := firstClient + i*clientsPerCapture
 		nextClient := 0
 		if t0.IsZero() {
 			t0 = c.Packets[0].CI.Timestamp
@@ -56,6 +70,9 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 				port := binary.BigEndian.Uint16(tcp[off:])
 				np, ok := ports[port]
 				if !ok {
+					if nextClient == clientsPerCapture {
+						return nil, fmt.Errorf("capture %d: more than %d client ports", i, clientsPerCapture)
+					}
 					np = uint16(clientBase + nextClient)
 					nextClient++
 					ports[port] = np

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -48,6 +49,12 @@ func (k connKey) String() string { return k.client.String() + "->" + k.server.St
 // heads rendered as comparable strings.
 type exchangeView struct {
 	requests, responses []string
+	// lostFraming (tshark's view only): tshark glued a request body sent in
+	// its own segment (Go's httputil.ReverseProxy writes head and body
+	// apart) to the next request line and read that request as a
+	// continuation with an illegal header name: its requests on the
+	// connection are not a reference from there on.
+	lostFraming bool
 }
 
 type captureView map[connKey]*exchangeView
@@ -234,6 +241,7 @@ func addPacket(view captureView, pkt *pdmlPacket) error {
 	var src, dst netip.Addr
 	var sport, dport uint16
 	var heads []httpHead
+	continuation := false
 	for _, p := range pkt.Protos {
 		switch p.Name {
 		case "ip", "ipv6":
@@ -261,16 +269,21 @@ func addPacket(view captureView, pkt *pdmlPacket) error {
 			}
 			if h.method != "" || h.status != 0 {
 				heads = append(heads, h)
+			} else if gluedHead(p.Fields) {
+				continuation = true
 			}
 		}
 	}
-	if len(heads) == 0 {
+	if len(heads) == 0 && !continuation {
 		return nil
 	}
 	if !src.IsValid() || !dst.IsValid() || sport == 0 || dport == 0 {
 		return errors.New("HTTP without IP addresses or TCP ports")
 	}
 	from, to := netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport)
+	if continuation {
+		view.conn(connKey{client: from, server: to}).lostFraming = true
+	}
 	for _, h := range heads {
 		if h.method != "" {
 			sid, hasSID := h.header("Mcp-Session-Id")
@@ -284,6 +297,18 @@ func addPacket(view captureView, pkt *pdmlPacket) error {
 		}
 	}
 	return nil
+}
+
+// gluedHead says whether tshark read an http element as a head whose first
+// "header" holds illegal characters: the previous request's body glued to
+// the next request line (it reassembles a body sent in its own segment
+// with what follows).
+func gluedHead(fs []pdmlField) bool {
+	found := false
+	walk(fs, func(f *pdmlField) {
+		found = found || f.Name == "http.bad_header_name"
+	})
+	return found
 }
 
 func parsePort(s string) uint16 {
@@ -444,7 +469,15 @@ func TestDecoderAgreesWithTshark(t *testing.T) {
 			if len(theirs) == 0 {
 				t.Fatalf("tshark found no HTTP in %s", path)
 			}
-			diffs, compared := compareViews(ours, theirs, gaps)
+			skip := maps.Clone(gaps)
+			for k, e := range theirs {
+				if e.lostFraming {
+					// The direction of the glued segment is the client's.
+					skip[k] = true
+					t.Logf("%s: not compared, tshark glued a request body to the next request line", k)
+				}
+			}
+			diffs, compared := compareViews(ours, theirs, skip)
 			for _, d := range diffs {
 				t.Error(d)
 			}
