@@ -774,6 +774,10 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 			req.Accept = d.c.value(slotAccept, value)
 		case "user-agent":
 			req.UserAgent = d.c.value(slotUserAgent, value)
+		case "mcp-method":
+			req.MCPMethod = in.str(value)
+		case "mcp-name":
+			req.MCPName = in.str(value)
 		case "authorization":
 			// Only the hash leaves: the credential itself is never kept.
 			sum := sha256.Sum256(value)

@@ -147,15 +147,19 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 	case f.errObj != nil:
 		m.Type = MsgError
 		_ = eachMember(f.errObj, func(key, value []byte) {
-			if keyIs(key, "code") {
+			switch {
+			case keyIs(key, "code"):
 				m.ErrorCode, _ = jsonInt(value)
+			case keyIs(key, "message"):
+				msg, _ := jsonString(value)
+				m.UnknownSession = saysUnknownSession(msg)
 			}
 		})
 	case f.result != nil:
 		m.Type = MsgResponse
 		m.ResultHash = pk.hash(f.result)
-		if bytes.Contains(f.result, []byte(`Hint"`)) {
-			m.RepeatableTools = repeatableTools(f.result)
+		if bytes.Contains(f.result, []byte(`"tools"`)) {
+			m.Tools = toolAnnotations(f.result)
 		}
 		if bytes.Contains(f.result, []byte(`"protocolVersion"`)) {
 			_ = eachMember(f.result, func(key, value []byte) {
@@ -178,7 +182,7 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 	wantArgs := wantName && pk.KeepToolArguments && m.Type == MsgRequest
 	wantVersion := m.Method == "initialize"
 	progress := m.Method == "notifications/progress"
-	wantMeta := m.Type == MsgRequest && bytes.Contains(params, []byte(`"progressToken"`))
+	wantMeta := m.Type == MsgRequest && (bytes.Contains(params, []byte(`"progressToken"`)) || bytes.Contains(params, []byte(metaPrefix)))
 	if !wantName && !wantVersion && !progress && !wantMeta {
 		return
 	}
@@ -191,18 +195,7 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 		case wantVersion && keyIs(key, "protocolVersion"):
 			m.ProtocolVersion, _ = jsonString(value)
 		case wantVersion && keyIs(key, "clientInfo"):
-			var name, version string
-			_ = eachMember(value, func(key, value []byte) {
-				switch {
-				case keyIs(key, "name"):
-					name, _ = jsonString(value)
-				case keyIs(key, "version"):
-					version, _ = jsonString(value)
-				}
-			})
-			if name != "" || version != "" {
-				m.ClientInfo = name + "/" + version
-			}
+			m.ClientInfo = clientInfo(value)
 		case progress && keyIs(key, "progressToken"):
 			m.ProgressToken = compactJSON(value)
 		case progress && keyIs(key, "progress"):
@@ -211,12 +204,58 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 			}
 		case wantMeta && keyIs(key, "_meta"):
 			_ = eachMember(value, func(key, value []byte) {
-				if keyIs(key, "progressToken") {
+				switch {
+				case keyIs(key, "progressToken"):
 					m.ProgressToken = compactJSON(value)
+				case keyIs(key, metaPrefix+"clientInfo") && m.ClientInfo == "":
+					m.ClientInfo = clientInfo(value)
+				case keyIs(key, metaPrefix+"protocolVersion") && m.ProtocolVersion == "":
+					m.ProtocolVersion, _ = jsonString(value)
 				}
 			})
 		}
 	})
+}
+
+// saysUnknownSession reads an error message as the server saying the
+// session id is not (or no longer) valid: it names a session and says it is
+// not found, invalid, unknown, expired or missing. The SDKs' own words:
+// "Session not found" (TypeScript, go-sdk), "Bad Request: No valid session
+// ID provided" (the TypeScript README's routing up to 1.23), "Invalid
+// session ID", "Session expired".
+func saysUnknownSession(msg string) bool {
+	m := strings.ToLower(msg)
+	if !strings.Contains(m, "session") {
+		return false
+	}
+	for _, w := range []string{"not found", "no valid", "invalid", "unknown", "expired", "does not exist", "no such"} {
+		if strings.Contains(m, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// metaPrefix starts the _meta keys revision 2026-07-28 puts on every
+// request (clientInfo, clientCapabilities, protocolVersion).
+const metaPrefix = "io.modelcontextprotocol/"
+
+// clientInfo reads a clientInfo object as "name/version" ("" when it has
+// neither).
+func clientInfo(obj []byte) string {
+	var name, version string
+	_ = eachMember(obj, func(key, value []byte) {
+		switch {
+		case keyIs(key, "name"):
+			name, _ = jsonString(value)
+		case keyIs(key, "version"):
+			version, _ = jsonString(value)
+		}
+	})
+	if name == "" && version == "" {
+		return ""
+	}
+	return name + "/" + version
 }
 
 // keepArguments returns the arguments value raw (valid JSON: the scanner
@@ -360,37 +399,51 @@ func smallIntString(raw []byte) (string, bool) {
 	return smallInts[n], true
 }
 
-// repeatableTools reads a tools/list result's tools annotated readOnlyHint
-// or idempotentHint true. Any result with a tools array of that shape is
-// read: a response does not name its method, and a list of annotated tools
-// is what it is wherever it comes from.
-func repeatableTools(result []byte) string {
-	var names []string
+// toolAnnotations reads a tools/list result's tools as Message.Tools: each
+// name after the mark of its annotations. Any result with a tools array of
+// that shape is read: a response does not name its method, and a list of
+// annotated tools is what it is wherever it comes from.
+func toolAnnotations(result []byte) string {
+	var lines []string
 	_ = eachMember(result, func(key, value []byte) {
 		if !keyIs(key, "tools") {
 			return
 		}
 		_ = eachElement(value, func(tool []byte) {
 			var name string
-			repeatable := false
+			var readOnly, idempotent, destroys bool
 			_ = eachMember(tool, func(key, value []byte) {
 				switch {
 				case keyIs(key, "name"):
 					name, _ = jsonString(value)
 				case keyIs(key, "annotations"):
 					_ = eachMember(value, func(key, value []byte) {
-						if (keyIs(key, "readOnlyHint") || keyIs(key, "idempotentHint")) && string(value) == "true" {
-							repeatable = true
+						on := string(value) == "true"
+						switch {
+						case keyIs(key, "readOnlyHint"):
+							readOnly = on
+						case keyIs(key, "idempotentHint"):
+							idempotent = on
+						case keyIs(key, "destructiveHint"):
+							destroys = on
 						}
 					})
 				}
 			})
-			if repeatable && name != "" && !strings.Contains(name, "\n") && len(names) < MaxAnnotatedTools {
-				names = append(names, name)
+			if name == "" || strings.Contains(name, "\n") || len(lines) >= MaxAnnotatedTools {
+				return
 			}
+			mark := ToolPlain
+			switch {
+			case readOnly || idempotent:
+				mark = ToolRepeatable
+			case destroys:
+				mark = ToolDestructive
+			}
+			lines = append(lines, string(rune(mark))+name)
 		})
 	})
-	return strings.Join(names, "\n")
+	return strings.Join(lines, "\n")
 }
 
 // identityHash is the hash of a request's params without their top-level

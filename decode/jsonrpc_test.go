@@ -32,7 +32,7 @@ func TestPeekJSONRPC(t *testing.T) {
 		{name: "null result is a response", in: `{"jsonrpc":"2.0","id":3,"result":null}`, isJSON: true,
 			want: []Message{{Type: MsgResponse, ID: "3"}}},
 		{name: "error", in: `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}`, isJSON: true,
-			want: []Message{{Type: MsgError, ID: "null", ErrorCode: -32001}}},
+			want: []Message{{Type: MsgError, ID: "null", ErrorCode: -32001, UnknownSession: true}}},
 		{name: "wrong version", in: `{"jsonrpc":"1.0","id":1,"method":"x"}`, isJSON: true, want: []Message{{Type: MsgInvalid, ID: "1"}}},
 		{name: "no jsonrpc member", in: `{"status":"ok"}`, isJSON: true, want: []Message{{Type: MsgInvalid}}},
 		{name: "neither method nor result", in: `{"jsonrpc":"2.0","id":1}`, isJSON: true, want: []Message{{Type: MsgInvalid, ID: "1"}}},
@@ -408,7 +408,7 @@ func TestCallIdentityIgnoresMeta(t *testing.T) {
 	}
 }
 
-func TestRepeatableToolsFromToolsList(t *testing.T) {
+func TestToolAnnotationsFromToolsList(t *testing.T) {
 	var pk Peeker
 	body := `{"jsonrpc":"2.0","id":4,"result":{"tools":[
 		{"name":"charge_card","annotations":{"destructiveHint":true}},
@@ -419,8 +419,30 @@ func TestRepeatableToolsFromToolsList(t *testing.T) {
 	if !ok || len(msgs) != 1 {
 		t.Fatal("not one message")
 	}
-	if got, want := msgs[0].RepeatableTools, "get_order\nset_flag"; got != want {
-		t.Errorf("RepeatableTools = %q, want %q", got, want)
+	if got, want := msgs[0].Tools, "dcharge_card\nrget_order\nrset_flag\n-plain"; got != want {
+		t.Errorf("Tools = %q, want %q", got, want)
+	}
+}
+
+// TestSessionlessMeta: under 2026-07-28 every request names its client and
+// revision in params._meta; a progress token there is no part of the call.
+func TestSessionlessMeta(t *testing.T) {
+	var pk Peeker
+	call := func(token string) Message {
+		msgs, _, _ := pk.PeekJSONRPC([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{` +
+			`"io.modelcontextprotocol/clientInfo":{"name":"shop","version":"2.1"},"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+			`"progressToken":"` + token + `"},"name":"charge_card","arguments":{"order":"o-1"}}}`))
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages", len(msgs))
+		}
+		return msgs[0]
+	}
+	m := call("t1")
+	if m.ClientInfo != "shop/2.1" || m.ProtocolVersion != "2026-07-28" || m.Tool != "charge_card" || m.ProgressToken != `"t1"` {
+		t.Errorf("got clientInfo %q, version %q, tool %q, token %s", m.ClientInfo, m.ProtocolVersion, m.Tool, m.ProgressToken)
+	}
+	if again := call("t2"); again.ParamsHash != m.ParamsHash {
+		t.Error("a new progress token changed the call's identity")
 	}
 }
 
@@ -429,5 +451,23 @@ func TestInitializeClientInfo(t *testing.T) {
 	msgs, _, _ := pk.PeekJSONRPC([]byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"billing-agent","version":"1.4.2"}}}`))
 	if len(msgs) != 1 || msgs[0].ClientInfo != "billing-agent/1.4.2" || msgs[0].ProtocolVersion != "2025-11-25" {
 		t.Fatalf("got %+v", msgs)
+	}
+}
+
+func TestUnknownSessionErrors(t *testing.T) {
+	var pk Peeker
+	for msg, want := range map[string]bool{
+		"Session not found":                              true,
+		"Bad Request: No valid session ID provided":      true,
+		"Invalid session ID":                             true,
+		"session expired":                                true,
+		"Bad Request: Mcp-Session-Id header is required": false,
+		"Unknown tool: charge":                           false,
+		"Internal error":                                 false,
+	} {
+		msgs, _, _ := pk.PeekJSONRPC([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":` + fmt.Sprintf("%q", msg) + `}}`))
+		if len(msgs) != 1 || msgs[0].UnknownSession != want {
+			t.Errorf("%q: UnknownSession %v, want %v", msg, !want, want)
+		}
 	}
 }

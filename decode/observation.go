@@ -161,6 +161,10 @@ type Request struct {
 	// UserAgent is the User-Agent header (client software, not a person:
 	// kept to tell clients behind one address apart).
 	UserAgent string
+	// MCPMethod and MCPName are the Mcp-Method and Mcp-Name headers
+	// (revision 2026-07-28: the body's method and tool or resource name,
+	// for routers that do not parse bodies); "" when absent.
+	MCPMethod, MCPName string
 	// AuthHash is a hex SHA-256 of the Authorization header; "" when absent.
 	// The value itself is never kept. Cookies are dropped entirely.
 	AuthHash string
@@ -381,6 +385,11 @@ type Message struct {
 	// precedes Arguments to fill HasProgress's padding: a larger Message
 	// would move an event's allocation up a size class.)
 	ArgumentsTruncated bool
+	// UnknownSession: an error whose message says the session is not
+	// known ("Session not found", "No valid session ID provided", an
+	// invalid or expired session): the server's own word that the id is
+	// dead. (In the same padding.)
+	UnknownSession bool
 	// Arguments is params.arguments of a tools/call request as JSON text:
 	// as sent, without insignificant whitespace (escapes, key order and
 	// numbers unchanged), cut to Config.MaxArgumentBytes at a UTF-8
@@ -390,19 +399,30 @@ type Message struct {
 	// messages and when arguments is absent (present but null gives
 	// "null").
 	Arguments string
-	// ProtocolVersion from initialize params (request) or result (response).
+	// ProtocolVersion from initialize params (request) or result (response),
+	// or a request's params._meta "io.modelcontextprotocol/protocolVersion".
 	ProtocolVersion string
-	// ClientInfo is an initialize request's params.clientInfo as
-	// "name/version": which client software opened the session.
+	// ClientInfo is an initialize request's params.clientInfo, or (2026-07-28,
+	// on every request) its params._meta "io.modelcontextprotocol/clientInfo",
+	// as "name/version": which client software sent it.
 	ClientInfo string
 	ErrorCode  int
 	ResultHash string // hex SHA-256 of the result in canonical JSON
-	// RepeatableTools names the tools a tools/list result annotates as
-	// safe to call twice (readOnlyHint or idempotentHint true), one per
-	// line, at most MaxAnnotatedTools: a re-issue of one is no corruption.
-	// A string, so Message stays comparable. Responses only.
-	RepeatableTools string
+	// Tools lists the tools of a tools/list result, one per line, each
+	// name after a mark of its annotations: ToolRepeatable (readOnlyHint or
+	// idempotentHint true: a re-issue is no corruption), ToolDestructive
+	// (destructiveHint true, not read-only) or ToolPlain; at most
+	// MaxAnnotatedTools. A string, so Message stays comparable (and no
+	// larger). Responses only.
+	Tools string
 }
 
-// MaxAnnotatedTools bounds Message.RepeatableTools per tools/list result.
+// Marks of a tool's annotations in Message.Tools.
+const (
+	ToolRepeatable  = 'r'
+	ToolDestructive = 'd'
+	ToolPlain       = '-'
+)
+
+// MaxAnnotatedTools bounds Message.Tools per tools/list result.
 const MaxAnnotatedTools = 256

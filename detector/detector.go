@@ -51,6 +51,12 @@ type Detector struct {
 	connSession    map[uint64]string
 	sharedConns    map[addrKey]struct{}
 	sharedConnsAll bool
+	// brokenCalls: sessionless tools/calls whose stream broke before their
+	// answer, waiting LinkWindow for a re-issue (reissue.go), at most
+	// maxBrokenCalls; toolNotes: tools/list annotations per endpoint and
+	// tool, at most MaxEventsIndexedPerServer.
+	brokenCalls map[uint64]*brokenCall
+	toolNotes   map[uint64]toolNote
 	// serverEvents is the cross-session event index (crossindex.go), at
 	// most MaxEventsIndexedPerServer ids.
 	serverEvents map[uint64]eventOrigin
@@ -68,19 +74,19 @@ type Detector struct {
 	// gaps: the last capture gap per client address and server endpoint;
 	// gapFloor: sessions that started before it are treated as gapped
 	// (set when gaps outgrew its bound).
-	gaps            map[addrKey]time.Time
-	gapFloor        time.Time
-	spareExchanges  []*exchange // ended exchanges for reuse (recycleExchange)
-	lost            lostIndex
-	sessionlessSeen map[string]struct{}   // 2026-07-28+ session ids already reported
-	tombs           tombstones            // deleted session ids
-	retiring        map[*session]struct{} // retired, still bound to open exchanges
-	now             time.Time
-	cur             *decode.Observation // the observation being handled, for findings' context
-	lastSweep       time.Time
-	exSerial        uint64 // last exchange.serial handed out
-	closed          bool
-	stats           Stats
+	gaps           map[addrKey]time.Time
+	gapFloor       time.Time
+	spareExchanges []*exchange // ended exchanges for reuse (recycleExchange)
+	lost           lostIndex
+	causesReported map[string]struct{}   // session ids already reported, per cause (firstCause)
+	tombs          tombstones            // deleted session ids
+	retiring       map[*session]struct{} // retired, still bound to open exchanges
+	now            time.Time
+	cur            *decode.Observation // the observation being handled, for findings' context
+	lastSweep      time.Time
+	exSerial       uint64 // last exchange.serial handed out
+	closed         bool
+	stats          Stats
 	// refused: exchanges turned away while MaxOpenExchanges was reached, so
 	// one rebuilt later from its events is known to have missed some.
 	// Bounded by MaxOpenExchanges; refusedAll says it overflowed (then any
@@ -110,6 +116,8 @@ func New(cfg Config, sink Sink) *Detector {
 		connEndpoint:      map[uint64]string{},
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
+		brokenCalls:       map[uint64]*brokenCall{},
+		toolNotes:         map[uint64]toolNote{},
 		serverEvents:      map[uint64]eventOrigin{},
 		callSessions:      map[uint64]uint8{},
 		hashSeed:          maphash.MakeSeed(),
@@ -118,7 +126,7 @@ func New(cfg Config, sink Sink) *Detector {
 		openByConn:        map[uint64]*exchange{},
 		gaps:              map[addrKey]time.Time{},
 		lost:              newLostIndex(cfg.MaxLostSessions),
-		sessionlessSeen:   map[string]struct{}{},
+		causesReported:    map[string]struct{}{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},
@@ -185,6 +193,10 @@ type exchange struct {
 	// mcpUnknown: the request was cut by a limit before it showed whether
 	// it is MCP; its response decides.
 	mcpUnknown bool
+	// answered: a sessionless exchange carried the response to its
+	// request; progress counts its progress notifications (reissue.go).
+	answered bool
+	progress int
 	// crossOrigins: the sessions whose events this exchange replayed and
 	// that were reported (checkCrossSession), at most maxCrossOriginsPerResume.
 	crossOrigins []string
@@ -214,6 +226,7 @@ func (d *Detector) advance(t time.Time) {
 	d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
 	if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
 		d.sweepExchanges()
+		d.expireBrokenCalls(d.now)
 	}
 }
 
@@ -542,12 +555,16 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 			}
 			d.bind(ex, s)
 			s.requests++
+			d.checkCursorKept(ex, o)
 		}
 	}
 	if ex.rev == "" {
 		ex.rev = revDefault
 	}
 	ex.sessionless = revAtLeast(ex.rev, revSessionless)
+	if ex.sessionless {
+		d.checkReissue(ex, o)
+	}
 	if ex.hasCursor {
 		ex.resume = d.newResume(ex, o)
 	}
@@ -668,6 +685,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		d.resolveRejected(ex, ResumeRejected404)
 		return
 	case ex.status >= 400:
+		d.checkUnknownSessionStatus(ex, o)
 		d.dropCalls(ex)
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
@@ -902,10 +920,14 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 			ex.stream.gap = true
 		}
 	}
+	if ex.sessionless {
+		d.noteBrokenCall(ex, o)
+	}
 	s := ex.sess
 	if s == nil || ex.sessionless || s.removed {
 		return
 	}
+	d.noteResumeEnded(ex, o)
 	if e.How == decode.EndGap && s != nil {
 		s.gap = true
 	}

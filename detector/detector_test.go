@@ -483,3 +483,19 @@ func sessionByID(d *Detector, id string) *session {
 	}
 	return nil
 }
+
+// TestKindsAreTheCatalogue: Kinds lists every kind that has a severity,
+// once, and nothing else, so what iterates the catalogue (alert rules,
+// metrics) misses no kind.
+func TestKindsAreTheCatalogue(t *testing.T) {
+	seen := map[Kind]bool{}
+	for _, k := range Kinds() {
+		if seen[k] || SeverityOf(k) == "" {
+			t.Errorf("%s: twice, or without a severity", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) != len(severities) {
+		t.Errorf("Kinds has %d kinds, the severities %d", len(seen), len(severities))
+	}
+}

@@ -57,6 +57,9 @@ func (ex *exchange) once(bit uint16) bool {
 func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 	ex.events++
 	s := ex.sess
+	if ex.sessionless {
+		d.onMessages(ex, o, o.Event.Messages, false)
+	}
 	if s == nil || ex.sessionless || s.removed {
 		return
 	}
@@ -309,18 +312,27 @@ func streamName(st *stream) string {
 // checks judge those, not the message checks.
 func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode.Message, replay bool) {
 	s := ex.sess
+	if ex.sessionless {
+		d.sessionlessMessages(ex, msgs)
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		switch m.Type {
 		case decode.MsgResponse, decode.MsgError:
+			if m.UnknownSession {
+				d.unknownSessionSaid(ex, o)
+			}
 			if ex.isInit && m.ProtocolVersion != "" {
 				ex.rev = m.ProtocolVersion
 				if s != nil {
 					s.rev, s.revFromInit = m.ProtocolVersion, true
 				}
 			}
-			if m.RepeatableTools != "" && s != nil && !s.removed {
-				s.noteRepeatable(m.RepeatableTools)
+			if m.Tools != "" {
+				if s != nil && !s.removed {
+					s.noteRepeatable(m.Tools)
+				}
+				d.noteToolAnnotations(ex.endpoint, m.Tools)
 			}
 			// id null answers a request the server could not read
 			// (e.g. a 404 body): it names no request.

@@ -42,16 +42,32 @@ var severities = map[Kind]Severity{
 	KindUnresumableClose:            SeverityMedium,
 	KindProgressReplay:              SeverityMedium,
 	KindResumeOnSessionlessRevision: SeverityMedium,
+	KindReissuedCallAfterBreak:      SeverityCritical,
+	KindUnknownSessionNot404:        SeverityHigh,
+	KindCursorDropped:               SeverityHigh,
 }
 
 // lowerSeverities are the kinds whose findings may carry a lower severity
 // than the catalogue's (Violation.Severity) when the wire shows less at
 // stake: another session of the same client (cross_stream_replay); a call
 // that had completed before the 404, or an old cursor the server rejected
-// (silent_reinit_after_404).
+// (silent_reinit_after_404); a tool not annotated destructive
+// (reissued_call_after_break).
 var lowerSeverities = map[Kind][]Severity{
 	KindCrossStreamReplay:    {SeverityHigh},
 	KindSilentReinitAfter404: {SeverityHigh},
+	// a tool not annotated destructiveHint
+	KindReissuedCallAfterBreak: {SeverityHigh},
+}
+
+// Kinds returns the violation catalogue, in its order.
+func Kinds() []Kind {
+	return []Kind{
+		KindSessionSwap, KindReplayedEvent, KindCrossStreamReplay, KindDuplicateDelivery,
+		KindUnknownLastEventIDAccepted, KindEventIDReset, KindTruncatedResume, KindSilentReinitAfter404,
+		KindIncompleteReplay, KindUnresumableClose, KindProgressReplay, KindResumeOnSessionlessRevision,
+		KindReissuedCallAfterBreak, KindUnknownSessionNot404, KindCursorDropped,
+	}
 }
 
 // SeverityOf returns the catalogue severity of kind.
@@ -211,7 +227,10 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 
 // Unverifiable reasons. They are stable phrases: Stats counts by them.
 const (
-	ReasonCaptureGap       = "capture gap in the evidence"
+	ReasonCaptureGap = "capture gap in the evidence"
+	// ReasonToolsNotListed: no tools/list answer seen names the tool, so
+	// whether it is annotated read-only or idempotent is unknown.
+	ReasonToolsNotListed   = "tool annotations not seen"
 	ReasonStartNotCaptured = "session start not captured"
 	ReasonCaptureEnded     = "capture ended with the stream open"
 	ReasonStreamCut        = "stream cut before the outcome was shown"

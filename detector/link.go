@@ -479,18 +479,21 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 	}
 }
 
-// noteRepeatable remembers the tools a tools/list result annotated
-// read-only or idempotent (one name per line), at most
+// noteRepeatable remembers the tools a tools/list result (decode's
+// Message.Tools) annotated read-only or idempotent, at most
 // decode.MaxAnnotatedTools.
-func (s *session) noteRepeatable(names string) {
-	if s.repeatable == nil {
-		s.repeatable = map[string]struct{}{}
-	}
-	for name := range strings.SplitSeq(names, "\n") {
+func (s *session) noteRepeatable(tools string) {
+	for line := range strings.SplitSeq(tools, "\n") {
+		if line == "" || line[0] != decode.ToolRepeatable {
+			continue
+		}
+		if s.repeatable == nil {
+			s.repeatable = map[string]struct{}{}
+		}
 		if len(s.repeatable) >= decode.MaxAnnotatedTools {
 			return
 		}
-		s.repeatable[name] = struct{}{}
+		s.repeatable[line[1:]] = struct{}{}
 	}
 }
 
@@ -614,10 +617,7 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 // session id nor honor Last-Event-ID.
 func (d *Detector) checkSessionless(ex *exchange, o *decode.Observation) {
 	if ex.hasRespSession && ex.ok2xx() {
-		if _, done := d.sessionlessSeen[ex.respSession]; !done {
-			if len(d.sessionlessSeen) < d.cfg.MaxSessions {
-				d.sessionlessSeen[ex.respSession] = struct{}{}
-			}
+		if d.firstCause(ex.endpoint, ex.respSession, "session") {
 			verb := "minted"
 			if ex.hasReqSession && ex.reqSession == ex.respSession {
 				verb = "echoed"
@@ -637,6 +637,12 @@ func (d *Detector) checkSessionless(ex *exchange, o *decode.Observation) {
 	}
 	switch {
 	case ex.method == "GET" && ex.ok2xx() && ex.sse:
+		if !d.firstCause(ex.endpoint, ex.reqSession, "resume") {
+			// This server's resumption under the revision is reported
+			// once per session (or once without one).
+			d.resolveResume(ex, o.Time, ResumeViolated, "resumption under "+ex.rev+", already reported for this session")
+			return
+		}
 		d.violation(&Violation{
 			Kind: KindResumeOnSessionlessRevision, Time: o.Time, SessionID: ex.reqSession, LastEventID: ex.cursor, ProtocolVersion: ex.rev,
 			Explanation: fmt.Sprintf("Under protocol revision %s, which removed resumption and the GET stream, the server "+
@@ -653,6 +659,22 @@ func (d *Detector) checkSessionless(ex *exchange, o *decode.Observation) {
 	default:
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, "revision "+ex.rev+" has no resumption; the server did not replay")
 	}
+}
+
+// firstCause says whether session id (of endpoint) is seen for the first
+// time with cause: findings reported once per session and cause
+// (resume_on_sessionless_revision: "session", minted or echoed, and
+// "resume", a resumption honoured; unknown_session_not_404: "not404").
+// Past MaxSessions remembered, every one is first.
+func (d *Detector) firstCause(endpoint, id, cause string) bool {
+	k := cause + "\x00" + sessionKey(endpoint, id)
+	if _, done := d.causesReported[k]; done {
+		return false
+	}
+	if len(d.causesReported) < d.cfg.MaxSessions {
+		d.causesReported[k] = struct{}{}
+	}
+	return true
 }
 
 // checkUnresumableClose: under 2025-11-25 a POST's stream ended before the

@@ -28,6 +28,9 @@ const (
 	KindUnresumableClose            Kind = "unresumable_close"
 	KindProgressReplay              Kind = "progress_replay"
 	KindResumeOnSessionlessRevision Kind = "resume_on_sessionless_revision"
+	KindReissuedCallAfterBreak      Kind = "reissued_call_after_break"
+	KindUnknownSessionNot404        Kind = "unknown_session_not_404"
+	KindCursorDropped               Kind = "cursor_dropped"
 )
 
 // Evidence is one fact a finding rests on, as seen on the wire.

@@ -121,6 +121,9 @@ type session struct {
 	lostEx                      int
 	pendingUnknown              []*UnknownOutcome
 	reinitFlagged               bool // form 3 of silent_reinit_after_404 already raised
+	// droppable: a resumed GET of the session ended before any event id
+	// (cursor.go); the client's next GET must carry a cursor again.
+	droppable *droppableCursor
 
 	swappedFrom    *session
 	limitsReported uint16
@@ -140,7 +143,7 @@ type sessionState struct {
 	calls          smallMap[string, *call]  // JSON-RPC id -> call
 	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
 	// repeatable are the tools a tools/list result in this session
-	// annotated read-only or idempotent (decode.Message.RepeatableTools).
+	// annotated read-only or idempotent (decode.Message.Tools).
 	repeatable map[string]struct{}
 	progress   smallMap[string, float64]
 	streamSlab slab[stream]

@@ -489,10 +489,10 @@ func (r *specRun) gap(args []string) error {
 
 // parseMessages reads a comma-separated list of JSON-RPC message sketches:
 //
-//	METHOD#ID[:tool=T][:args=A][:token=K][:proto=V]  request
+//	METHOD#ID[:tool=T][:args=A][:token=K][:proto=V][:client=N/V]  request (client: clientInfo, in initialize or _meta)
 //	METHOD[:token=K][:progress=P]                     notification
-//	response#ID[:result=R][:proto=V][:repeatable=T+T] response (a tools/list naming read-only or idempotent tools)
-//	error#ID[:code=C]                                 error
+//	response#ID[:result=R][:proto=V][:repeatable=T+T][:destructive=T+T][:plain=T+T] response (a tools/list: read-only or idempotent, destructive, and not annotated tools)
+//	error#ID[:code=C][:unknownsession]                error (unknownsession: its message says the session is not known)
 func parseMessages(s string) ([]decode.Message, error) {
 	var out []decode.Message
 	for _, item := range strings.Split(s, ",") {
@@ -533,10 +533,20 @@ func parseMessages(s string) ([]decode.Message, error) {
 				m.ProtocolVersion = v
 			case "result":
 				m.ResultHash = v
-			case "repeatable":
-				m.RepeatableTools = strings.ReplaceAll(v, "+", "\n")
+			case "repeatable", "destructive", "plain":
+				mark := map[string]rune{"repeatable": decode.ToolRepeatable, "destructive": decode.ToolDestructive, "plain": decode.ToolPlain}[k]
+				for name := range strings.SplitSeq(v, "+") {
+					if m.Tools != "" {
+						m.Tools += "\n"
+					}
+					m.Tools += string(mark) + name
+				}
+			case "client":
+				m.ClientInfo = v
 			case "code":
 				m.ErrorCode, _ = strconv.Atoi(v)
+			case "unknownsession": // the error's message says the session is unknown
+				m.UnknownSession = true
 			default:
 				return nil, fmt.Errorf("unknown message attribute %q", k)
 			}
@@ -702,7 +712,7 @@ func runSpec(t *testing.T, path string) {
 // checkRecords asserts what every record must carry whatever the case.
 func checkRecords(t *testing.T, file string, rec *recorder) {
 	for _, v := range rec.violations {
-		if len(v.ID) != 32 || v.Severity == "" || v.Explanation == "" || len(v.Evidence) == 0 || (v.SessionID == "" && v.Kind != KindResumeOnSessionlessRevision) || v.Client == "" || v.Server == "" || v.Time.IsZero() {
+		if len(v.ID) != 32 || v.Severity == "" || v.Explanation == "" || len(v.Evidence) == 0 || (v.SessionID == "" && v.Kind != KindResumeOnSessionlessRevision && v.Kind != KindReissuedCallAfterBreak) || v.Client == "" || v.Server == "" || v.Time.IsZero() {
 			t.Errorf("%s: incomplete violation %+v", file, v)
 		}
 		for _, e := range v.Evidence {

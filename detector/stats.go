@@ -20,7 +20,10 @@ type Stats struct {
 	Violations      map[Kind]int64
 	Unverifiable    map[string]int64 // by Unverifiable.Reason
 	UnknownOutcomes int64
-	LimitsHit       map[string]int64 // by the Config field whose bound was reached
+	// RepeatableReissues: sessionless calls re-issued after their stream
+	// broke, to tools annotated read-only or idempotent (no finding).
+	RepeatableReissues int64
+	LimitsHit          map[string]int64 // by the Config field whose bound was reached
 }
 
 func newStats() Stats {

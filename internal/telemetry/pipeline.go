@@ -70,12 +70,7 @@ func (l *Latest[T]) Load() T {
 // violationKinds and resumeOutcomes are exported as 0 until they first
 // happen, so increase() sees the first one; any other key a Stats map holds
 // is exported too.
-var violationKinds = []detector.Kind{
-	detector.KindSessionSwap, detector.KindReplayedEvent, detector.KindCrossStreamReplay,
-	detector.KindDuplicateDelivery, detector.KindUnknownLastEventIDAccepted, detector.KindEventIDReset,
-	detector.KindTruncatedResume, detector.KindSilentReinitAfter404, detector.KindIncompleteReplay,
-	detector.KindUnresumableClose, detector.KindProgressReplay, detector.KindResumeOnSessionlessRevision,
-}
+var violationKinds = detector.Kinds()
 
 var resumeOutcomes = []detector.ResumeOutcome{
 	detector.ResumeResumed, detector.ResumeRejected404, detector.ResumeRejected4xx,

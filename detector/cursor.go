@@ -1,0 +1,67 @@
+package detector
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// A resumed stream that breaks again before delivering any event id must
+// be resumed with the same cursor: the client has nothing newer. The
+// TypeScript client 1.32.2 keeps a stream's cursor only from events that
+// carry an id, never from the token it resumed with, so it reconnects with
+// no Last-Event-ID (typescript-sdk #2499) and waits forever, or gets the
+// stream from scratch: cursor_dropped.
+
+// droppableCursor is a resumed GET of a session that ended before any
+// event id: the cursor the client still owes its next GET.
+type droppableCursor struct {
+	cursor  string
+	endedAt time.Time
+	how     string
+	resume  Evidence
+	end     Evidence
+}
+
+// noteResumeEnded: a session's exchange ended. A GET that resumed with a
+// cursor, was answered with a stream and delivered no event id leaves that
+// cursor owed.
+func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
+	if ex.method != "GET" || !ex.hasCursor || !ex.ok2xx() || !ex.sse || ex.sawID || o.End.How == decode.EndUnknown {
+		return
+	}
+	how := o.End.How.String()
+	ex.sess.droppable = &droppableCursor{cursor: ex.cursor, endedAt: o.Time, how: how,
+		resume: ex.requestEvidence(),
+		end:    ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d SSE event(s), none with an id", how, ex.events))}
+}
+
+// checkCursorKept: a GET of a session that owes a cursor. Carrying one
+// settles it; carrying none drops it.
+func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
+	s := ex.sess
+	p := s.droppable
+	if p == nil || ex.method != "GET" {
+		return
+	}
+	s.droppable = nil
+	if ex.hasCursor {
+		return
+	}
+	if p.how == decode.EndGap.String() || ex.gap || d.gapped(ex, p.endedAt) {
+		// An event with an id may be in the lost bytes.
+		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
+		return
+	}
+	d.violation(&Violation{
+		Kind: KindCursorDropped, Time: o.Time, LastEventID: p.cursor,
+		Explanation: fmt.Sprintf("Session %s resumed a stream with Last-Event-ID %s; that stream ended (%s at %s) before "+
+			"delivering any event id, so %s was still the client's last event. Its next GET carried no Last-Event-ID: "+
+			"the client dropped its cursor, so the server cannot replay what it missed (it waits for events already sent, "+
+			"or gets the stream from the start). Check the client: a resumed stream's cursor is the one it resumed with "+
+			"until an event brings a newer id (typescript-sdk #2499).",
+			s.id, p.cursor, p.how, p.endedAt.Format(time.RFC3339Nano), p.cursor),
+		Evidence: []Evidence{p.resume, p.end, ex.requestEvidence()},
+	}, ex, s, p.cursor)
+}

@@ -1,0 +1,196 @@
+package detector
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// Revision 2026-07-28 has no sessions and no resumption: a response stream
+// that breaks loses the call in flight, and the client must re-issue it as
+// a new request. The first attempt may already have run (the go-sdk server
+// finishes a tool whose stream broke), so a re-issue of a side-effecting
+// tool may run it twice: reissued_call_after_break.
+
+// maxBrokenCalls bounds the sessionless tools/calls whose stream broke that
+// wait LinkWindow for a re-issue. Past it a broken call is not tracked (its
+// re-issue is missed, never misjudged), counted as a limit hit.
+const maxBrokenCalls = 10000
+
+// brokenCall is a sessionless tools/call whose request reached the server
+// and whose response stream ended before the JSON-RPC response to it.
+type brokenCall struct {
+	id       string
+	tool     string
+	at       time.Time // the request
+	brokeAt  time.Time
+	how      string // how the stream ended, in words
+	events   int    // SSE events before the break
+	progress int    // progress notifications among them: the tool had started
+	gap      bool   // the capture lost bytes of it: unverifiable
+	request  Evidence
+	broke    Evidence
+}
+
+// toolNote is what a tools/list answer of an endpoint said about a tool:
+// its decode.Message.Tools mark (0 while no answer listed it).
+type toolNote byte
+
+// noteToolAnnotations remembers, per endpoint, the tools a tools/list
+// answer listed and their annotations (at most MaxEventsIndexedPerServer
+// tools).
+func (d *Detector) noteToolAnnotations(endpoint, tools string) {
+	for line := range strings.SplitSeq(tools, "\n") {
+		if len(line) < 2 {
+			continue
+		}
+		k := d.serverEventKey(endpoint, "tool\x00"+line[1:])
+		if _, ok := d.toolNotes[k]; ok || len(d.toolNotes) < d.cfg.MaxEventsIndexedPerServer {
+			d.toolNotes[k] = toolNote(line[0])
+		}
+	}
+}
+
+// sessionlessMessages follows what a sessionless exchange's response
+// carried: the answer to its call, and progress (the tool had started).
+func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message) {
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case (m.Type == decode.MsgResponse || m.Type == decode.MsgError) && m.ID != "":
+			for j := range ex.msgs {
+				if ex.msgs[j].Type == decode.MsgRequest && ex.msgs[j].ID == m.ID {
+					ex.answered = true
+				}
+			}
+		case m.Type == decode.MsgNotification && m.Method == "notifications/progress":
+			ex.progress++
+		}
+	}
+}
+
+// partyKey names the client of a sessionless request by what the wire
+// says about it: address, Authorization hash, clientInfo (from _meta) and
+// User-Agent. Without sessions it is the unit of history.
+func (ex *exchange) partyKey(m *decode.Message) string {
+	return strings.Join([]string{ex.conn.Client.Addr().String(), ex.auth, m.ClientInfo, ex.userAgent}, "\x00")
+}
+
+// brokenKey is the key of a call of ex's client in the broken-call table.
+func (d *Detector) brokenKey(ex *exchange, m *decode.Message) uint64 {
+	return d.serverEventKey(ex.endpoint, ex.partyKey(m)+"\x00"+m.Tool+"\x00"+m.ParamsHash)
+}
+
+// noteBrokenCall: a sessionless exchange ended. If it carried a tools/call
+// that reached the server and its stream ended without the answer, the
+// call waits LinkWindow for a re-issue.
+func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
+	if ex.answered || ex.method != "POST" || (ex.hasResponse && !ex.ok2xx()) {
+		return
+	}
+	how := o.End.How
+	if how == decode.EndUnknown {
+		return // the capture ended first: nothing broke on the wire
+	}
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
+			continue
+		}
+		b := &brokenCall{id: m.ID, tool: m.Tool, at: ex.start, brokeAt: o.Time, events: ex.events, progress: ex.progress,
+			gap: ex.gap || how == decode.EndGap || ex.limit != "", request: ex.requestEvidence()}
+		b.how = breakWords(ex, how)
+		b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", b.how, b.events, b.progress, m.ID))
+		k := d.brokenKey(ex, m)
+		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
+			d.expireBrokenCalls(o.Time)
+			if len(d.brokenCalls) >= maxBrokenCalls {
+				d.limitHit("maxBrokenCalls", o.Time, nil, string(KindReissuedCallAfterBreak))
+				continue
+			}
+		}
+		d.brokenCalls[k] = b
+	}
+}
+
+func breakWords(ex *exchange, how decode.EndHow) string {
+	switch {
+	case !ex.hasResponse:
+		return "the connection ended before any response"
+	case how == decode.EndReset:
+		return "the stream was reset"
+	case how == decode.EndTruncated:
+		return "the stream was cut"
+	case how == decode.EndGap:
+		return "the capture lost bytes of the stream"
+	}
+	return "the stream ended"
+}
+
+// expireBrokenCalls forgets broken calls older than LinkWindow.
+func (d *Detector) expireBrokenCalls(now time.Time) {
+	for k, b := range d.brokenCalls {
+		if now.Sub(b.brokeAt) > d.cfg.LinkWindow {
+			delete(d.brokenCalls, k)
+		}
+	}
+}
+
+// checkReissue: a sessionless tools/call request. If the same client's
+// identical call (tool and arguments; never _meta) broke within
+// LinkWindow, this re-issue may run it a second time: critical for a tool
+// annotated destructiveHint, high for one not annotated, nothing for one
+// annotated readOnlyHint or idempotentHint.
+func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
+			continue
+		}
+		k := d.brokenKey(ex, m)
+		b := d.brokenCalls[k]
+		if b == nil {
+			continue
+		}
+		delete(d.brokenCalls, k)
+		if o.Time.Sub(b.brokeAt) > d.cfg.LinkWindow {
+			continue
+		}
+		note := d.toolNotes[d.serverEventKey(ex.endpoint, "tool\x00"+m.Tool)]
+		switch {
+		case note == decode.ToolRepeatable:
+			d.stats.RepeatableReissues++
+			continue
+		case b.gap || ex.gap:
+			// The break or the answer may be in lost bytes.
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonCaptureGap, b.id, m.ID)
+			continue
+		case note == 0:
+			// No tools/list answer seen lists the tool: it may be
+			// annotated read-only in one the capture missed.
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonToolsNotListed, b.id, m.ID)
+			continue
+		}
+		severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
+		if note == decode.ToolDestructive {
+			severity, annotated = SeverityCritical, "annotated destructiveHint"
+		}
+		started := "no progress was seen, so whether it started is unknown"
+		if b.progress > 0 {
+			started = fmt.Sprintf("%d progress notification(s) show it had started", b.progress)
+		}
+		d.violation(&Violation{
+			Kind: KindReissuedCallAfterBreak, Severity: severity, Time: o.Time, Tool: m.Tool, JSONRPCIDs: []string{b.id, m.ID},
+			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) reached the server, and %s at %s before its response; "+
+				"at %s the same client (address, Authorization, clientInfo and User-Agent alike) sent the identical call "+
+				"(same tool, same arguments) as id %s. The first attempt may have run (%s), and the server runs the "+
+				"re-issue too: the tool (%s) may have run twice. Under revision %s there is no resumption: a client that "+
+				"must not run a call twice needs an idempotency key in its arguments or the tasks extension.",
+				m.Tool, b.id, b.at.Format(time.RFC3339Nano), b.how, b.brokeAt.Format(time.RFC3339Nano), o.Time.Format(time.RFC3339Nano),
+				m.ID, started, annotated, ex.rev),
+			Evidence: []Evidence{b.request, b.broke, ex.requestEvidence()},
+		}, ex, nil, b.id, m.Tool, m.ParamsHash)
+	}
+}
