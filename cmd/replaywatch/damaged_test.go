@@ -37,7 +37,7 @@ func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []pcaprec.
 }
 
 // finding is what makes two violations the same finding across damage: the
-// kind and the session it accuses.
+// kind and the session it accuses (without a session, the call).
 type finding struct{ kind, session string }
 
 func (f finding) String() string { return f.kind + " on " + f.session }
@@ -70,6 +70,10 @@ func runDamaged(t *testing.T, workers int, files ...string) damageRun {
 		switch rec["type"] {
 		case "violation":
 			sid, _ := rec["session_id"].(string)
+			if sid == "" {
+				// A sessionless finding (2026-07-28) accuses a call.
+				sid = fmt.Sprintf("no session: tool %v, ids %v", rec["tool"], rec["jsonrpc_ids"])
+			}
 			f := finding{rec["kind"].(string), sid}
 			r.violations = append(r.violations, f)
 			r.explain[f], _ = rec["explanation"].(string)

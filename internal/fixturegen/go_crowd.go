@@ -31,10 +31,13 @@ func init() {
 		run:  runGoCrowd})
 }
 
-// orderArgs are charge_card's and get_order's arguments.
+// orderArgs are charge_card's and get_order's arguments. Steps, when the
+// caller sent a progress token, makes the tool report that much progress
+// eventPace apart before it does its work.
 type orderArgs struct {
 	Order       string `json:"order"`
 	AmountCents int    `json:"amount_cents,omitempty"`
+	Steps       int    `json:"steps,omitempty"`
 }
 
 // crowdLog appends JSON lines to a file, safely from many goroutines.
@@ -58,10 +61,13 @@ type rpcIDs struct {
 	ids map[[2]string]json.RawMessage
 }
 
-func (r *rpcIDs) get(session, order string) string {
+func (r *rpcIDs) get(session, order string) json.RawMessage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return string(r.ids[[2]string{session, order}])
+	if id, ok := r.ids[[2]string{session, order}]; ok {
+		return id
+	}
+	return json.RawMessage("null")
 }
 
 // wrap notes each tools/call's id, then serves it with h.
@@ -96,16 +102,31 @@ func newShopServer(charges *crowdLog, ids *rpcIDs) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "charge_card", Description: "charges an order", Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes}},
 		func(ctx context.Context, req *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
 			id := req.Session.ID()
-			charges.add(map[string]any{"charge": a.Order, "session": id, "rpcId": json.RawMessage(ids.get(id, a.Order))})
+			rpcID := ids.get(id, a.Order)
+			reportSteps(ctx, req, a.Steps)
+			charges.add(map[string]any{"charge": a.Order, "session": id, "rpcId": rpcID})
 			return textResult(fmt.Sprintf("charged %s %d", a.Order, a.AmountCents)), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "get_order", Description: "reads an order", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
 			id := req.Session.ID()
-			charges.add(map[string]any{"read": a.Order, "session": id, "rpcId": json.RawMessage(ids.get(id, a.Order))})
+			rpcID := ids.get(id, a.Order)
+			reportSteps(ctx, req, a.Steps)
+			charges.add(map[string]any{"read": a.Order, "session": id, "rpcId": rpcID})
 			return textResult("order " + a.Order), nil, nil
 		})
 	return s
+}
+
+// reportSteps sends steps progress notifications eventPace apart on the
+// call's stream when the caller asked for progress. A broken stream does not
+// stop the tool: the notifications fail, the work that follows is done.
+func reportSteps(ctx context.Context, req *mcp.CallToolRequest, steps int) {
+	tok := req.Params.GetProgressToken()
+	for i := 1; tok != nil && i <= steps; i++ {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: float64(steps)})
+		time.Sleep(eventPace)
+	}
 }
 
 func runGoCrowd(ctx context.Context, dir string) error {
@@ -129,11 +150,15 @@ func runGoCrowd(ctx context.Context, dir string) error {
 		for i, kind := range crowdKinds() {
 			apps = append(apps, &goShopApp{index: i, kind: kind, url: r.url(), reinits: reinits, orderPrefix: prefix})
 		}
-		var wg sync.WaitGroup
+		var wg, ready sync.WaitGroup
 		errs := make([]error, len(apps))
 		for i, a := range apps {
-			wg.Go(func() { errs[i] = a.run(ctx) })
+			ready.Add(1)
+			wg.Go(func() { errs[i] = a.run(ctx, ready.Done) })
 		}
+		// Sessions are lost once every client is placing orders (a
+		// session closed during its initialize would fail its client).
+		ready.Wait()
 		time.Sleep(350 * time.Millisecond)
 		forgetSessions(srv, 0.7)
 		wg.Wait()
@@ -146,7 +171,7 @@ func runGoCrowd(ctx context.Context, dir string) error {
 		"# 50 client applications in one process (one address, one clientInfo shop-agent-go 1.0.0, each with",
 		"# its own http.Client and keep-alive connections) against one stateful server. Each initialises, lists",
 		"# tools (charge_card: destructive; get_order: readOnlyHint) and places orders: charge_card, then",
-		"# get_order for the re-reading ones, 120-250 ms apart. 350 ms in, the server closes a random 70% of",
+		"# get_order for the re-reading ones, 120-250 ms apart. 350 ms after all connected, the server closes 70% of",
 		"# its sessions; their clients get 404 (ErrSessionMissing) and re-initialise. 15 naive clients then",
 		"# re-send their last answered charge_card (the server charges again), 15 re-send their last",
 		"# get_order (read-only: harmless), 20 re-send only a call answered 404. The server logs every",
@@ -259,8 +284,12 @@ func (a *goShopApp) step(ctx context.Context, tool string, args orderArgs) (ok b
 	return false, a.recover(ctx, tool, args)
 }
 
-func (a *goShopApp) run(ctx context.Context) error {
-	if err := a.connect(ctx); err != nil {
+// run connects, calls ready (also when connecting failed), and places the
+// client's orders.
+func (a *goShopApp) run(ctx context.Context, ready func()) error {
+	err := a.connect(ctx)
+	ready()
+	if err != nil {
 		return err
 	}
 	defer a.close()

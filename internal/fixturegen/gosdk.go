@@ -312,6 +312,9 @@ type sseCut struct {
 	reqMarker string
 	match     func(event string) bool
 	midEvent  bool
+	// headOnly: cut right after the response head, before any body byte
+	// (match is unused; newHeadCut).
+	headOnly bool
 	// onFire, if set, runs in the proxy just before the cut is forwarded
 	// (a drain switching routes and closing idle connections).
 	onFire func()
@@ -324,6 +327,12 @@ type sseCut struct {
 
 func newSSECut(reqMarker string, match func(event string) bool) *sseCut {
 	return &sseCut{reqMarker: reqMarker, match: match, fired: make(chan struct{})}
+}
+
+// newHeadCut is a cut on the first connection whose request contains
+// reqMarker right after its response head: a stream broken before any event.
+func newHeadCut(reqMarker string) *sseCut {
+	return &sseCut{reqMarker: reqMarker, headOnly: true, fired: make(chan struct{})}
 }
 
 // dataKept is how much of a cut event's data line a mid-event cut forwards:
@@ -349,7 +358,11 @@ func (c *sseCut) hooks(int) pcaprec.Hooks {
 			if !armed {
 				return p, pcaprec.Forward
 			}
-			out, cutNow := st.feed(c, p)
+			feed := st.feed
+			if c.headOnly {
+				feed = st.feedHead
+			}
+			out, cutNow := feed(c, p)
 			if !cutNow {
 				return out, pcaprec.Forward
 			}
@@ -415,6 +428,18 @@ func (st *cutState) feed(c *sseCut, p []byte) ([]byte, bool) {
 		}
 		idEnd := idLine + bytes.IndexByte(st.seg[idLine:], '\n') + 1
 		return st.release(idEnd, false)
+	}
+	return st.release(len(st.seg), false)
+}
+
+// feedHead takes one read of a headOnly cut's response: everything up to
+// the end of the head is forwarded, then the connection is closed.
+func (st *cutState) feedHead(_ *sseCut, p []byte) ([]byte, bool) {
+	st.seg = append(st.seg, p...)
+	st.unsent = append(st.unsent, p...)
+	if i := bytes.Index(st.seg, []byte("\r\n\r\n")); i >= 0 {
+		out, _ := st.release(i+4, false)
+		return out, true
 	}
 	return st.release(len(st.seg), false)
 }

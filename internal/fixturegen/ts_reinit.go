@@ -19,6 +19,7 @@ func init() {
 		scenario{name: "ts-reinit-after-404-retool", desc: "TS SDK: session lost mid-call (404 on resume); the app re-initialises and re-issues the identical tools/call", run: runTSReinitRetool},
 		scenario{name: "ts-reinit-after-404-lasteventid", desc: "TS SDK: session lost mid-call; the app re-initialises and resumes the new session with the old session's last-event-id", run: runTSReinitLastEventID},
 		scenario{name: "ts-404-clean-new-session", desc: "TS SDK: idle session lost, 404, then a fresh session that reuses nothing", run: runTSCleanNewSession},
+		scenario{name: "ts-unknown-session-400", desc: "TS SDK: idle session lost behind the README's legacy routing, which answers 400 instead of 404; the client never re-initialises", run: runTSUnknownSession400},
 	)
 }
 
@@ -139,19 +140,44 @@ func runTSReinitLastEventID(ctx context.Context, dir string) error {
 	)...)
 }
 
-func runTSCleanNewSession(ctx context.Context, dir string) error {
-	const name = "ts-404-clean-new-session"
-	forget := func(r *tsRig, step string) error {
+// forgetOnWait makes the server forget its sessions when the client waits
+// for "forget".
+func forgetOnWait(ctx context.Context) func(r *tsRig, step string) error {
+	return func(r *tsRig, step string) error {
 		if step != "forget" {
 			return fmt.Errorf("client waits for %q, want forget", step)
 		}
 		return r.servers[0].command(ctx, "forget", `"forgot"`)
 	}
+}
+
+func runTSUnknownSession400(ctx context.Context, dir string) error {
+	const name = "ts-unknown-session-400"
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{LegacyRouting: true}}, nil,
+		tsClientConfig{Flow: "stuckAfterForget", Call: tsCallArgs{Label: "before-the-400", Steps: 2, DelayMs: 100}},
+		forgetOnWait(ctx), nil,
+		`"result":"wrote before-the-400"`, `"app":"got 400 on attempt 1`, `"app":"got 400 on attempt 2`)
+	if err != nil {
+		return err
+	}
+	return writeSpec(dir, name,
+		tsSpecHeader("server (example InMemoryEventStore) behind the stateful routing of the SDK's README up to 1.23"),
+		"# S1: initialize, notifications/initialized, standalone GET, tools/call slow_write (completes). The",
+		"# server then forgets S1; its routing answers the unknown id with 400 \"Bad Request: No valid session",
+		"# ID provided\" instead of 404. The client's tools/list gets 400 twice (and its standalone GET's",
+		"# reconnect, if any, too); the TypeScript client re-initialises only on 404, so it never does: stuck.",
+		"expect violation kind=unknown_session_not_404 severity=high count=1",
+		"expect violation count=1",
+	)
+}
+
+func runTSCleanNewSession(ctx context.Context, dir string) error {
+	const name = "ts-404-clean-new-session"
 	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}}, nil,
 		tsClientConfig{Flow: "cleanNewSession",
 			Call:       tsCallArgs{Label: "first", Steps: 2, DelayMs: 100},
 			SecondCall: &tsCallArgs{Label: "second", Steps: 2, DelayMs: 100}},
-		forget, nil,
+		forgetOnWait(ctx), nil,
 		`"result":"wrote first"`, `"app":"got 404`, `"result":"wrote second"`)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ func init() {
 	register(
 		scenario{name: "ts-correct-resume", desc: "TS SDK: proxy cuts a tool call's SSE stream at an event boundary; the TS client resumes with GET + last-event-id and gets the rest", run: runTSCorrectResume},
 		scenario{name: "ts-priming-polling", desc: "TS SDK: server with retryInterval closes the tool call's stream itself (closeSSEStream, polling); the client resumes after retry ms", run: runTSPrimingPolling},
+		scenario{name: "ts-cursor-dropped", desc: "TS SDK: the standalone GET is cut after an announcement, its resume is cut right after its headers; the client reconnects without last-event-id (typescript-sdk #2499)", run: runTSCursorDropped},
 		scenario{name: "ts-get-stream-not-resumable", desc: "TS SDK: proxy cuts the standalone GET stream (_GET_stream); the example store cannot resume it and answers 200 with nothing", run: runTSGetStreamNotResumable},
 	)
 }
@@ -144,5 +145,35 @@ func runTSGetStreamNotResumable(ctx context.Context, dir string) error {
 		"expect resume outcome=unverifiable count=1",
 		"expect unverifiable check=resume count=1",
 		"expect unknown_outcome count=0",
+	)
+}
+
+func runTSCursorDropped(ctx context.Context, dir string) error {
+	const name = "ts-cursor-dropped"
+	cut := newSSECut("GET /mcp ", eventWith(`"data":"announcement 1 of`))
+	again := newHeadCut("last-event-id:")
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}},
+		func(r *tsRig) { r.hooks = append(r.hooks, cut.hooks, again.hooks) },
+		tsClientConfig{Flow: "announce", Announce: &tsAnnounceArgs{Count: 3, DelayMs: 260}, SettleMs: 3500},
+		nil, func() error {
+			if err := cut.waitFired(ctx); err != nil {
+				return err
+			}
+			return again.waitFired(ctx)
+		},
+		`"result":"announced 3"`)
+	if err != nil {
+		return err
+	}
+	return writeSpec(dir, name,
+		tsSpecHeader("server (example InMemoryEventStore)"),
+		"# initialize, notifications/initialized, the standalone GET, tools/call announce (3 messages 260 ms",
+		"# apart on the GET stream). The proxy FINs the GET after the first announcement; the client resumes",
+		"# it after 1 s with last-event-id = that id, and the proxy FINs the resumed GET right after its",
+		"# response head (200, no event). The TypeScript client 1.32.2 keeps a stream's cursor only from",
+		"# events with an id, never from the token it resumed with (typescript-sdk #2499), so it reconnects",
+		"# with no last-event-id at all: the cursor "+cut.cutID()+" is dropped.",
+		"expect violation kind=cursor_dropped last_event_id="+cut.cutID()+" count=1",
+		"expect violation count=1",
 	)
 }

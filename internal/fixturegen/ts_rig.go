@@ -223,6 +223,7 @@ type tsServerConfig struct {
 	RetryInterval int  `json:"retryInterval,omitempty"`
 	Permissive    bool `json:"permissive,omitempty"`
 	SharedStore   bool `json:"sharedStore,omitempty"`
+	LegacyRouting bool `json:"legacyRouting,omitempty"`
 }
 
 func startTSServer(ctx context.Context, cfg tsServerConfig) (*tsServer, error) {

@@ -150,6 +150,26 @@ const flows = {
         await c.client.close();
     },
 
+    // A completed call, then the session is lost while idle, and the server
+    // answers the dead session 400 instead of 404: the transport reports a
+    // 400, nothing says "re-initialise", and the application retries once
+    // more (400 again) and gives up, stuck on the dead session.
+    async stuckAfterForget() {
+        const c = await connect('fixture-ts-client');
+        await callSlowWrite(c, config.call);
+        await waitFor('forget');
+        for (let attempt = 1; attempt <= 2; attempt++) {
+            try {
+                await c.client.listTools();
+                throw new Error('listTools succeeded on a forgotten session');
+            } catch (err) {
+                if (!(err instanceof StreamableHTTPError && err.code === 400)) throw err;
+                log({ app: `got 400 on attempt ${attempt}, no re-initialisation`, error: String(err.message) });
+            }
+        }
+        await c.client.close();
+    },
+
     // Several tenants (own session, own Authorization, own clientInfo), each
     // with its standalone GET stream, ask for announcements at once; the
     // proxy breaks the first tenant's GET stream and its transport resumes

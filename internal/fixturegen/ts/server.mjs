@@ -9,6 +9,10 @@
 //                         new session, rewrite the request's session header and
 //                         serve it (the faulty "transparent recovery" of a
 //                         drained deployment; deliberately broken backend)
+//   config.legacyRouting  answer an unknown Mcp-Session-Id with 400 "Bad Request:
+//                         No valid session ID provided", as the stateful routing
+//                         in the SDK's README up to 1.23 did (copied by many
+//                         servers), instead of 404: clients never re-initialise
 //   config.sharedStore    one event store for every session, keyed by the stream
 //                         id the SDK hands it, with ids "<streamId>:<n>": the
 //                         store an application writes for Redis. Every
@@ -247,6 +251,11 @@ async function handle(req) {
         const alias = recovered.get(sid);
         transport = alias ? sessions.get(alias) : await mintFor(sid, req.headers.get('mcp-protocol-version') ?? '2025-11-25');
         headers.set('mcp-session-id', transport.sessionId);
+    } else if (config.legacyRouting) {
+        return new Response(
+            JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null }),
+            { status: 400, headers: { 'Content-Type': 'application/json' } }
+        );
     } else {
         return sessionNotFound();
     }

@@ -1,0 +1,117 @@
+package main
+
+// Revision 2026-07-28 (go-sdk's default): no sessions, no resumption. A
+// tools/call whose response stream breaks is lost to the client, which
+// re-issues it as a new request; the go-sdk server finishes the first
+// attempt anyway, so a side-effecting tool runs twice.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const goReissueName = "go-reissue-after-break-2026"
+
+func init() {
+	register(scenario{name: goReissueName,
+		desc: "go-sdk 2026-07-28 (stateless): the proxy breaks charge_card's and get_order's streams after progress; the application re-issues both (server charge log = truth)",
+		run:  runGoReissueAfterBreak})
+}
+
+func runGoReissueAfterBreak(ctx context.Context, dir string) error {
+	logPath := chargeLogPath(dir, goReissueName)
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ids := &rpcIDs{ids: map[[2]string]json.RawMessage{}}
+	srv := newShopServer(&crowdLog{f: f}, ids)
+	h := ids.wrap(goHandler(srv, mcp.StreamableHTTPOptions{Stateless: true}))
+	cutCharge := newSSECut(`"name":"charge_card"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	cutRead := newSSECut(`"name":"get_order"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	err = recordGo(dir, goReissueName, []http.Handler{h}, func(r *rig) error {
+		r.hooks = append(r.hooks, cutCharge.hooks, cutRead.hooks)
+		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
+			if _, err := cs.ListTools(ctx, nil); err != nil {
+				return err
+			}
+			for _, c := range []struct {
+				tool string
+				cut  *sseCut
+			}{{"charge_card", cutCharge}, {"get_order", cutRead}} {
+				args := orderArgs{Order: "ord-2026-1", AmountCents: 4200, Steps: 3}
+				// The application's retry: the first stream breaks, the
+				// call is sent again as a new request (new id, new token).
+				if err := reissueOnce(ctx, cs, c.tool, args, c.cut); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	},
+		"# go-sdk v1.8.0 client with its defaults (revision 2026-07-28) against a stateless go-sdk server (no",
+		"# sessions, no event ids). server/discover, then tools/list: charge_card destructiveHint, get_order",
+		"# readOnlyHint.",
+		"# tools/call charge_card(ord-2026-1, 3 progress steps): the proxy FINs its SSE stream right after",
+		"# progress 1; go-sdk's client returns an error, the application waits 200 ms and sends the identical",
+		"# call again (new JSON-RPC id, new progress token). The server had finished the first call anyway:",
+		"# "+goReissueName+".charges.jsonl shows the order charged twice. The same for get_order (read-only):",
+		"# harmless, no finding.",
+		"expect violation kind=reissued_call_after_break tool=charge_card severity=critical count=1",
+		"expect violation kind=reissued_call_after_break tool=get_order count=0",
+		"expect violation count=1",
+	)
+	if err != nil {
+		return err
+	}
+	if n, err := countCharges(logPath, "ord-2026-1"); err != nil || n != 2 {
+		return fmt.Errorf("the server charged ord-2026-1 %d times, want 2 (%v)", n, err)
+	}
+	return nil
+}
+
+// reissueOnce calls tool through a stream cut: the call must fail, and its
+// re-issue succeed.
+func reissueOnce(ctx context.Context, cs *mcp.ClientSession, tool string, args orderArgs, cut *sseCut) error {
+	p := &mcp.CallToolParams{Name: tool, Arguments: args}
+	p.SetProgressToken("first-" + tool)
+	if _, err := cs.CallTool(ctx, p); err == nil {
+		return fmt.Errorf("%s: the broken call succeeded", tool)
+	}
+	if err := cut.waitFired(ctx); err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond)
+	p = &mcp.CallToolParams{Name: tool, Arguments: args}
+	p.SetProgressToken("again-" + tool)
+	if _, err := cs.CallTool(ctx, p); err != nil {
+		return fmt.Errorf("%s: re-issue: %w", tool, err)
+	}
+	return nil
+}
+
+// countCharges counts the executions of charge_card for order in a charge log.
+func countCharges(path, order string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var c struct{ Charge string }
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Charge == order {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
