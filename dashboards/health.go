@@ -72,6 +72,8 @@ func health() *dashboard.DashboardBuilder {
 		WithPanel(promTimeSeries(ids, meta{"Findings and resumes", "Violations and resume attempts per second, as the detector counts them.", "cps", 8, 7},
 			promQuery{"A", `sum by (node, severity) (rate(replaywatch_detector_violations_total` + sel + `[$__rate_interval]))`, "{{node}} {{severity}}"},
 			promQuery{"B", `sum by (node, outcome) (rate(replaywatch_detector_resumes_total` + sel + `[$__rate_interval]))`, "{{node}} resume {{outcome}}"})).
+		WithPanel(promTimeSeries(ids, meta{"Requests by protocol revision", "MCP requests per second by the revision they spoke: the mix of 2025-11-25 (sessions, resumption) and 2026-07-28 (no sessions) clients.", "reqps", 8, 7},
+			promQuery{"A", `sum by (node, revision) (rate(replaywatch_detector_requests_total` + sel + `[$__rate_interval]))`, "{{node}} {{revision}}"})).
 		WithRow(row(ids, "ClickHouse sink")).
 		WithPanel(promTimeSeries(ids, meta{"Sink rows", "Rows per second by table and result: written, spooled (server unreachable), replayed (from the spool).", "cps", 8, 7},
 			promQuery{"A", `sum by (node, table, result) (rate(replaywatch_sink_rows_total` + sel + `[$__rate_interval]))`, "{{node}} {{table}} {{result}}"})).

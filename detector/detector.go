@@ -193,6 +193,9 @@ type exchange struct {
 	// mcpUnknown: the request was cut by a limit before it showed whether
 	// it is MCP; its response decides.
 	mcpUnknown bool
+	// headerMismatch says how the request's Mcp-Method/Mcp-Name headers
+	// disagree with its body ("" when they agree or are absent).
+	headerMismatch string
 	// answered: a sessionless exchange carried the response to its
 	// request; progress counts its progress notifications (reissue.go).
 	answered bool
@@ -517,6 +520,9 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
+	if ex.headerMismatch = headerMismatch(r); ex.headerMismatch != "" {
+		d.stats.HeaderMismatches++
+	}
 	// A body cut by the capture may have held requests we cannot see
 	// (one cut by a limit is named by ex.limit instead).
 	ex.gap = r.BodyIncomplete && ex.limit == ""
@@ -561,6 +567,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	if ex.rev == "" {
 		ex.rev = revDefault
 	}
+	d.countRevision(ex.rev)
 	ex.sessionless = revAtLeast(ex.rev, revSessionless)
 	if ex.sessionless {
 		d.checkReissue(ex, o)

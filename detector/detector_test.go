@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -497,5 +498,27 @@ func TestKindsAreTheCatalogue(t *testing.T) {
 	}
 	if len(seen) != len(severities) {
 		t.Errorf("Kinds has %d kinds, the severities %d", len(seen), len(severities))
+	}
+}
+
+// TestHeaderMismatch: Mcp-Method and Mcp-Name must say what the body says;
+// a disagreement is recorded with the call the server really runs.
+func TestHeaderMismatch(t *testing.T) {
+	call := []decode.Message{{Type: decode.MsgRequest, ID: "2", Method: "tools/call", Tool: "charge_card"}}
+	for _, c := range []struct {
+		method, name string
+		msgs         []decode.Message
+		want         string
+	}{
+		{"tools/call", "charge_card", call, ""},
+		{"", "", call, ""},
+		{"tools/call", "get_order", call, "Mcp-Name: get_order but the body calls tool charge_card (the server runs charge_card)"},
+		{"tools/list", "", call, "Mcp-Method: tools/list but the body calls tools/call (the server runs tools/call)"},
+		{"tools/call", "x", append(slices.Clone(call), call...), ""}, // a batch names no one method
+	} {
+		r := &decode.Request{MCPMethod: c.method, MCPName: c.name, Messages: c.msgs}
+		if got := headerMismatch(r); got != c.want {
+			t.Errorf("%s %s: %q, want %q", c.method, c.name, got, c.want)
+		}
 	}
 }

@@ -142,6 +142,10 @@ func (ex *exchange) requestEvidence() Evidence {
 			}
 		}
 	}
+	if ex.headerMismatch != "" {
+		b.WriteString(", ")
+		b.WriteString(ex.headerMismatch)
+	}
 	return ex.evidence(ex.start, "request", b.String())
 }
 

@@ -194,3 +194,32 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		}, ex, nil, b.id, m.Tool, m.ParamsHash)
 	}
 }
+
+// headerMismatch compares a request's Mcp-Method and Mcp-Name headers
+// (2026-07-28, for routers that do not read bodies) with its one JSON-RPC
+// message; a router trusting the header can route, rate-limit or
+// authorise a call the server does not run.
+func headerMismatch(r *decode.Request) string {
+	if (r.MCPMethod == "" && r.MCPName == "") || len(r.Messages) != 1 {
+		return ""
+	}
+	m := &r.Messages[0]
+	switch {
+	case r.MCPMethod != "" && r.MCPMethod != m.Method:
+		return fmt.Sprintf("Mcp-Method: %s but the body calls %s (the server runs %s)", r.MCPMethod, m.Method, m.Method)
+	case r.MCPName != "" && m.Method == "tools/call" && r.MCPName != m.Tool:
+		return fmt.Sprintf("Mcp-Name: %s but the body calls tool %s (the server runs %s)", r.MCPName, m.Tool, m.Tool)
+	}
+	return ""
+}
+
+// maxRevisionsCounted bounds Stats.Revisions: revision strings come from
+// the wire.
+const maxRevisionsCounted = 16
+
+func (d *Detector) countRevision(rev string) {
+	if _, ok := d.stats.Revisions[rev]; !ok && len(d.stats.Revisions) >= maxRevisionsCounted-1 {
+		rev = "other"
+	}
+	d.stats.Revisions[rev]++
+}

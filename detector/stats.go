@@ -20,6 +20,13 @@ type Stats struct {
 	Violations      map[Kind]int64
 	Unverifiable    map[string]int64 // by Unverifiable.Reason
 	UnknownOutcomes int64
+	// Revisions counts MCP requests by the protocol revision they spoke
+	// (the header, initialize or _meta; the session's; else the default),
+	// at most maxRevisionsCounted values, the rest as "other".
+	Revisions map[string]int64
+	// HeaderMismatches: requests whose Mcp-Method or Mcp-Name header
+	// disagrees with the body (the server runs what the body says).
+	HeaderMismatches int64
 	// RepeatableReissues: sessionless calls re-issued after their stream
 	// broke, to tools annotated read-only or idempotent (no finding).
 	RepeatableReissues int64
@@ -33,6 +40,7 @@ func newStats() Stats {
 		Violations:    map[Kind]int64{},
 		Unverifiable:  map[string]int64{},
 		LimitsHit:     map[string]int64{},
+		Revisions:     map[string]int64{},
 	}
 }
 
@@ -45,5 +53,6 @@ func (d *Detector) Stats() Stats {
 	s.Violations = maps.Clone(d.stats.Violations)
 	s.Unverifiable = maps.Clone(d.stats.Unverifiable)
 	s.LimitsHit = maps.Clone(d.stats.LimitsHit)
+	s.Revisions = maps.Clone(d.stats.Revisions)
 	return s
 }

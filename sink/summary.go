@@ -12,23 +12,28 @@ import (
 // understood, and what was found. JSON field names are part of the output
 // contract (README "Output format").
 type Summary struct {
-	Files           int            `json:"files"`
-	Packets         uint64         `json:"packets"`
-	Bytes           uint64         `json:"bytes"`
-	TCPConnections  uint64         `json:"tcp_connections"`
-	HTTPExchanges   uint64         `json:"http_exchanges"`
-	MCPExchanges    uint64         `json:"mcp_exchanges"`
-	NonMCPExchanges uint64         `json:"non_mcp_exchanges"`
-	SSEEvents       uint64         `json:"sse_events"`
-	MCPSessions     uint64         `json:"mcp_sessions"`
-	Resumes         map[string]int `json:"resumes"`  // by outcome
-	Findings        map[string]int `json:"findings"` // violations by kind
-	Violations      int            `json:"violations"`
-	UnknownOutcomes int            `json:"unknown_outcomes"`
-	Unverifiable    int            `json:"unverifiable"`
-	CaptureGaps     uint64         `json:"capture_gaps"`
-	CaptureGapBytes uint64         `json:"capture_gap_bytes"` // includes SnaplenBytes
-	LimitsHit       map[string]int `json:"limits_hit"`        // named limit -> times hit
+	Files           int    `json:"files"`
+	Packets         uint64 `json:"packets"`
+	Bytes           uint64 `json:"bytes"`
+	TCPConnections  uint64 `json:"tcp_connections"`
+	HTTPExchanges   uint64 `json:"http_exchanges"`
+	MCPExchanges    uint64 `json:"mcp_exchanges"`
+	NonMCPExchanges uint64 `json:"non_mcp_exchanges"`
+	SSEEvents       uint64 `json:"sse_events"`
+	MCPSessions     uint64 `json:"mcp_sessions"`
+	// Revisions counts MCP requests by the protocol revision they spoke;
+	// HeaderMismatches the requests whose Mcp-Method/Mcp-Name headers
+	// disagree with their body.
+	Revisions        map[string]int `json:"revisions"`
+	HeaderMismatches int            `json:"header_mismatches"`
+	Resumes          map[string]int `json:"resumes"`  // by outcome
+	Findings         map[string]int `json:"findings"` // violations by kind
+	Violations       int            `json:"violations"`
+	UnknownOutcomes  int            `json:"unknown_outcomes"`
+	Unverifiable     int            `json:"unverifiable"`
+	CaptureGaps      uint64         `json:"capture_gaps"`
+	CaptureGapBytes  uint64         `json:"capture_gap_bytes"` // includes SnaplenBytes
+	LimitsHit        map[string]int `json:"limits_hit"`        // named limit -> times hit
 
 	// What share of the capture could be analysed. AnalysedShare is
 	// PayloadBytes / (PayloadBytes + CaptureGapBytes + UnreadFileBytes), nil

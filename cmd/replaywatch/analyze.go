@@ -381,12 +381,15 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		NonMCPExchanges: uint64(det.NonMCPExchanges), SSEEvents: uint64(d.SSEEvents),
 		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
 		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
-		UnknownOutcomes: int(det.UnknownOutcomes),
-		Resumes:         map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{},
+		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),
+		Resumes: map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
 		Errors: problems,
 	}
 	for k, n := range det.Resumes {
 		s.Resumes[string(k)] = int(n)
+	}
+	for k, n := range det.Revisions {
+		s.Revisions[k] = int(n)
 	}
 	for k, n := range det.Violations {
 		s.Findings[string(k)] = int(n)

@@ -51,6 +51,9 @@ var metricNames = []string{
 	"replaywatch_detector_violations_total",
 	"replaywatch_detector_unverifiable_total",
 	"replaywatch_detector_unknown_outcomes_total",
+	"replaywatch_detector_requests_total",
+	"replaywatch_detector_header_mismatches_total",
+	"replaywatch_detector_repeatable_reissues_total",
 	// sink/clickhouse (given MeterProvider())
 	"replaywatch_sink_rows_total",
 	"replaywatch_sink_batches_total",

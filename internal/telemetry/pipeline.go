@@ -72,6 +72,10 @@ func (l *Latest[T]) Load() T {
 // is exported too.
 var violationKinds = detector.Kinds()
 
+// currentRevisions are the protocol revisions exported as 0 until seen, so
+// the dashboard's revision mix has its series from the start.
+var currentRevisions = []string{"2025-11-25", "2026-07-28"}
+
 var resumeOutcomes = []detector.ResumeOutcome{
 	detector.ResumeResumed, detector.ResumeRejected404, detector.ResumeRejected4xx,
 	detector.ResumeViolated, detector.ResumeUnverifiable,
@@ -170,6 +174,8 @@ var detectorCounters = []counterRow[detector.Stats]{
 	{"replaywatch.detector.sessionless_exchanges", "{exchange}", "MCP exchanges without any session id (stateless servers)", func(s *detector.Stats) int64 { return s.Sessionless }},
 	{"replaywatch.detector.sessions.seen", "{session}", "Sessions the detector started tracking", func(s *detector.Stats) int64 { return s.SessionsSeen }},
 	{"replaywatch.detector.unknown_outcomes", "{request}", "Requests whose outcome could not be seen", func(s *detector.Stats) int64 { return s.UnknownOutcomes }},
+	{"replaywatch.detector.header_mismatches", "{request}", "Requests whose Mcp-Method/Mcp-Name headers disagree with the body", func(s *detector.Stats) int64 { return s.HeaderMismatches }},
+	{"replaywatch.detector.repeatable_reissues", "{request}", "Calls re-issued after their stream broke to tools annotated read-only or idempotent (no finding)", func(s *detector.Stats) int64 { return s.RepeatableReissues }},
 }
 
 // stageCounters are the created instruments of one table.
@@ -205,7 +211,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		skipped, kPackets, kDrops  metric.Int64ObservableCounter
 		dups, limits, parseErrs    metric.Int64ObservableCounter
 		ended, resumes, violations metric.Int64ObservableCounter
-		unverifiable               metric.Int64ObservableCounter
+		unverifiable, revisions    metric.Int64ObservableCounter
 		openConns, sessions        metric.Int64ObservableGauge
 	)
 	if src.Capture != nil || src.Decode != nil || src.Detector != nil {
@@ -234,6 +240,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		resumes = b.counter("replaywatch.detector.resumes", "{resume}", "Resume attempts (requests with Last-Event-ID), by outcome")
 		violations = b.counter("replaywatch.detector.violations", "{violation}", "Violations of the resume contract, by kind and severity")
 		unverifiable = b.counter("replaywatch.detector.unverifiable", "{check}", "Checks that could not be made, by reason")
+		revisions = b.counter("replaywatch.detector.requests", "{request}", "MCP requests by the protocol revision they spoke (the mix of 2025-11-25 and 2026-07-28 clients)")
 	}
 	if b.err != nil {
 		return nil, b.err
@@ -293,6 +300,9 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			}
 			for _, why := range slices.Sorted(maps.Keys(s.Unverifiable)) {
 				o.ObserveInt64(unverifiable, s.Unverifiable[why], attrs(attribute.String("reason", why)))
+			}
+			for _, rev := range withKnown(s.Revisions, currentRevisions) {
+				o.ObserveInt64(revisions, s.Revisions[rev], attrs(attribute.String("revision", rev)))
 			}
 			for _, f := range withKnown(s.LimitsHit, detectorLimits) {
 				limit(o, "detector."+f, s.LimitsHit[f])

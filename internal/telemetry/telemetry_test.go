@@ -246,6 +246,7 @@ func fakeSources() PipelineSources {
 		Unverifiable:    map[string]int64{detector.ReasonCaptureGap: 5},
 		UnknownOutcomes: 6,
 		LimitsHit:       map[string]int64{"MaxSessions": 9},
+		Revisions:       map[string]int64{"2025-11-25": 40, "2026-07-28": 11},
 	})
 	return PipelineSources{
 		Capture: func() capture.Stats {
@@ -347,6 +348,7 @@ func TestMetrics(t *testing.T) {
 	check(t, fams, 12, "replaywatch_detector_sessions")
 	check(t, fams, 30, "replaywatch_detector_sessions_seen_total")
 	check(t, fams, 3, "replaywatch_detector_sessions_ended_total", "reason", "404")
+	check(t, fams, 11, "replaywatch_detector_requests_total", "revision", "2026-07-28")
 	check(t, fams, 2, "replaywatch_detector_sessions_ended_total", "reason", "deleted")
 	check(t, fams, 7, "replaywatch_detector_resumes_total", "outcome", "resumed")
 	check(t, fams, 2, "replaywatch_detector_resumes_total", "outcome", "violated")

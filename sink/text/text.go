@@ -110,6 +110,12 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	row("HTTP exchanges", "%d (%d MCP, %d other, ignored)", s.HTTPExchanges, s.MCPExchanges, s.NonMCPExchanges)
 	row("SSE events", "%d", s.SSEEvents)
 	row("MCP sessions", "%d", s.MCPSessions)
+	if len(s.Revisions) > 0 {
+		row("Revisions", "%s", counts(s.Revisions))
+	}
+	if s.HeaderMismatches > 0 {
+		row("Header mismatch", "%d requests whose Mcp-Method/Mcp-Name disagree with the body", s.HeaderMismatches)
+	}
 	row("Resume attempts", "%s", counts(s.Resumes))
 	row("Findings", "%s", counts(s.Findings))
 	row("Unknown outcomes", "%d", s.UnknownOutcomes)
