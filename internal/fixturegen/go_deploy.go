@@ -14,12 +14,15 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func init() {
 	register(
 		scenario{name: "go-event-id-reset", desc: "backend restarted with sessions kept but a fresh event store: the standalone stream's ids restart at _0", run: runGoEventIDReset},
 		scenario{name: "go-rolling-deploy-swap", desc: "README sample: backend drained mid-stream; the resume lands on a backend that mints a new session and answers 200", run: runGoRollingDeploySwap},
+		scenario{name: "go-mixed-revisions-swap", desc: "both revisions through one endpoint: the README sample's 2025-11-25 swap beside a 2026-07-28 client calling tools throughout", run: runGoMixedRevisionsSwap},
 	)
 }
 
@@ -122,38 +125,51 @@ func runGoRollingDeploySwap(ctx context.Context, dir string) error {
 	return copyFile(pcapPath(dir, "go-rolling-deploy-swap"), filepath.Join(sampleDir, "rolling-deploy.pcap"))
 }
 
+// swapBackends are the rolling deploy's two backends: the old one (its
+// slow_write held until release closes) and the permissive one that mints
+// sessions for ids it never issued.
+func swapBackends(release chan struct{}) (old http.Handler, permissive *sessionAdopter) {
+	done := make(chan struct{})
+	close(done) // on the new backend the write completes at once
+	return goHandler(newGoServer(toolSet{release: release}), storeOpts()),
+		newSessionAdopter(toolSet{release: done}, false, true, true, restoreHandshake(revisionSessions, "")...)
+}
+
+// swapClient is the README sample's application: slow_write across the
+// drain, a timeout, and the identical retry on the swapped session.
+func swapClient(ctx context.Context, r *rig, permissive *sessionAdopter) error {
+	var hc atomic.Pointer[http.Client]
+	cut := newSSECut(`"name":"slow_write"`, eventIndex(2))
+	drain(r, cut, &hc)
+	cs, client, err := connectGo(ctx, r.url(), revisionSessions, false)
+	if err != nil {
+		return err
+	}
+	hc.Store(client)
+	defer client.CloseIdleConnections()
+	defer cs.Close()
+	args := streamArgs{Steps: 2, Label: "invoice-42"}
+	callCtx, cancel := context.WithTimeout(ctx, swapHold)
+	_, err = callTool(callCtx, cs, "slow_write", args, "tok-write")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("slow_write across the swap: got %v, want the application's timeout", err)
+	}
+	r.noteCut(cut)
+	if permissive.adoptions() != 1 {
+		return fmt.Errorf("the resume did not land on the permissive backend (%d adoptions)", permissive.adoptions())
+	}
+	// The application retries the write it never heard back about: on
+	// the swapped session it runs a second time, with no error anywhere.
+	return expectResult(ctx, cs, "slow_write", args, nil, "invoice-42: written")
+}
+
 func recordRollingDeploySwap(ctx context.Context, dir string) error {
 	release := make(chan struct{})
 	defer close(release)
-	old := goHandler(newGoServer(toolSet{release: release}), storeOpts())
-	done := make(chan struct{})
-	close(done) // on the new backend the write completes at once
-	permissive := newSessionAdopter(toolSet{release: done}, false, true, true, restoreHandshake(revisionSessions, "")...)
+	old, permissive := swapBackends(release)
 	return recordGo(dir, "go-rolling-deploy-swap", []http.Handler{old, permissive}, func(r *rig) error {
-		var hc atomic.Pointer[http.Client]
-		cut := newSSECut(`"name":"slow_write"`, eventIndex(2))
-		drain(r, cut, &hc)
-		cs, client, err := connectGo(ctx, r.url(), revisionSessions, false)
-		if err != nil {
-			return err
-		}
-		hc.Store(client)
-		defer client.CloseIdleConnections()
-		defer cs.Close()
-		args := streamArgs{Steps: 2, Label: "invoice-42"}
-		callCtx, cancel := context.WithTimeout(ctx, swapHold)
-		_, err = callTool(callCtx, cs, "slow_write", args, "tok-write")
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("slow_write across the swap: got %v, want the application's timeout", err)
-		}
-		r.noteCut(cut)
-		if permissive.adoptions() != 1 {
-			return fmt.Errorf("the resume did not land on the permissive backend (%d adoptions)", permissive.adoptions())
-		}
-		// The application retries the write it never heard back about: on
-		// the swapped session it runs a second time, with no error anywhere.
-		return expectResult(ctx, cs, "slow_write", args, nil, "invoice-42: written")
+		return swapClient(ctx, r, permissive)
 	},
 		"# THE README SAMPLE. go-sdk v1.8.0 client and servers, revision 2025-11-25, two backends behind one",
 		"# proxy (a load balancer). Backend A (go-sdk, MemoryEventStore): initialize (session S1), initialized,",
@@ -174,6 +190,62 @@ func recordRollingDeploySwap(ctx context.Context, dir string) error {
 		"expect violation kind=session_swap last_event_id={cut} count=1",
 		"expect violation count=1",
 		"expect resume outcome=violated last_event_id={cut} count=1",
+		"expect resume count=1",
+		"expect unknown_outcome tool=slow_write count=1",
+	)
+}
+
+// revisionRouter serves one endpoint for both revisions, as servers will
+// for a long time: 2026-07-28 requests go to a stateless go-sdk handler
+// (the only one that serves that revision), the rest to sessions.
+func revisionRouter(sessions http.Handler) http.Handler {
+	stateless := goHandler(newGoServer(toolSet{}), mcp.StreamableHTTPOptions{Stateless: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Mcp-Protocol-Version") == revisionSessionless {
+			stateless.ServeHTTP(w, req)
+			return
+		}
+		sessions.ServeHTTP(w, req)
+	})
+}
+
+func runGoMixedRevisionsSwap(ctx context.Context, dir string) error {
+	release := make(chan struct{})
+	defer close(release)
+	old, permissive := swapBackends(release)
+	return recordGo(dir, "go-mixed-revisions-swap", []http.Handler{revisionRouter(old), revisionRouter(permissive)}, func(r *rig) error {
+		// The 2026-07-28 client calls tools all along, across the drain,
+		// on connections of its own.
+		stop := make(chan struct{})
+		sessionless := make(chan error, 1)
+		go func() {
+			sessionless <- withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
+				for i := 0; ; i++ {
+					label := fmt.Sprintf("modern-%d", i)
+					if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 2, Label: label}, fmt.Sprintf("tok-%d", i), label+": 2 steps done"); err != nil {
+						return err
+					}
+					select {
+					case <-stop:
+						return nil
+					case <-time.After(150 * time.Millisecond):
+					}
+				}
+			})
+		}()
+		err := swapClient(ctx, r, permissive)
+		close(stop)
+		return errors.Join(err, <-sessionless)
+	},
+		"# Both revisions through one endpoint (127.0.0.1:port/mcp): each backend routes requests carrying",
+		"# MCP-Protocol-Version: 2026-07-28 to a stateless go-sdk handler and the rest to its sessions. The",
+		"# README sample (go-rolling-deploy-swap) runs on the 2025-11-25 side: backend A drained during",
+		"# slow_write, the resume swapped to S2 by the permissive backend, the identical write retried. Beside",
+		"# it a go-sdk client with its defaults (2026-07-28: server/discover, no sessions) calls stream(2",
+		"# progress steps) every 150 ms on its own connections, before, during and after the drain, every",
+		"# call answered. Exactly the 2025 findings; nothing for the sessionless client.",
+		"expect violation kind=session_swap last_event_id={cut} count=1",
+		"expect violation count=1",
 		"expect resume count=1",
 		"expect unknown_outcome tool=slow_write count=1",
 	)
