@@ -1,0 +1,121 @@
+package main
+
+// mcp-go v1.2.1 at revision 2026-07-28 (its client's default; its server
+// serves both revisions on one endpoint): the same broken-stream re-issue as
+// go-reissue-after-break-2026, with the other Go SDK on both sides.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+const mcpgoReissueName = "mcpgo-reissue-after-break-2026"
+
+func init() {
+	register(scenario{name: mcpgoReissueName,
+		desc: "mcp-go 2026-07-28: the proxy breaks charge_card's and get_order's streams after progress; the application re-issues both (server charge log = truth)",
+		run:  runMCPGoReissueAfterBreak})
+}
+
+// newMCPGoShop is the shop server in mcp-go: charge_card (destructiveHint)
+// and get_order (readOnlyHint), each reporting steps of progress before its
+// work and logging every execution.
+func newMCPGoShop(charges *crowdLog) http.Handler {
+	s := mcpserver.NewMCPServer("fixture-mcpgo-shop", "1.0.0", mcpserver.WithToolCapabilities(false))
+	work := func(what string) mcpserver.ToolHandlerFunc {
+		return func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			order, steps := req.GetString("order", ""), req.GetInt("steps", 0)
+			if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+				for i := 1; i <= steps; i++ {
+					// A broken stream does not stop the tool.
+					_ = mcpserver.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress",
+						map[string]any{"progressToken": meta.ProgressToken, "progress": i, "total": steps})
+					time.Sleep(eventPace)
+				}
+			}
+			charges.add(map[string]any{what: order})
+			return mcpgo.NewToolResultText(what + " " + order), nil
+		}
+	}
+	s.AddTool(mcpgo.NewTool("charge_card", mcpgo.WithDescription("charges an order"), mcpgo.WithDestructiveHintAnnotation(true),
+		mcpgo.WithString("order", mcpgo.Required()), mcpgo.WithNumber("amount_cents"), mcpgo.WithNumber("steps")), work("charge"))
+	s.AddTool(mcpgo.NewTool("get_order", mcpgo.WithDescription("reads an order"), mcpgo.WithReadOnlyHintAnnotation(true),
+		mcpgo.WithString("order", mcpgo.Required()), mcpgo.WithNumber("steps")), work("read"))
+	return mcpserver.NewStreamableHTTPServer(s)
+}
+
+func runMCPGoReissueAfterBreak(ctx context.Context, dir string) error {
+	logPath := chargeLogPath(dir, mcpgoReissueName)
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cutCharge := newSSECut(`"name":"charge_card"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	cutRead := newSSECut(`"name":"get_order"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	err = recordGo(dir, mcpgoReissueName, []http.Handler{newMCPGoShop(&crowdLog{f: f})}, func(r *rig) error {
+		r.hooks = append(r.hooks, cutCharge.hooks, cutRead.hooks)
+		c, err := mcpclient.NewStreamableHttpClient(r.url())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		init := mcpgo.InitializeRequest{}
+		init.Params.ClientInfo = mcpgo.Implementation{Name: "fixture-mcpgo-client", Version: "1.0.0"}
+		res, err := c.Initialize(ctx, init)
+		if err != nil {
+			return fmt.Errorf("initialize: %w", err)
+		}
+		if res.ProtocolVersion != revisionSessionless {
+			return fmt.Errorf("mcp-go negotiated %s, want %s", res.ProtocolVersion, revisionSessionless)
+		}
+		if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
+			return fmt.Errorf("tools/list: %w", err)
+		}
+		for _, t := range []struct {
+			tool string
+			cut  *sseCut
+		}{{"charge_card", cutCharge}, {"get_order", cutRead}} {
+			call := func(token string) error {
+				req := mcpgo.CallToolRequest{}
+				req.Params.Name = t.tool
+				req.Params.Arguments = map[string]any{"order": "ord-mcpgo-1", "amount_cents": 4200, "steps": 3}
+				req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
+				_, err := c.CallTool(ctx, req)
+				return err
+			}
+			if err := call("first-" + t.tool); err == nil {
+				return fmt.Errorf("%s: the broken call succeeded", t.tool)
+			}
+			if err := t.cut.waitFired(ctx); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+			if err := call("again-" + t.tool); err != nil {
+				return fmt.Errorf("%s: re-issue: %w", t.tool, err)
+			}
+		}
+		return nil
+	},
+		"# mcp-go v1.2.1 client and server, the client's default revision (2026-07-28: server/discover, no",
+		"# sessions). tools/list: charge_card destructiveHint, get_order readOnlyHint. tools/call",
+		"# charge_card(ord-mcpgo-1, 3 progress steps): the proxy FINs its stream right after progress 1; mcp-go's",
+		"# client returns an error, the application waits 200 ms and sends the identical call again (new id, new",
+		"# progress token). The same for get_order (read-only: harmless, no finding). "+mcpgoReissueName+".charges.jsonl",
+		"# is the server's log of what ran.",
+		"expect violation kind=reissued_call_after_break tool=charge_card severity=critical count=1",
+		"expect violation kind=reissued_call_after_break tool=get_order count=0",
+		"expect violation count=1",
+	)
+	return err
+}
