@@ -567,7 +567,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	if ex.rev == "" {
 		ex.rev = revDefault
 	}
-	d.countRevision(ex.rev)
+	d.countRevision(ex, ex.rev)
 	ex.sessionless = revAtLeast(ex.rev, revSessionless)
 	if ex.sessionless {
 		d.checkReissue(ex, o)

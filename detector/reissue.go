@@ -23,12 +23,10 @@ const maxBrokenCalls = 10000
 // and whose response stream ended before the JSON-RPC response to it.
 type brokenCall struct {
 	id       string
-	tool     string
 	at       time.Time // the request
 	brokeAt  time.Time
 	how      string // how the stream ended, in words
-	events   int    // SSE events before the break
-	progress int    // progress notifications among them: the tool had started
+	progress int    // progress notifications before the break: the tool had started
 	gap      bool   // the capture lost bytes of it: unverifiable
 	request  Evidence
 	broke    Evidence
@@ -99,10 +97,10 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
 			continue
 		}
-		b := &brokenCall{id: m.ID, tool: m.Tool, at: ex.start, brokeAt: o.Time, events: ex.events, progress: ex.progress,
+		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress,
 			gap: ex.gap || how == decode.EndGap || ex.limit != "", request: ex.requestEvidence()}
 		b.how = breakWords(ex, how)
-		b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", b.how, b.events, b.progress, m.ID))
+		b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", b.how, ex.events, b.progress, m.ID))
 		k := d.brokenKey(ex, m)
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
 			d.expireBrokenCalls(o.Time)
@@ -217,9 +215,23 @@ func headerMismatch(r *decode.Request) string {
 // the wire.
 const maxRevisionsCounted = 16
 
-func (d *Detector) countRevision(rev string) {
+// maxRevisionPairs bounds Stats.PairRevisions.
+const maxRevisionPairs = 256
+
+// countRevision counts a request of ex's client/server pair that spoke rev.
+func (d *Detector) countRevision(ex *exchange, rev string) {
 	if _, ok := d.stats.Revisions[rev]; !ok && len(d.stats.Revisions) >= maxRevisionsCounted-1 {
 		rev = "other"
 	}
 	d.stats.Revisions[rev]++
+	pair := ex.conn.Client.Addr().String() + " -> " + ex.conn.Server.String()
+	revs, ok := d.stats.PairRevisions[pair]
+	if !ok {
+		if len(d.stats.PairRevisions) >= maxRevisionPairs {
+			return
+		}
+		revs = map[string]int64{}
+		d.stats.PairRevisions[pair] = revs
+	}
+	revs[rev]++
 }

@@ -24,6 +24,11 @@ type Stats struct {
 	// (the header, initialize or _meta; the session's; else the default),
 	// at most maxRevisionsCounted values, the rest as "other".
 	Revisions map[string]int64
+	// PairRevisions counts the same per client address and server
+	// ("10.0.0.5 -> 10.0.0.9:8080"): which revision each pair spoke, for
+	// at most maxRevisionPairs pairs (later pairs are counted only in
+	// Revisions).
+	PairRevisions map[string]map[string]int64
 	// HeaderMismatches: requests whose Mcp-Method or Mcp-Name header
 	// disagrees with the body (the server runs what the body says).
 	HeaderMismatches int64
@@ -41,6 +46,7 @@ func newStats() Stats {
 		Unverifiable:  map[string]int64{},
 		LimitsHit:     map[string]int64{},
 		Revisions:     map[string]int64{},
+		PairRevisions: map[string]map[string]int64{},
 	}
 }
 
@@ -54,5 +60,9 @@ func (d *Detector) Stats() Stats {
 	s.Unverifiable = maps.Clone(d.stats.Unverifiable)
 	s.LimitsHit = maps.Clone(d.stats.LimitsHit)
 	s.Revisions = maps.Clone(d.stats.Revisions)
+	s.PairRevisions = make(map[string]map[string]int64, len(d.stats.PairRevisions))
+	for pair, revs := range d.stats.PairRevisions {
+		s.PairRevisions[pair] = maps.Clone(revs)
+	}
 	return s
 }

@@ -391,6 +391,14 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	for k, n := range det.Revisions {
 		s.Revisions[k] = int(n)
 	}
+	s.RevisionsByPair = make(map[string]map[string]int, len(det.PairRevisions))
+	for pair, revs := range det.PairRevisions {
+		m := make(map[string]int, len(revs))
+		for k, n := range revs {
+			m[k] = int(n)
+		}
+		s.RevisionsByPair[pair] = m
+	}
 	for k, n := range det.Violations {
 		s.Findings[string(k)] = int(n)
 		s.Violations += int(n)
