@@ -161,6 +161,9 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 		if bytes.Contains(f.result, []byte(`"tools"`)) {
 			m.Tools = toolAnnotations(f.result)
 		}
+		if bytes.Contains(f.result, []byte(`"taskId"`)) {
+			m.CreatesTask = createsTask(f.result)
+		}
 		if bytes.Contains(f.result, []byte(`"protocolVersion"`)) {
 			_ = eachMember(f.result, func(key, value []byte) {
 				if keyIs(key, "protocolVersion") {
@@ -215,6 +218,20 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 			})
 		}
 	})
+}
+
+// createsTask says whether a result is a task the server created for the
+// request (tasks extension: {"task": {"taskId": ...}}).
+func createsTask(result []byte) bool {
+	found := false
+	_ = eachMember(result, func(key, value []byte) {
+		if keyIs(key, "task") {
+			_ = eachMember(value, func(key, _ []byte) {
+				found = found || keyIs(key, "taskId")
+			})
+		}
+	})
+	return found
 }
 
 // saysUnknownSession reads an error message as the server saying the

@@ -454,6 +454,19 @@ func TestInitializeClientInfo(t *testing.T) {
 	}
 }
 
+func TestCreatesTask(t *testing.T) {
+	var pk Peeker
+	for body, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":3,"result":{"task":{"taskId":"t-1","status":"working","createdAt":"x","lastUpdatedAt":"x","ttl":null}}}`: true,
+		`{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\"taskId\" is a word here"}]}}`:                            false,
+	} {
+		msgs, _, _ := pk.PeekJSONRPC([]byte(body))
+		if len(msgs) != 1 || msgs[0].CreatesTask != want {
+			t.Errorf("%s: CreatesTask %v, want %v", body, !want, want)
+		}
+	}
+}
+
 func TestUnknownSessionErrors(t *testing.T) {
 	var pk Peeker
 	for msg, want := range map[string]bool{

@@ -390,6 +390,10 @@ type Message struct {
 	// invalid or expired session): the server's own word that the id is
 	// dead. (In the same padding.)
 	UnknownSession bool
+	// CreatesTask: a result that is a task (the tasks extension's
+	// CreateTaskResult, {"task":{"taskId":...}}): the call runs on, to be
+	// polled, not re-issued. (In the same padding.)
+	CreatesTask bool
 	// Arguments is params.arguments of a tools/call request as JSON text:
 	// as sent, without insignificant whitespace (escapes, key order and
 	// numbers unchanged), cut to Config.MaxArgumentBytes at a UTF-8

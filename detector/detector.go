@@ -200,6 +200,9 @@ type exchange struct {
 	// request; progress counts its progress notifications (reissue.go).
 	answered bool
 	progress int
+	// taskCreated: that response was a task (tasks extension): the call
+	// runs on and is polled, not re-issued.
+	taskCreated bool
 	// crossOrigins: the sessions whose events this exchange replayed and
 	// that were reported (checkCrossSession), at most maxCrossOriginsPerResume.
 	crossOrigins []string

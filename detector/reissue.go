@@ -61,6 +61,7 @@ func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message) {
 			for j := range ex.msgs {
 				if ex.msgs[j].Type == decode.MsgRequest && ex.msgs[j].ID == m.ID {
 					ex.answered = true
+					ex.taskCreated = ex.taskCreated || m.CreatesTask
 				}
 			}
 		case m.Type == decode.MsgNotification && m.Method == "notifications/progress":
@@ -82,14 +83,15 @@ func (d *Detector) brokenKey(ex *exchange, m *decode.Message) uint64 {
 }
 
 // noteBrokenCall: a sessionless exchange ended. If it carried a tools/call
-// that reached the server and its stream ended without the answer, the
-// call waits LinkWindow for a re-issue.
+// that reached the server and its stream ended without the answer, or was
+// answered with a task (tasks extension: the call runs on, to be polled),
+// the call waits LinkWindow for a re-issue.
 func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
-	if ex.answered || ex.method != "POST" || (ex.hasResponse && !ex.ok2xx()) {
+	if (ex.answered && !ex.taskCreated) || ex.method != "POST" || (ex.hasResponse && !ex.ok2xx()) {
 		return
 	}
 	how := o.End.How
-	if how == decode.EndUnknown {
+	if how == decode.EndUnknown && !ex.taskCreated {
 		return // the capture ended first: nothing broke on the wire
 	}
 	for i := range ex.msgs {
@@ -99,8 +101,15 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		}
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress,
 			gap: ex.gap || how == decode.EndGap || ex.limit != "", request: ex.requestEvidence()}
-		b.how = breakWords(ex, how)
-		b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", b.how, ex.events, b.progress, m.ID))
+		if ex.taskCreated {
+			b.gap = false // the answer (a task) was seen whole
+			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
+			b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("id %s answered with a task: the call runs on", m.ID))
+		} else {
+			words := breakWords(ex, how)
+			b.how = words + " before its response"
+			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
+		}
 		k := d.brokenKey(ex, m)
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
 			d.expireBrokenCalls(o.Time)
@@ -181,7 +190,7 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		}
 		d.violation(&Violation{
 			Kind: KindReissuedCallAfterBreak, Severity: severity, Time: o.Time, Tool: m.Tool, JSONRPCIDs: []string{b.id, m.ID},
-			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) reached the server, and %s at %s before its response; "+
+			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) reached the server, and %s at %s; "+
 				"at %s the same client (address, Authorization, clientInfo and User-Agent alike) sent the identical call "+
 				"(same tool, same arguments) as id %s. The first attempt may have run (%s), and the server runs the "+
 				"re-issue too: the tool (%s) may have run twice. Under revision %s there is no resumption: a client that "+

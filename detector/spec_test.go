@@ -491,7 +491,7 @@ func (r *specRun) gap(args []string) error {
 //
 //	METHOD#ID[:tool=T][:args=A][:token=K][:proto=V][:client=N/V]  request (client: clientInfo, in initialize or _meta)
 //	METHOD[:token=K][:progress=P]                     notification
-//	response#ID[:result=R][:proto=V][:repeatable=T+T][:destructive=T+T][:plain=T+T] response (a tools/list: read-only or idempotent, destructive, and not annotated tools)
+//	response#ID[:result=R][:proto=V][:repeatable=T+T][:destructive=T+T][:plain=T+T][:task] response (a tools/list: read-only or idempotent, destructive, and not annotated tools)
 //	error#ID[:code=C][:unknownsession]                error (unknownsession: its message says the session is not known)
 func parseMessages(s string) ([]decode.Message, error) {
 	var out []decode.Message
@@ -547,6 +547,8 @@ func parseMessages(s string) ([]decode.Message, error) {
 				m.ErrorCode, _ = strconv.Atoi(v)
 			case "unknownsession": // the error's message says the session is unknown
 				m.UnknownSession = true
+			case "task": // the result is a task (tasks extension)
+				m.CreatesTask = true
 			default:
 				return nil, fmt.Errorf("unknown message attribute %q", k)
 			}
