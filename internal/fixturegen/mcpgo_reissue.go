@@ -119,3 +119,84 @@ func runMCPGoReissueAfterBreak(ctx context.Context, dir string) error {
 	)
 	return err
 }
+
+func init() {
+	register(scenario{name: "mcpgo-both-revisions",
+		desc: "mcp-go: one endpoint, a 2026-07-28 client and a 2025-11-25 client (session, initialize) side by side, nothing wrong",
+		run:  runMCPGoBothRevisions})
+}
+
+// mcpgoClient connects an mcp-go client to url; revision "" takes its
+// default (2026-07-28, server/discover), else the handshake pinned to it.
+func mcpgoClient(ctx context.Context, url, name, revision string) (*mcpclient.Client, error) {
+	c, err := mcpclient.NewStreamableHttpClient(url)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	init := mcpgo.InitializeRequest{}
+	init.Params.ClientInfo = mcpgo.Implementation{Name: name, Version: "1.0.0"}
+	init.Params.ProtocolVersion = revision
+	res, err := c.Initialize(ctx, init)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: initialize: %w", name, err)
+	}
+	want := revision
+	if want == "" {
+		want = revisionSessionless
+	}
+	if res.ProtocolVersion != want {
+		c.Close()
+		return nil, fmt.Errorf("%s negotiated %s, want %s", name, res.ProtocolVersion, want)
+	}
+	return c, nil
+}
+
+func runMCPGoBothRevisions(ctx context.Context, dir string) error {
+	const name = "mcpgo-both-revisions"
+	f, err := os.Create(chargeLogPath(dir, name))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return recordGo(dir, name, []http.Handler{newMCPGoShop(&crowdLog{f: f})}, func(r *rig) error {
+		for i, rev := range []string{"", revisionSessions} {
+			c, err := mcpgoClient(ctx, r.url(), fmt.Sprintf("fixture-mcpgo-client-%d", i), rev)
+			if err != nil {
+				return err
+			}
+			err = func() error {
+				defer c.Close()
+				if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
+					return fmt.Errorf("tools/list: %w", err)
+				}
+				for _, tool := range []string{"charge_card", "get_order"} {
+					req := mcpgo.CallToolRequest{}
+					req.Params.Name = tool
+					req.Params.Arguments = map[string]any{"order": fmt.Sprintf("ord-both-%d", i), "amount_cents": 1500, "steps": 2}
+					req.Params.Meta = &mcpgo.Meta{ProgressToken: fmt.Sprintf("tok-%d-%s", i, tool)}
+					if _, err := c.CallTool(ctx, req); err != nil {
+						return fmt.Errorf("%s: %w", tool, err)
+					}
+				}
+				return nil
+			}()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+		"# mcp-go v1.2.1 server: one endpoint for both revisions. First an mcp-go client with its default",
+		"# (2026-07-28: server/discover, no session), then one pinned to 2025-11-25 (initialize, Mcp-Session-Id,",
+		"# notifications/initialized); each lists tools and calls charge_card and get_order once (2 progress steps",
+		"# each), every call answered. Nothing wrong on either revision.",
+		"expect violation count=0",
+		"expect unknown_outcome count=0",
+		"expect resume count=0",
+	)
+}
