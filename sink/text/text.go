@@ -72,11 +72,11 @@ func (w *Writer) Finish(s *sink.Summary) error {
 		for _, u := range w.unknown {
 			fmt.Fprintf(&b, "  %s  session %s  %s id %s", stamp(u.Time), orDash(u.SessionID), orDash(u.Method), orDash(u.JSONRPCID))
 			if u.Tool != "" {
-				fmt.Fprintf(&b, " tool %s", u.Tool)
+				fmt.Fprintf(&b, " tool %s", visible(u.Tool))
 			}
-			fmt.Fprintf(&b, ": %s", u.Reason)
+			fmt.Fprintf(&b, ": %s", visibleWords(u.Reason))
 			if u.ReissuedInSession != "" {
-				fmt.Fprintf(&b, " (re-issued in session %s)", u.ReissuedInSession)
+				fmt.Fprintf(&b, " (re-issued in session %s)", visible(u.ReissuedInSession))
 			}
 			b.WriteByte('\n')
 		}
@@ -84,7 +84,7 @@ func (w *Writer) Finish(s *sink.Summary) error {
 	if len(w.unverifiable) > 0 {
 		fmt.Fprintf(&b, "\nNot verifiable from this capture (%d): not violations, the evidence is incomplete\n", len(w.unverifiable))
 		for _, u := range w.unverifiable {
-			fmt.Fprintf(&b, "  %s  session %s  %s: %s\n", stamp(u.Time), orDash(u.SessionID), u.Check, u.Reason)
+			fmt.Fprintf(&b, "  %s  session %s  %s: %s\n", stamp(u.Time), orDash(u.SessionID), visible(u.Check), visibleWords(u.Reason))
 		}
 	}
 	if w.dropped > 0 {
@@ -164,25 +164,25 @@ func writeViolation(b *strings.Builder, number string, v *detector.Violation) {
 	fmt.Fprintf(b, "\n[%s] %s  %s  %s\n", number, strings.ToUpper(string(v.Severity)), v.Kind, stamp(v.Time))
 	sess := orDash(v.SessionID)
 	if v.NewSessionID != "" {
-		sess += " -> " + v.NewSessionID
+		sess += " -> " + visible(v.NewSessionID)
 	}
 	fmt.Fprintf(b, "  session   %s\n", sess)
 	fmt.Fprintf(b, "  client    %s   server %s   protocol %s\n", orDash(v.Client), orDash(v.Server), orDash(v.ProtocolVersion))
 	var ids []string
 	if v.LastEventID != "" {
-		ids = append(ids, "Last-Event-ID "+v.LastEventID)
+		ids = append(ids, "Last-Event-ID "+visible(v.LastEventID))
 	}
 	if v.FirstEventID != "" {
-		ids = append(ids, "first event "+v.FirstEventID)
+		ids = append(ids, "first event "+visible(v.FirstEventID))
 	}
 	if v.StreamID != "" {
-		ids = append(ids, "stream "+v.StreamID)
+		ids = append(ids, "stream "+visible(v.StreamID))
 	}
 	if len(v.JSONRPCIDs) > 0 {
-		ids = append(ids, "JSON-RPC ids "+strings.Join(v.JSONRPCIDs, ","))
+		ids = append(ids, "JSON-RPC ids "+visible(strings.Join(v.JSONRPCIDs, ",")))
 	}
 	if v.Tool != "" {
-		ids = append(ids, "tool "+v.Tool)
+		ids = append(ids, "tool "+visible(v.Tool))
 	}
 	if len(ids) > 0 {
 		fmt.Fprintf(b, "  ids       %s\n", strings.Join(ids, "   "))
@@ -190,11 +190,11 @@ func writeViolation(b *strings.Builder, number string, v *detector.Violation) {
 	if v.Confidence != "" {
 		fmt.Fprintf(b, "  linked by %s\n", v.Confidence)
 	}
-	b.WriteString(wrap(v.Explanation, "  ", 100))
+	b.WriteString(wrap(visibleWords(v.Explanation), "  ", 100))
 	if len(v.Evidence) > 0 {
 		b.WriteString("  evidence:\n")
 		for _, e := range v.Evidence {
-			fmt.Fprintf(b, "    %s  %s  exchange %d  %s: %s\n", stamp(e.Time), e.Conn, e.Exchange, e.What, e.Detail)
+			fmt.Fprintf(b, "    %s  %s  exchange %d  %s: %s\n", stamp(e.Time), visible(e.Conn), e.Exchange, visible(e.What), visibleWords(e.Detail))
 		}
 	}
 	fmt.Fprintf(b, "  id        %s\n", v.ID)
@@ -207,11 +207,12 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000000000Z")
 }
 
+// orDash is visible(s), or "-" for nothing.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return visible(s)
 }
 
 func counts(m map[string]int) string {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/sink"
@@ -128,5 +130,59 @@ func TestSummaryCoverage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHostileStrings: every control byte, invalid UTF-8, a bidi override
+// and a 10 KB id, as a crafted client or server would put them in session
+// ids, event ids, tool names and so into explanations and evidence, reach
+// the report (and the agent's stream) escaped and shortened: no byte that
+// a terminal acts on, valid UTF-8, and no line longer than the report's.
+func TestHostileStrings(t *testing.T) {
+	var ctl strings.Builder
+	for c := range 0x20 {
+		ctl.WriteByte(byte(c))
+	}
+	ctl.WriteString("\x7f\u0085\u009b\u202e\u200b\xff\xfe")
+	hostile := "S\u202e\xff\x1b]0;pwned\x07\x1b[2J" + ctl.String()
+	long := strings.Repeat("L", 10<<10)
+	when := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	v := &detector.Violation{ID: "f00d", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, Time: when,
+		SessionID: hostile, NewSessionID: long, LastEventID: hostile, FirstEventID: long, JSONRPCIDs: []string{hostile}, Tool: hostile,
+		Client: "10.0.0.1:5000", Server: "10.0.0.2:80",
+		Explanation: "session " + hostile + " swapped to " + long,
+		Evidence:    []detector.Evidence{{Time: when, Conn: "c", Exchange: 1, What: "request", Detail: "Mcp-Session-Id: " + hostile + " " + long}}}
+	u := &detector.UnknownOutcome{SessionID: hostile, Method: hostile, JSONRPCID: hostile, Tool: long, Reason: "lost " + hostile, ReissuedInSession: long}
+
+	var report, stream bytes.Buffer
+	w := New(&report)
+	w.Violation(v)
+	w.UnknownOutcome(u)
+	w.Unverifiable(&detector.Unverifiable{SessionID: long, Check: hostile, Reason: hostile})
+	if err := w.Finish(&sink.Summary{Violations: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStream(&stream)
+	s.Violation(v)
+	s.UnknownOutcome(u)
+	for name, out := range map[string]string{"report": report.String(), "stream": stream.String()} {
+		if !utf8.ValidString(out) {
+			t.Errorf("%s: not valid UTF-8", name)
+		}
+		for _, r := range out {
+			if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r)) {
+				t.Errorf("%s: raw %U in the output", name, r)
+			}
+		}
+		for line := range strings.SplitSeq(out, "\n") {
+			if len(line) > 1000 {
+				t.Errorf("%s: a %d-byte line: a long value was not shortened", name, len(line))
+			}
+		}
+		for _, want := range []string{`S\u202e\xff\x1b]0;pwned\x07\x1b[2J`, "(10240 bytes)"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s lacks %q", name, want)
+			}
+		}
 	}
 }
