@@ -188,13 +188,20 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	summary, err := analyze(ctx, fs.Args(), &cfg, out)
 	bar.Done()
+	var undelivered, corrupt bool
 	if store != nil {
 		// Close even after a failed analysis: what was accepted is
 		// written or spooled, never dropped.
 		report := store.Close()
 		fmt.Fprintf(stderr, "replaywatch analyze: %s\n", report)
 		if report.LeftRows > 0 {
-			fmt.Fprintf(stderr, "replaywatch analyze: warning: ClickHouse did not take every row; they are safe in the spool\n")
+			undelivered = true
+			fmt.Fprintf(stderr, "replaywatch analyze: warning: ClickHouse did not take every row; they are safe in the spool %s\n", report.SpoolDir)
+		}
+		if len(report.CorruptFiles) > 0 {
+			corrupt = true
+			fmt.Fprintf(stderr, "replaywatch analyze: error: spool file(s) that could not be read were set aside, their rows not delivered: %s\n",
+				strings.Join(report.CorruptFiles, ", "))
 		}
 	}
 	if err != nil {
@@ -219,8 +226,13 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case summary.AnalysedShare == nil:
 		fmt.Fprintf(stderr, "replaywatch analyze: warning: the capture holds no TCP payload: nothing was analysed\n")
 	}
-	if summary.Violations > 0 {
+	switch {
+	case corrupt:
+		return exitError
+	case summary.Violations > 0:
 		return exitViolations
+	case undelivered:
+		return exitUndelivered
 	}
 	return exitOK
 }

@@ -185,3 +185,42 @@ func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
 		t.Fatalf("violations: %d (stored %d), want %d of both runs", n, raw, len(want))
 	}
 }
+
+// TestAnalyzeExitSaysWhereTheRowsAre: a run that leaves rows in the spool
+// (ClickHouse down) and finds nothing exits 3 naming the spool; a run that
+// meets a spool file it cannot read sets it aside, delivers the rest, and
+// exits 2 naming the file (it used to exit 0).
+func TestAnalyzeExitSaysWhereTheRowsAre(t *testing.T) {
+	srv := chtest.Start(t, chtest.Options{})
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	dsn, spool := srv.DSN(db), t.TempDir()
+	if code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
+		t.Fatalf("schema apply: %s%s", out, errOut)
+	}
+	clean := filepath.Join("testdata", "fixtures", "go-correct-resume.pcap")
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runBin(t, bin, "analyze", "--clickhouse", dsn, "--spool-dir", spool, "--spool-drain-timeout", "100ms", clean)
+	if code != exitUndelivered || !strings.Contains(errOut, "safe in the spool "+spool) {
+		t.Fatalf("analyze during an outage, no violation: exit %d, want %d naming the spool\n%s", code, exitUndelivered, errOut)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	// An unreadable file ahead of the outage's rows.
+	bad := filepath.Join(spool, fmt.Sprintf("%020d.batch", 0))
+	if err := os.WriteFile(bad, []byte("replaywatch-spool-1\ngarbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runBin(t, bin, "analyze", "--clickhouse", dsn, "--spool-dir", spool, clean)
+	if code != exitError || !strings.Contains(errOut, bad+".corrupt") || !strings.Contains(errOut, "from the spool") {
+		t.Fatalf("analyze with a corrupt spool file: exit %d, want %d naming %s.corrupt and delivering the rest\n%s", code, exitError, bad, errOut)
+	}
+	if _, err := os.Stat(bad + ".corrupt"); err != nil {
+		t.Fatalf("the corrupt file is not kept for inspection: %v", err)
+	}
+}

@@ -23,6 +23,9 @@ const (
 	exitOK         = 0
 	exitViolations = 1
 	exitError      = 2
+	// exitUndelivered: no violation and no error, but rows wait in the
+	// ClickHouse spool for a later run (the server did not take them).
+	exitUndelivered = 3
 )
 
 const usage = `replaywatch: find MCP session-resume corruption in HTTP/SSE traffic

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +136,11 @@ type Sink struct {
 	stopTimer chan struct{}
 	timerDone chan struct{}
 	done      chan struct{}
+
+	// corrupt lists the spool files set aside unread (own lock: the
+	// sender records them while Flush may hold mu waiting for the queue).
+	corruptMu sync.Mutex
+	corrupt   []string
 
 	closing                    atomic.Bool
 	written, spooled, replayed atomic.Int64
@@ -361,6 +368,9 @@ func (s *Sink) replayHead() bool {
 	b, f, err := s.sp.head()
 	if err != nil {
 		s.m.corrupt.Add(context.Background(), 1)
+		s.corruptMu.Lock()
+		s.corrupt = append(s.corrupt, f.path+".corrupt")
+		s.corruptMu.Unlock()
 		s.noteErr(err)
 		s.log.Error("clickhouse sink: unreadable spool file set aside", "err", err)
 		return true
@@ -433,6 +443,9 @@ type Report struct {
 	SpoolDir    string
 	Failures    int64
 	LastError   string
+	// CorruptFiles are spool files that could not be read back, set aside
+	// (renamed *.corrupt) for a human: their rows were not delivered.
+	CorruptFiles []string
 }
 
 // Close flushes everything, waits for the sender, and tries for up to
@@ -472,6 +485,9 @@ func (s *Sink) report() Report {
 		Written: s.written.Load(), Replayed: s.replayed.Load(), Spooled: s.spooled.Load(),
 		LeftRows: st.rows, LeftBatches: st.batches, SpoolDir: s.cfg.SpoolDir, Failures: s.failures.Load(),
 	}
+	s.corruptMu.Lock()
+	r.CorruptFiles = slices.Clone(s.corrupt)
+	s.corruptMu.Unlock()
 	if e, ok := s.lastErr.Load().(string); ok {
 		r.LastError = e
 	}
@@ -485,6 +501,9 @@ func (r Report) String() string {
 	}
 	if r.LeftRows > 0 {
 		msg += fmt.Sprintf("; %d rows in %d batches kept in the spool %s and sent on the next run (last error: %s)", r.LeftRows, r.LeftBatches, r.SpoolDir, r.LastError)
+	}
+	if len(r.CorruptFiles) > 0 {
+		msg += fmt.Sprintf("; %d spool file(s) could not be read back and were set aside, undelivered: %s", len(r.CorruptFiles), strings.Join(r.CorruptFiles, ", "))
 	}
 	return msg
 }
