@@ -1,25 +1,25 @@
 package capture
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/replaywatch/replaywatch/internal/testenv"
 	"golang.org/x/net/bpf"
 )
 
 // These tests need neither root nor Linux.
 
-// requireTcpdump skips (fails with CI=true) without tcpdump.
+// requireTcpdump skips (fails in CI: testenv.InCI) without tcpdump.
 func requireTcpdump(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("tcpdump"); err == nil {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("tcpdump is not installed (apt-get install tcpdump); CI=true, so this is a failure")
+	if testenv.InCI() {
+		t.Fatal("tcpdump is not installed (apt-get install tcpdump); CI is set, so this is a failure")
 	}
 	t.Skip("tcpdump is not installed (apt-get install tcpdump)")
 }

@@ -24,20 +24,21 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // Live capture tests capture real traffic the test makes, so they need root
-// (or CAP_NET_RAW and CAP_NET_ADMIN). Without it they skip, unless CI=true:
+// (or CAP_NET_RAW and CAP_NET_ADMIN). Without it they skip, unless CI is set (testenv.InCI):
 // then they fail, so that CI never passes without running them.
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("live capture tests need root (CI=true, so this is a failure, not a skip)")
+	if testenv.InCI() {
+		t.Fatal("live capture tests need root (CI is set, so this is a failure, not a skip)")
 	}
-	t.Skip("live capture tests need root: run `go test` as root (with CI=true a missing root fails)")
+	t.Skip("live capture tests need root: run `go test` as root (with CI set a missing root fails)")
 }
 
 // smallRing keeps the tests' rings at 8 MiB a socket, and uses two

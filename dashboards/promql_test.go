@@ -16,6 +16,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/internal/chtest"
 	"github.com/replaywatch/replaywatch/internal/telemetry"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // PromQL is read with a careful tokenizer rather than Prometheus's parser
@@ -121,7 +122,7 @@ func TestHealthMetricsExist(t *testing.T) {
 // present and logged otherwise.
 func TestHealthMetricsScraped(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("capturing needs root, and CI runs as root")
 		}
 		t.Skip("capturing on lo needs root")

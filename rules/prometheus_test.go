@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/replaywatch/replaywatch/internal/telemetry"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // The Prometheus rule file format (rulefmt), strictly.
@@ -138,7 +139,7 @@ func TestPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		msg := "promtool not found: apt-get install prometheus (scripts/test.sh does)"
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)

@@ -19,6 +19,7 @@ import (
 	"github.com/replaywatch/replaywatch/internal/chtest"
 	"github.com/replaywatch/replaywatch/internal/netnsrig"
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // rewritesClientBytes names the fixtures whose proxy rewrites what the
@@ -65,7 +66,7 @@ func (s *syncBuffer) String() string {
 func startLiveAgent(t *testing.T, filter string) *liveAgent {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("the live agent tests need root (AF_PACKET); CI runs as root")
 		}
 		return nil
@@ -217,7 +218,7 @@ func difference(a, b []string) []string {
 func TestAgentToClickHouse(t *testing.T) {
 	srv := chtest.Shared(t)
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("the live agent tests need root (AF_PACKET); CI runs as root")
 		}
 		t.Skip("live capture needs root")
@@ -277,7 +278,7 @@ func waitForLog(t *testing.T, b *syncBuffer, what string) {
 // and nothing else.
 func TestAgentSeesRollingDeployInNamespaces(t *testing.T) {
 	if err := netnsrig.Available(); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal(err)
 		}
 		t.Skip(err)

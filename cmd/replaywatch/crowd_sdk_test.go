@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // The dense real-traffic captures recorded by internal/fixturegen's crowd
@@ -223,7 +224,7 @@ func TestCrowdSDKDoubleChargesLive(t *testing.T) {
 		t.Skip("records 50 live TypeScript SDK clients; skipped with -short")
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("node is needed to record the TypeScript SDK crowd")
 		}
 		t.Skip("node not installed")

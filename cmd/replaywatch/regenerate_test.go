@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // TestRegeneratedFixtures records every fixture afresh from the real SDKs
@@ -20,7 +21,7 @@ func TestRegeneratedFixtures(t *testing.T) {
 		t.Skip("records real SDK traffic for about a minute; skipped with -short")
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("node is needed to record the TypeScript SDK fixtures")
 		}
 		t.Skip("node not installed")

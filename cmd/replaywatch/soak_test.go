@@ -25,6 +25,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/internal/soakgen"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // soakHost is the loopback address the soak's server listens on; the
@@ -94,7 +95,7 @@ func TestAgentSoak(t *testing.T) {
 		t.Skip("soak: about 35 s of live traffic")
 	}
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("the soak test needs root (AF_PACKET); CI runs as root")
 		}
 		t.Skip("the soak test needs root (AF_PACKET)")

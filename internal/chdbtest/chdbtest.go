@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,7 +86,7 @@ func Open(tb testing.TB) *Session {
 	}
 	if err != nil {
 		msg := fmt.Sprintf("chdbtest: no libchdb.so (%v): run scripts/fetch-chdb.sh and set %s to the path it prints (scripts/test.sh does both)", err, LibEnv)
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			tb.Fatal(msg)
 		}
 		tb.Skip(msg)

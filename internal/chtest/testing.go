@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // notInstalled stops a test that needs a binary that is missing: in CI
@@ -19,7 +20,7 @@ import (
 // the test is skipped.
 func notInstalled(tb testing.TB, err error) {
 	tb.Helper()
-	if os.Getenv("CI") != "" {
+	if testenv.InCI() {
 		tb.Fatalf("%v; CI must run the ClickHouse tests: scripts/test.sh installs clickhouse-server, clickhouse-client and zookeeper from Debian's packages", err)
 	}
 	tb.Skipf("clickhouse-server not installed: run scripts/test.sh, which installs it from Debian's packages (%v)", err)

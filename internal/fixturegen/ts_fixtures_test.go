@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/hex"
 	"fmt"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 	"maps"
 	"os"
 	"os/exec"
@@ -177,7 +178,7 @@ func want(ok bool, format string, args ...any) error {
 
 func TestTSFixtureShapes(t *testing.T) {
 	if _, err := exec.LookPath("tshark"); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal("tshark is needed (scripts/test.sh installs it)")
 		}
 		t.Skip("tshark not installed")

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"os"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -19,7 +19,7 @@ func RequireTool(tb testing.TB, name, pkg string) string {
 	tb.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			tb.Fatalf("%s not found (CI is set: install Debian package %s)", name, pkg)
 		}
 		tb.Skipf("%s not found (Debian package %s)", name, pkg)

@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -89,7 +90,7 @@ type Rig struct {
 func Setup(tb testing.TB) *Rig {
 	tb.Helper()
 	if err := Available(); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			tb.Fatalf("netnsrig: %v (CI is set: the test script must run this as root with iproute2 installed)", err)
 		}
 		tb.Skipf("netnsrig: %v", err)

@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/internal/netnsrig"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 func TestNewAndClose(t *testing.T) {
 	if err := netnsrig.Available(); err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.InCI() {
 			t.Fatal(err)
 		}
 		t.Skip(err)

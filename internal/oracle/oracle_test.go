@@ -22,6 +22,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/capture"
 	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
 // fixtureGlob is where the recorded fixtures live, relative to this
@@ -422,14 +423,14 @@ func compareViews(ours, theirs captureView, skip gapConns) (diffs []string, comp
 	return diffs, compared
 }
 
-// findTshark returns tshark's path, or skips (fails under CI=true, where the
+// findTshark returns tshark's path, or skips (fails when CI is set, where the
 // test script installs it and a missing oracle must not pass silently).
 func findTshark(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("tshark")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("tshark not found (CI=true requires it; apt-get install tshark): %v", err)
+		if testenv.InCI() {
+			t.Fatalf("tshark not found (CI is set, which requires it; apt-get install tshark): %v", err)
 		}
 		t.Skipf("tshark not found, oracle comparison skipped (apt-get install tshark): %v", err)
 	}
