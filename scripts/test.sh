@@ -4,7 +4,8 @@
 # libchdb.so from npm, cached by scripts/fetch-chdb.sh) and runs:
 # gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
 # regeneration, binary end-to-end, ClickHouse servers, the live agent on
-# loopback and in network namespaces), and a short run of every fuzz target.
+# loopback and in network namespaces), the race detector over decode,
+# detector and the sinks, and a short run of every fuzz target.
 # Live capture needs root (CAP_NET_RAW); CI runs as root.
 #
 # Environment:
@@ -94,6 +95,13 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 log "go test"
 go test -count=1 -timeout 15m ./...
+
+# The race detector over the decoder, the detector and the sinks (their
+# workers, merger and sender goroutines). capture is not in it yet: its
+# live two-interface test depends on timing the race detector's slowdown
+# breaks (a late copy is taken for a gap), not on a race.
+log "go test -race (decode, detector, sink)"
+go test -race -count=1 -timeout 10m ./decode/... ./detector/... ./sink/...
 
 if [ "$FUZZTIME" != 0 ]; then
 	# Every fuzz target, briefly: the seed corpora always run in go test above;
