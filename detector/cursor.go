@@ -19,7 +19,7 @@ import (
 type droppableCursor struct {
 	cursor  string
 	endedAt time.Time
-	how     string
+	how     decode.EndHow
 	resume  Evidence
 	end     Evidence
 }
@@ -31,7 +31,7 @@ func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
 	if ex.method != "GET" || !ex.hasCursor || !ex.ok2xx() || !ex.sse || ex.sawID || o.End.How == decode.EndUnknown {
 		return
 	}
-	how := o.End.How.String()
+	how := o.End.How
 	ex.sess.droppable = &droppableCursor{cursor: ex.cursor, endedAt: o.Time, how: how,
 		resume: ex.requestEvidence(),
 		end:    ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d SSE event(s), none with an id", how, ex.events))}
@@ -49,7 +49,7 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 	if ex.hasCursor {
 		return
 	}
-	if p.how == decode.EndGap.String() || ex.gap || d.gapped(ex, p.endedAt) {
+	if p.how == decode.EndGap || ex.gap || d.gapped(ex, p.endedAt) {
 		// An event with an id may be in the lost bytes.
 		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
 		return

@@ -57,6 +57,9 @@ type Detector struct {
 	// tool, at most MaxEventsIndexedPerServer.
 	brokenCalls map[uint64]*brokenCall
 	toolNotes   map[uint64]toolNote
+	// pairRevisions: requests by revision per client address and server,
+	// at most maxRevisionPairs pairs (Stats.PairRevisions).
+	pairRevisions map[addrKey]map[string]int64
 	// serverEvents is the cross-session event index (crossindex.go), at
 	// most MaxEventsIndexedPerServer ids.
 	serverEvents map[uint64]eventOrigin
@@ -118,6 +121,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
 		toolNotes:         map[uint64]toolNote{},
+		pairRevisions:     map[addrKey]map[string]int64{},
 		serverEvents:      map[uint64]eventOrigin{},
 		callSessions:      map[uint64]uint8{},
 		hashSeed:          maphash.MakeSeed(),

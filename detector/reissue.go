@@ -99,13 +99,13 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
 			continue
 		}
-		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress,
-			gap: ex.gap || how == decode.EndGap || ex.limit != "", request: ex.requestEvidence()}
+		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence()}
 		if ex.taskCreated {
-			b.gap = false // the answer (a task) was seen whole
+			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
 			b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("id %s answered with a task: the call runs on", m.ID))
 		} else {
+			b.gap = ex.gap || how == decode.EndGap || ex.limit != ""
 			words := breakWords(ex, how)
 			b.how = words + " before its response"
 			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
@@ -151,6 +151,9 @@ func (d *Detector) expireBrokenCalls(now time.Time) {
 // annotated destructiveHint, high for one not annotated, nothing for one
 // annotated readOnlyHint or idempotentHint.
 func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
+	if len(d.brokenCalls) == 0 {
+		return // the usual case: no key to hash for every call
+	}
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
@@ -228,19 +231,21 @@ const maxRevisionsCounted = 16
 const maxRevisionPairs = 256
 
 // countRevision counts a request of ex's client/server pair that spoke rev.
+// Pairs are keyed by address here (every MCP request passes: no string is
+// built for them) and named only when Stats is asked.
 func (d *Detector) countRevision(ex *exchange, rev string) {
 	if _, ok := d.stats.Revisions[rev]; !ok && len(d.stats.Revisions) >= maxRevisionsCounted-1 {
 		rev = "other"
 	}
 	d.stats.Revisions[rev]++
-	pair := ex.conn.Client.Addr().String() + " -> " + ex.conn.Server.String()
-	revs, ok := d.stats.PairRevisions[pair]
+	pair := pairOf(ex.conn)
+	revs, ok := d.pairRevisions[pair]
 	if !ok {
-		if len(d.stats.PairRevisions) >= maxRevisionPairs {
+		if len(d.pairRevisions) >= maxRevisionPairs {
 			return
 		}
 		revs = map[string]int64{}
-		d.stats.PairRevisions[pair] = revs
+		d.pairRevisions[pair] = revs
 	}
 	revs[rev]++
 }

@@ -46,7 +46,6 @@ func newStats() Stats {
 		Unverifiable:  map[string]int64{},
 		LimitsHit:     map[string]int64{},
 		Revisions:     map[string]int64{},
-		PairRevisions: map[string]map[string]int64{},
 	}
 }
 
@@ -60,9 +59,9 @@ func (d *Detector) Stats() Stats {
 	s.Unverifiable = maps.Clone(d.stats.Unverifiable)
 	s.LimitsHit = maps.Clone(d.stats.LimitsHit)
 	s.Revisions = maps.Clone(d.stats.Revisions)
-	s.PairRevisions = make(map[string]map[string]int64, len(d.stats.PairRevisions))
-	for pair, revs := range d.stats.PairRevisions {
-		s.PairRevisions[pair] = maps.Clone(revs)
+	s.PairRevisions = make(map[string]map[string]int64, len(d.pairRevisions))
+	for pair, revs := range d.pairRevisions {
+		s.PairRevisions[pair.client.String()+" -> "+pair.server.String()] = maps.Clone(revs)
 	}
 	return s
 }
