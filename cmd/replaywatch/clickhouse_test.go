@@ -147,18 +147,27 @@ func TestAnalyzeWithoutSchemaOrServer(t *testing.T) {
 	}
 }
 
+// serverWithSchema starts a ClickHouse server with a fresh database that
+// replaywatch's own binary has applied its schema to.
+func serverWithSchema(t *testing.T) (srv *chtest.Server, bin, db, dsn string) {
+	t.Helper()
+	srv = chtest.Start(t, chtest.Options{})
+	bin = buildBinary(t)
+	db = chtest.NewDatabase(t, srv)
+	dsn = srv.DSN(db)
+	if code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
+		t.Fatalf("schema apply: %s%s", out, errOut)
+	}
+	return srv, bin, db, dsn
+}
+
 // TestAnalyzeDuringOutageThenNextRun: analyze runs while ClickHouse is
 // down (its findings go to the spool), then a later run, with the server
 // back, sends the earlier run's rows first: both runs' findings are in the
 // database, once.
 func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
-	srv := chtest.Start(t, chtest.Options{})
-	bin := buildBinary(t)
-	db := chtest.NewDatabase(t, srv)
-	dsn, spool := srv.DSN(db), t.TempDir()
-	if code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
-		t.Fatalf("schema apply: %s%s", out, errOut)
-	}
+	srv, bin, db, dsn := serverWithSchema(t)
+	spool := t.TempDir()
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,13 +200,8 @@ func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
 // meets a spool file it cannot read sets it aside, delivers the rest, and
 // exits 2 naming the file (it used to exit 0).
 func TestAnalyzeExitSaysWhereTheRowsAre(t *testing.T) {
-	srv := chtest.Start(t, chtest.Options{})
-	bin := buildBinary(t)
-	db := chtest.NewDatabase(t, srv)
-	dsn, spool := srv.DSN(db), t.TempDir()
-	if code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
-		t.Fatalf("schema apply: %s%s", out, errOut)
-	}
+	srv, bin, _, dsn := serverWithSchema(t)
+	spool := t.TempDir()
 	clean := filepath.Join("testdata", "fixtures", "go-correct-resume.pcap")
 
 	if err := srv.Stop(); err != nil {
