@@ -27,6 +27,7 @@ import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import { readMcpRequest } from './request.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
@@ -83,20 +84,8 @@ async function newSession() {
 }
 
 async function handle(req) {
-    const url = new URL(req.url);
-    if (url.pathname !== '/mcp') {
-        return new Response('not found\n', { status: 404 });
-    }
-    let body;
-    let parsed;
-    if (req.method === 'POST') {
-        body = await req.text();
-        try {
-            parsed = JSON.parse(body);
-        } catch {
-            parsed = undefined;
-        }
-    }
+    const { notFound, body, parsed } = await readMcpRequest(req);
+    if (notFound) return notFound;
     const sid = req.headers.get('mcp-session-id');
     let transport;
     if (!sid) {
