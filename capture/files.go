@@ -208,12 +208,12 @@ type source struct {
 
 // openSource opens a capture file (or standard input) and reads its header.
 // Its bytes are counted by cr.
-func openSource(path string, cr *countingReader) (*source, error) {
+func openSource(ctx context.Context, path string, cr *countingReader) (*source, error) {
 	name := displayName(path)
 	var src io.Reader
 	closeFn := func() error { return nil }
 	if path == Stdin {
-		src = stdin
+		src = &interruptible{ctx: ctx, r: stdin}
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
@@ -223,6 +223,10 @@ func openSource(path string, cr *countingReader) (*source, error) {
 	}
 	br := bufio.NewReaderSize(cr.reader(src), readBufferBytes)
 	magic, _ := br.Peek(4)
+	if err := ctx.Err(); err != nil {
+		closeFn()
+		return nil, err
+	}
 	s := &source{name: name, close: closeFn}
 	switch formatOf(magic) {
 	case formatPcap:
@@ -259,7 +263,7 @@ func openSource(path string, cr *countingReader) (*source, error) {
 }
 
 func readOne(ctx context.Context, path string, cr *countingReader, handle packetHandler) error {
-	src, err := openSource(path, cr)
+	src, err := openSource(ctx, path, cr)
 	if err != nil {
 		return err
 	}
@@ -330,12 +334,56 @@ func recordError(name string, n uint64, ci gopacket.CaptureInfo, err error) erro
 	switch {
 	case err == io.EOF && ci.CaptureLength == 0:
 		return nil
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err // stopped (interruptible): the file is not damaged
 	case err == io.EOF, errors.Is(err, io.ErrUnexpectedEOF):
 		// pcapgo returns io.EOF when a record header arrived but none of
 		// its data did.
 		return fmt.Errorf("%s: %w: cut mid-record after %d packets", name, ErrTruncated, n)
 	}
 	return fmt.Errorf("%s: %w: record %d: %v", name, ErrCorrupt, n+1, err)
+}
+
+// interruptible reads r until ctx ends; from then on Read returns ctx's
+// error at once, even while a read of r blocks. Standard input from a pipe
+// that stays open (a capture tool still writing) blocks a read that
+// neither a signal nor closing the file would end. Reads go through the
+// reader's own buffer, so a read abandoned at cancellation never writes
+// into a caller's slice; its goroutine ends with the process.
+type interruptible struct {
+	ctx     context.Context
+	r       io.Reader
+	buf     []byte
+	pending chan readResult // the read in flight, if any
+}
+
+type readResult struct {
+	n   int
+	err error
+}
+
+func (s *interruptible) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if s.pending == nil {
+		if s.buf == nil {
+			s.buf = make([]byte, readBufferBytes)
+		}
+		s.pending = make(chan readResult, 1)
+		buf, done := s.buf[:min(len(p), len(s.buf))], s.pending
+		go func() {
+			n, err := s.r.Read(buf)
+			done <- readResult{n, err}
+		}()
+	}
+	select {
+	case r := <-s.pending:
+		s.pending = nil
+		return copy(p, s.buf[:r.n]), r.err
+	case <-s.ctx.Done():
+		return 0, s.ctx.Err()
+	}
 }
 
 // countingReader counts the bytes read from the input files for Progress;

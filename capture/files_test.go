@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/layers"
 
@@ -157,6 +159,41 @@ func TestStdin(t *testing.T) {
 	}
 	if lastTotal != -1 {
 		t.Errorf("progress total %d, want -1 for stdin", lastTotal)
+	}
+}
+
+// TestStdinStopsWhileBlocked: a pipe that stays open (a capture tool still
+// writing) blocks the read of standard input; cancelling (SIGTERM, SIGINT)
+// still stops reading at once, with what was read delivered and the input
+// not called damaged.
+func TestStdinStopsWhileBlocked(t *testing.T) {
+	data := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "ping", "pong")))
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	old := stdin
+	t.Cleanup(func() { stdin = old })
+	stdin = pr
+	go pw.Write(data) // and nothing more, never EOF
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	rec := &recorder{}
+	done := make(chan struct{})
+	var st Stats
+	var err error
+	go func() {
+		st, err = ReadFiles(ctx, []string{Stdin}, Config{Workers: 1}, rec.newFactory)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFiles still blocked on standard input 5s after cancellation")
+	}
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated) || st.CorruptFiles+st.TruncatedFiles != 0 {
+		t.Fatalf("err %v, stats %+v: want cancelled, not damaged", err, st)
+	}
+	if got := rec.streams(); len(got) != 1 || got[0].fromA() != "ping" || got[0].fromB() != "pong" {
+		t.Fatalf("what was read before the cancellation is lost: %d streams", len(got))
 	}
 }
 

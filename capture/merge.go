@@ -41,7 +41,7 @@ func readMerged(ctx context.Context, paths []string, cr *countingReader, handle 
 		}
 	}()
 	for _, path := range paths {
-		src, err := openSource(path, cr)
+		src, err := openSource(ctx, path, cr)
 		st.Files++
 		switch {
 		case errors.Is(err, ErrTruncated):
