@@ -30,8 +30,11 @@ var crowdFixtures = []string{crowdSDKFixture, crowdPooledFixture, crowdGoFixture
 // serverCharge is one line of the crowd server's log: one execution of
 // charge_card (charge set) or get_order (read set).
 type serverCharge struct {
-	Charge, Read, Session string
-	RPCID                 json.Number `json:"rpcId"`
+	// Received: the server's HTTP layer took a charge_card request (the
+	// go-sdk crowd logs these; the call may never run if its session is
+	// closed first).
+	Charge, Read, Received, Session string
+	RPCID                           json.Number `json:"rpcId"`
 }
 
 // doubleCharge is the truth: order charged in session s1 (JSON-RPC id id1)
@@ -42,8 +45,12 @@ type doubleCharge struct {
 
 // crowdTruth reads the charge log: every order charged more than once gives
 // one double charge per consecutive pair of executions; rereads counts the
-// orders get_order ran for more than once.
-func crowdTruth(t *testing.T, path string) (truth []doubleCharge, charges, rereads int) {
+// orders get_order ran for more than once. reruns are charges whose request
+// a session took but never ran (it was closed first) and that another
+// session then ran: the client re-issued a call whose outcome it could not
+// know, which the wire cannot tell from a double charge (the finding says
+// "if it ran"). They are neither truth nor false.
+func crowdTruth(t *testing.T, path string) (truth, reruns []doubleCharge, charges, rereads int) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -53,6 +60,7 @@ func crowdTruth(t *testing.T, path string) (truth []doubleCharge, charges, rerea
 	byOrder := map[string][]serverCharge{}
 	var orders []string
 	reads := map[string]int{}
+	received := map[string][]serverCharge{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var c serverCharge
@@ -70,6 +78,8 @@ func crowdTruth(t *testing.T, path string) (truth []doubleCharge, charges, rerea
 			if reads[c.Read]++; reads[c.Read] == 2 {
 				rereads++
 			}
+		case c.Received != "":
+			received[c.Received] = append(received[c.Received], c)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -81,14 +91,28 @@ func crowdTruth(t *testing.T, path string) (truth []doubleCharge, charges, rerea
 			truth = append(truth, doubleCharge{o, cs[k-1].Session, cs[k].Session, cs[k-1].RPCID.String(), cs[k].RPCID.String()})
 		}
 	}
-	return truth, charges, rereads
+	for o, rs := range received {
+		ran := map[string]bool{}
+		for _, c := range byOrder[o] {
+			ran[c.Session] = true
+		}
+		for _, r := range rs {
+			if ran[r.Session] {
+				continue
+			}
+			for _, c := range byOrder[o] {
+				reruns = append(reruns, doubleCharge{o, r.Session, c.Session, r.RPCID.String(), c.RPCID.String()})
+			}
+		}
+	}
+	return truth, reruns, charges, rereads
 }
 
 // crowdScore compares the silent_reinit_after_404 findings of recs with the
 // truth: a finding counts when it names the first charge's session as
 // session_id, the second's as new_session_id, tool charge_card and the two
 // JSON-RPC ids, and only once. Everything else reported is false.
-func crowdScore(truth []doubleCharge, recs []map[string]any) (reported, missed []doubleCharge, falses []string) {
+func crowdScore(truth, reruns []doubleCharge, recs []map[string]any) (reported, missed []doubleCharge, rerun int, falses []string) {
 	seen := map[doubleCharge]int{}
 	for _, r := range recs {
 		if r["type"] != "violation" {
@@ -114,6 +138,12 @@ func crowdScore(truth []doubleCharge, recs []map[string]any) (reported, missed [
 					break
 				}
 			}
+			for _, d := range reruns {
+				if !hit && d.s1 == sid && d.s2 == nsid && d.id1 == ids[0] && d.id2 == ids[1] && r["severity"] == "critical" {
+					rerun++
+					hit = true
+				}
+			}
 		}
 		if !hit {
 			falses = append(falses, fmt.Sprintf("%v tool=%v session %s -> %s ids %v: %v", r["kind"], tool, sid, nsid, ids, r["explanation"]))
@@ -124,7 +154,7 @@ func crowdScore(truth []doubleCharge, recs []map[string]any) (reported, missed [
 			missed = append(missed, d)
 		}
 	}
-	return reported, missed, falses
+	return reported, missed, rerun, falses
 }
 
 // checkLinks compares every link a session record states (previous_session)
@@ -162,7 +192,7 @@ func checkLinks(t *testing.T, path string, recs []map[string]any) (right int, wr
 // server's charge log, logging the truth/reported/missed/false table.
 func checkCrowd(t *testing.T, scenario, dir, fixture string) {
 	t.Helper()
-	truth, charges, rereads := crowdTruth(t, filepath.Join(dir, fixture+".charges.jsonl"))
+	truth, reruns, charges, rereads := crowdTruth(t, filepath.Join(dir, fixture+".charges.jsonl"))
 	if len(truth) == 0 {
 		t.Fatalf("the server log holds no double charge: the scenario did not run as designed")
 	}
@@ -183,14 +213,14 @@ func checkCrowd(t *testing.T, scenario, dir, fixture string) {
 			t.Logf("unverifiable: %v %v", r["check"], r["reason"])
 		}
 	}
-	reported, missed, falses := crowdScore(truth, recs)
+	reported, missed, rerun, falses := crowdScore(truth, reruns, recs)
 	links, wrong := checkLinks(t, filepath.Join(dir, fixture+".reinits.jsonl"), recs)
 	t.Logf("%d re-initialisations linked to their lost session, %d linked wrongly", links, len(wrong))
 	for _, w := range wrong {
 		t.Errorf("wrong link: %s", w)
 	}
-	t.Logf("%d sessions (%d lost to 404), %d charges executed, %d orders re-read (read-only), %d unverifiable",
-		sessions, lost, charges, rereads, unverifiable)
+	t.Logf("%d sessions (%d lost to 404), %d charges executed, %d orders re-read (read-only), %d unverifiable; %d in-flight calls re-issued after the server dropped them unrun (reported critical, outcome unknown on the wire)",
+		sessions, lost, charges, rereads, unverifiable, rerun)
 	t.Logf("\n%-32s %6s %9s %7s %6s\n%-32s %6d %9d %7d %6d", "scenario", "truth", "reported", "missed", "false",
 		scenario, len(truth), len(reported), len(missed), len(falses))
 	for _, d := range missed {
@@ -249,5 +279,32 @@ func TestCrowdSDKDoubleChargesLive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCrowdScoreKnowsUnrunCalls: a charge a session took but never ran,
+// re-issued and run by the next session, is neither a double charge nor a
+// false finding when reported critical (outcome unknown); reported as a
+// double charge of another pair, it is false.
+func TestCrowdScoreKnowsUnrunCalls(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "charges.jsonl")
+	os.WriteFile(log, []byte(`{"received":"o1","session":"S1","rpcId":4}
+{"charge":"o0","session":"S1","rpcId":3}
+{"received":"o1","session":"S2","rpcId":3}
+{"charge":"o1","session":"S2","rpcId":3}
+`), 0o600)
+	truth, reruns, charges, _ := crowdTruth(t, log)
+	if len(truth) != 0 || len(reruns) != 1 || charges != 2 {
+		t.Fatalf("truth %v, reruns %v, charges %d", truth, reruns, charges)
+	}
+	finding := func(severity string, ids ...any) map[string]any {
+		return map[string]any{"type": "violation", "kind": "silent_reinit_after_404", "tool": "charge_card", "severity": severity,
+			"session_id": "S1", "new_session_id": "S2", "jsonrpc_ids": ids}
+	}
+	if _, _, rerun, falses := crowdScore(truth, reruns, []map[string]any{finding("critical", "4", "3")}); rerun != 1 || len(falses) != 0 {
+		t.Errorf("critical finding of the unrun call: rerun %d, false %v", rerun, falses)
+	}
+	if _, _, rerun, falses := crowdScore(truth, reruns, []map[string]any{finding("high", "4", "3"), finding("critical", "3", "3")}); rerun != 0 || len(falses) != 2 {
+		t.Errorf("a completed-call finding or other ids: rerun %d, false %v", rerun, falses)
 	}
 }

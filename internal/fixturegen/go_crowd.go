@@ -57,8 +57,9 @@ func (l *crowdLog) add(v any) {
 // read from the request body before go-sdk handles it (a tool handler does
 // not see its request's id), so the charge log can name it.
 type rpcIDs struct {
-	mu  sync.Mutex
-	ids map[[2]string]json.RawMessage
+	mu       sync.Mutex
+	ids      map[[2]string]json.RawMessage
+	received *crowdLog // charge_card requests taken, before they run
 }
 
 func (r *rpcIDs) get(session, order string) json.RawMessage {
@@ -80,13 +81,20 @@ func (r *rpcIDs) wrap(h http.Handler) http.Handler {
 				ID     json.RawMessage `json:"id"`
 				Method string          `json:"method"`
 				Params struct {
+					Name      string    `json:"name"`
 					Arguments orderArgs `json:"arguments"`
 				} `json:"params"`
 			}
 			if json.Unmarshal(body, &m) == nil && m.Method == "tools/call" {
+				session := req.Header.Get("Mcp-Session-Id")
 				r.mu.Lock()
-				r.ids[[2]string{req.Header.Get("Mcp-Session-Id"), m.Params.Arguments.Order}] = m.ID
+				r.ids[[2]string{session, m.Params.Arguments.Order}] = m.ID
 				r.mu.Unlock()
+				if m.Params.Name == "charge_card" && r.received != nil {
+					// A call taken here may never run: the session can be
+					// closed before the SDK dispatches it.
+					r.received.add(map[string]any{"received": m.Params.Arguments.Order, "session": session, "rpcId": m.ID})
+				}
 			}
 		}
 		h.ServeHTTP(w, req)
@@ -141,7 +149,7 @@ func runGoCrowd(ctx context.Context, dir string) error {
 	}
 	defer rf.Close()
 	charges, reinits := &crowdLog{f: f}, &crowdLog{f: rf}
-	ids := &rpcIDs{ids: map[[2]string]json.RawMessage{}}
+	ids := &rpcIDs{ids: map[[2]string]json.RawMessage{}, received: charges}
 	srv := newShopServer(charges, ids)
 	var resent int
 	err = recordGo(dir, goCrowdName, []http.Handler{ids.wrap(goHandler(srv, storeOpts()))}, func(r *rig) error {
