@@ -31,7 +31,10 @@ CAP_NET_RAW), runs the same decoder and detector as analyze continuously, and
 writes what it finds to ClickHouse (--clickhouse) or, without one, prints it
 on standard output (--format text|json, the analyze contract). Serves
 /metrics (Prometheus), /healthz and /readyz on --listen. SIGTERM or SIGINT
-flush everything (findings, the sink's batches, the spool) and stop.
+flush everything (findings, the sink's batches, the spool) within
+--shutdown-timeout, spooling what ClickHouse has not taken by then, and stop:
+exit 0, or 3 when rows wait in the spool for the next run, or 2 on an error
+(rows neither stored nor spooled, an unreadable spool file).
 
 Configuration: defaults < --config YAML file (or REPLAYWATCH_CONFIG) <
 environment REPLAYWATCH_<FLAG> (e.g. REPLAYWATCH_INTERFACE=eth0) < flags.
@@ -172,6 +175,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := agent(ctx, &cfg, stdout, stderr, log); err != nil {
+		var left errUndelivered
+		if errors.As(err, &left) {
+			log.Warn("agent stopped with rows left in the spool for the next run", "rows", left.LeftRows, "spool", left.SpoolDir)
+			return exitUndelivered
+		}
 		log.Error("agent stopped", "err", err.Error())
 		return exitError
 	}
@@ -215,7 +223,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		if pod := os.Getenv("POD_NAME"); pod != "" {
 			source = fmt.Sprintf("%s/%s %s", os.Getenv("POD_NAMESPACE"), pod, source)
 		}
-		s, conn, err := cfg.clickhouse.openSink(ctx, source, stderr)
+		s, conn, err := cfg.clickhouse.openSink(ctx, source, stderr, log)
 		if err != nil {
 			return err
 		}
@@ -320,12 +328,16 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		log.Info("stopping: flushing findings", "timeout", cfg.shutdownTimeout.String())
 		capErr = <-runErr
 	}
-	// Shut down in pipeline order, within the shutdown timeout.
-	deadline := time.AfterFunc(cfg.shutdownTimeout, func() {
+	// Shut down in pipeline order, within the shutdown timeout: the sink
+	// gets what is left of it (less a tenth for the last words), sends what
+	// it can and spools the rest before then. The timer is the backstop of
+	// a stage that hangs.
+	shutdownBy := time.Now().Add(cfg.shutdownTimeout)
+	backstop := time.AfterFunc(cfg.shutdownTimeout, func() {
 		log.Error("shutdown took longer than --shutdown-timeout; exiting with what was flushed")
 		os.Exit(exitError)
 	})
-	defer deadline.Stop()
+	defer backstop.Stop()
 	tel.NotReady("capture", "stopping")
 	pipe.Close()
 	close(clockStop)
@@ -341,16 +353,35 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	if flushOut != nil {
 		flushOut()
 	}
+	var undelivered error
 	if store != nil {
-		r := store.Close()
-		log.Info("sink closed", "written", r.Written, "left_in_spool", r.LeftRows, "spool", r.SpoolDir)
+		closeCtx, cancel := context.WithDeadline(context.Background(), shutdownBy.Add(-cfg.shutdownTimeout/10))
+		r := store.Close(closeCtx)
+		cancel()
+		log.Info("sink closed", "written", r.Written, "replayed", r.Replayed, "left_in_spool", r.LeftRows, "lost", r.Lost,
+			"corrupt_files", len(r.CorruptFiles), "spool", r.SpoolDir)
+		switch {
+		case r.Lost > 0 || len(r.CorruptFiles) > 0:
+			return fmt.Errorf("clickhouse sink: %s", r)
+		case r.LeftRows > 0:
+			undelivered = errUndelivered{r}
+		}
 	}
 	if capErr != nil && !errors.Is(capErr, context.Canceled) {
 		return capErr
 	}
+	if undelivered != nil {
+		return undelivered
+	}
 	log.Info("agent stopped")
 	return nil
 }
+
+// errUndelivered ends an agent whose last rows wait in the spool: not an
+// error of the agent, but not a clean stop either (exit 3, as analyze).
+type errUndelivered struct{ chsink.Report }
+
+func (e errUndelivered) Error() string { return e.String() }
 
 // applySchemaAtStart migrates the schema when the server is reachable; an
 // unreachable server is not an error (the sink spools until it returns).

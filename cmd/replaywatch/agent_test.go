@@ -18,7 +18,6 @@ import (
 
 	"github.com/replaywatch/replaywatch/internal/chtest"
 	"github.com/replaywatch/replaywatch/internal/netnsrig"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
 	"github.com/replaywatch/replaywatch/internal/testenv"
 )
 
@@ -239,12 +238,7 @@ func TestAgentToClickHouse(t *testing.T) {
 	if !strings.Contains(stderr.String(), "schema migration applied") {
 		t.Fatalf("schema not applied at start:\n%s", stderr.String())
 	}
-	gen := exec.Command("go", "run", "./internal/fixturegen", "-out", t.TempDir(), "-sample", "", "-only", "go-rolling-deploy-swap")
-	gen.Dir = filepath.Join("..", "..")
-	gen.Env = append(os.Environ(), pcaprec.ProxyHostEnv+"="+agentProxyHost)
-	if out, err := gen.CombinedOutput(); err != nil {
-		t.Fatalf("fixturegen: %v\n%s", err, out)
-	}
+	rollingDeployTraffic(t)
 	a.stop(t)
 	if !strings.Contains(stderr.String(), `"msg":"sink closed"`) || !strings.Contains(stderr.String(), `"left_in_spool":0`) {
 		t.Fatalf("sink not flushed on SIGTERM:\n%s", stderr.String())

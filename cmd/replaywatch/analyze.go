@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/replaywatch/replaywatch/capture"
@@ -39,8 +40,10 @@ are kept in an on-disk spool and sent first on the next run.
 
 Output: --format text (default) prints a summary and each finding with its
 explanation and evidence; --format json prints JSON Lines (see README,
-"Output format"). Exit code 0: no violations; 1: violations; 2: error, or a
-capture that could not be analysed.
+"Output format"). Exit code 0: no violations; 1: violations; 2: error, a
+capture that could not be analysed, a run stopped by SIGINT or SIGTERM (the
+report covers what was read), an unreadable spool file or rows neither
+stored nor spooled; 3: no violations, but rows wait in the ClickHouse spool.
 
 A capture could not be analysed when less than half of its TCP payload bytes
 reached the decoder (the rest cut by the snap length, lost in capture gaps or
@@ -62,10 +65,14 @@ type analyzeConfig struct {
 	progress     string
 	cpuProfile   string
 	memProfile   string
-	capture      capture.Config
-	decode       decode.Config
-	detect       detector.Config
-	clickhouse   clickhouseFlags
+	// shutdownTimeout bounds the end of a run once reading stopped (the
+	// input ended or a signal came): writing what is left to ClickHouse,
+	// else to the spool.
+	shutdownTimeout time.Duration
+	capture         capture.Config
+	decode          decode.Config
+	detect          detector.Config
+	clickhouse      clickhouseFlags
 }
 
 func (c *analyzeConfig) register(fs *flag.FlagSet) {
@@ -80,6 +87,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.capture.Workers, "workers", c.capture.Workers, "reassembly and decode workers, connections sharded by flow hash (0: one per core)")
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "once reading stops (end of input, SIGINT or SIGTERM), how long sending the last rows to ClickHouse may take; what is not sent by then is spooled")
 	registerLimits(fs, &c.capture, &c.decode, &c.detect)
 }
 
@@ -163,13 +171,15 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		defer pprof.StopCPUProfile()
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGINT (a terminal) and SIGTERM (timeout, docker stop, a CI runner)
+	// alike: stop reading, report what was read, deliver or spool it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var store *chsink.Sink
 	if cfg.clickhouse.enabled() {
 		var conn *chsink.Conn
 		var err error
-		store, conn, err = cfg.clickhouse.openSink(ctx, strings.Join(fs.Args(), ","), stderr)
+		store, conn, err = cfg.clickhouse.openSink(ctx, strings.Join(fs.Args(), ","), stderr, nil)
 		if err != nil {
 			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 			return exitError
@@ -188,12 +198,20 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	summary, err := analyze(ctx, fs.Args(), &cfg, out)
 	bar.Done()
+	interrupted := context.Cause(ctx)
+	stop() // a second signal now ends the process at once
 	var undelivered, corrupt bool
 	if store != nil {
 		// Close even after a failed analysis: what was accepted is
 		// written or spooled, never dropped.
-		report := store.Close()
+		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		report := store.Close(closeCtx)
+		cancel()
 		fmt.Fprintf(stderr, "replaywatch analyze: %s\n", report)
+		if report.Lost > 0 {
+			corrupt = true
+			fmt.Fprintf(stderr, "replaywatch analyze: error: %d rows could be neither sent to ClickHouse nor written to the spool %s: %s\n", report.Lost, report.SpoolDir, report.LastError)
+		}
 		if report.LeftRows > 0 {
 			undelivered = true
 			fmt.Fprintf(stderr, "replaywatch analyze: warning: ClickHouse did not take every row; they are safe in the spool %s\n", report.SpoolDir)
@@ -213,7 +231,14 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	for _, e := range summary.Errors {
+		if interrupted != nil && strings.Contains(e, context.Canceled.Error()) {
+			continue // said below
+		}
 		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", e)
+	}
+	if interrupted != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: stopped by %v: the report covers the %d packets read before it\n", interrupted, summary.Packets)
+		return exitError
 	}
 	switch {
 	case summary.PartialReason != nil && !cfg.allowPartial:

@@ -100,10 +100,14 @@ func defaultSpoolDir(dsn string) (string, error) {
 // openSink connects, checks the schema and starts the sink. When the server
 // cannot be reached, the sink starts anyway and spools until it can (conn is
 // nil then); a wrong schema or bad credentials are errors.
-func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io.Writer) (*chsink.Sink, *chsink.Conn, error) {
+// The sink logs to log, or as text on stderr when log is nil.
+func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io.Writer, log *slog.Logger) (*chsink.Sink, *chsink.Conn, error) {
 	cfg := c.sink
 	cfg.Source = source
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = log
+	if log == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if cfg.SpoolDir == "" {
 		dir, err := defaultSpoolDir(c.connect.DSN)
 		if err != nil {
@@ -116,9 +120,12 @@ func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io
 		if !chsink.Unreachable(err) {
 			return nil, nil, err
 		}
+		s, serr := chsink.NewDeferred(c.connect, cfg)
+		if serr != nil {
+			return nil, nil, fmt.Errorf("%v, and the spool cannot hold the findings either: %w", err, serr)
+		}
 		fmt.Fprintf(stderr, "replaywatch: warning: %v\nreplaywatch: findings are kept in the spool %s and sent when ClickHouse is back\n", err, cfg.SpoolDir)
-		s, err := chsink.NewDeferred(c.connect, cfg)
-		return s, nil, err
+		return s, nil, nil
 	}
 	s, err := chsink.New(ctx, conn, cfg)
 	if err != nil {

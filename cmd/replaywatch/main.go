@@ -7,8 +7,9 @@
 //	replaywatch version
 //
 // Exit codes: 0 nothing found, 1 violations found, 2 error (bad file, bad
-// flags, a capture most of which could not be analysed), so analyze can gate
-// a CI job.
+// flags, a capture most of which could not be analysed, stopped by a signal,
+// rows lost), 3 rows left in the ClickHouse spool, so analyze can gate a CI
+// job.
 package main
 
 import (
@@ -38,7 +39,8 @@ Usage:
   replaywatch help [COMMAND]            show help
 
 Exit codes: 0 no violations, 1 violations found, 2 error (for analyze, also a
-capture most of which could not be analysed; see "replaywatch analyze --help").
+capture most of which could not be analysed; see "replaywatch analyze --help"),
+3 rows left in the ClickHouse spool for a later run.
 Run "replaywatch analyze --help" for the analyze flags.
 `
 

@@ -443,7 +443,7 @@ func (b *bench) runOurs(ctx context.Context) (sample, error) {
 	for i := range b.events {
 		s.StreamEvent(&b.events[i])
 	}
-	rep := s.Close()
+	rep := s.Close(context.Background())
 	out := sample{seconds: time.Since(start).Seconds(), cpu: processCPU() - cpu0, server: b.t.serverCPU().minus(srv0)}
 	if rep.Written != int64(b.o.rows) || rep.LeftRows != 0 {
 		return out, fmt.Errorf("sink wrote %d of %d rows: %s", rep.Written, b.o.rows, rep)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -223,6 +224,7 @@ func (s *Server) Stop() error {
 	if s.proc == nil {
 		return nil
 	}
+	s.proc.signalGroup(syscall.SIGCONT) // a paused server cannot handle SIGTERM
 	err := s.proc.stop(stopTimeout)
 	s.proc = nil
 	return err
@@ -238,6 +240,26 @@ func (s *Server) Kill() {
 	}
 	s.proc.kill()
 	s.proc = nil
+}
+
+// Pause stops the server with SIGSTOP: connections stay open and new ones
+// are accepted by the kernel, but nothing answers (a hung server). Resume
+// continues it; Stop and Kill resume it first.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.signalGroup(syscall.SIGSTOP)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.signalGroup(syscall.SIGCONT)
+	}
 }
 
 // Running reports whether the server process is alive.

@@ -422,7 +422,7 @@ func TestRealSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer s.Close(context.Background())
 	s.Violation(&detector.Violation{ID: "v1", Kind: detector.KindReplayedEvent, Severity: detector.SeverityCritical, Time: time.Now()})
 	s.Flush()
 

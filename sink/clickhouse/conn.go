@@ -2,12 +2,14 @@ package clickhouse
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +41,76 @@ type Conn struct {
 	native  driver.Conn
 	dialect Dialect
 	where   string // the DSN without its password, for messages
+	dial    *dialer
+}
+
+// errAborted is the error of a connection cut by abort.
+var errAborted = errors.New("clickhouse connection aborted (shutting down)")
+
+// dialer opens the driver's connections and keeps them, so that abort can
+// close them mid-read: the driver's Close closes only idle connections, and
+// a request context's cancellation does not reach a blocked read.
+type dialer struct {
+	timeout time.Duration
+	tls     *tls.Config
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	aborted bool
+}
+
+func (d *dialer) dialContext(ctx context.Context, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	aborted, timeout, tlsConfig := d.aborted, d.timeout, d.tls
+	d.mu.Unlock()
+	if aborted {
+		return nil, errAborted
+	}
+	nd := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if tlsConfig != nil {
+		c, err = (&tls.Dialer{NetDialer: nd, Config: tlsConfig}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = nd.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.aborted {
+		c.Close()
+		return nil, errAborted
+	}
+	if d.conns == nil {
+		d.conns = map[net.Conn]struct{}{}
+	}
+	d.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, d: d}, nil
+}
+
+// abort closes every connection and refuses new ones.
+func (d *dialer) abort() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.aborted = true
+	for c := range d.conns {
+		c.Close()
+	}
+	clear(d.conns)
+}
+
+type trackedConn struct {
+	net.Conn
+	d *dialer
+}
+
+func (c *trackedConn) Close() error {
+	c.d.mu.Lock()
+	delete(c.d.conns, c.Conn)
+	c.d.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // Redact returns dsn with any password replaced by "xxxxx", for messages
@@ -54,6 +126,10 @@ func Redact(dsn string) string {
 // Connect opens a connection, checks the server answers and detects its
 // version. Errors never contain the password.
 func Connect(ctx context.Context, o ConnectOptions) (*Conn, error) {
+	return openConn(ctx, o, &dialer{})
+}
+
+func openConn(ctx context.Context, o ConnectOptions, d *dialer) (*Conn, error) {
 	where := Redact(o.DSN)
 	opts, err := ch.ParseDSN(o.DSN)
 	if err != nil {
@@ -79,11 +155,15 @@ func Connect(ctx context.Context, o ConnectOptions) (*Conn, error) {
 	if o.DialTimeout > 0 {
 		opts.DialTimeout = o.DialTimeout
 	}
+	d.mu.Lock()
+	d.timeout, d.tls = opts.DialTimeout, opts.TLS
+	d.mu.Unlock()
+	opts.DialContext = d.dialContext
 	native, err := ch.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s: %v", where, err)
 	}
-	c := &Conn{native: native, where: where}
+	c := &Conn{native: native, where: where, dial: d}
 	if err := native.Ping(ctx); err != nil {
 		native.Close()
 		return nil, fmt.Errorf("clickhouse %s: %w", where, err)
@@ -185,17 +265,22 @@ func (c *Conn) insert(ctx context.Context, b *batch) error {
 	return pb.Send()
 }
 
+func (c *Conn) abort() { c.dial.abort() }
+
 // deferredConn connects on first use: a sink started while the server is
 // unreachable spools and connects (and checks the schema) when it can. Used
-// from the sender goroutine only.
+// from the sender goroutine only, but for abort.
 type deferredConn struct {
 	opts ConnectOptions
 	conn *Conn
+	dial dialer // shared by every connection made, so abort reaches a connect in progress
 }
+
+func (l *deferredConn) abort() { l.dial.abort() }
 
 func (l *deferredConn) insert(ctx context.Context, b *batch) error {
 	if l.conn == nil {
-		c, err := Connect(ctx, l.opts)
+		c, err := openConn(ctx, l.opts, &l.dial)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func newMetrics(mp metric.MeterProvider, sp *spool) (*metrics, error) {
 	var ms metrics
 	var err error
 	if ms.rows, err = m.Int64Counter("replaywatch.sink.rows", metric.WithUnit("{row}"),
-		metric.WithDescription("Rows handled by the ClickHouse sink, by table and result: written (confirmed by the server), spooled (written to the on-disk spool), replayed (sent from the spool)")); err != nil {
+		metric.WithDescription("Rows handled by the ClickHouse sink, by table and result: written (confirmed by the server), spooled (written to the on-disk spool), replayed (sent from the spool), lost (neither written nor spooled by the shutdown deadline)")); err != nil {
 		return nil, err
 	}
 	if ms.batches, err = m.Int64Counter("replaywatch.sink.batches", metric.WithUnit("{batch}"),

@@ -106,7 +106,7 @@ func TestReadQueriesOnDebianServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	feed(s, seedForQueries(now))
-	s.Close()
+	s.Close(context.Background())
 	checkReadQueries(t, nativeRowsText(c), c.Dialect().Database, now)
 }
 

@@ -96,7 +96,7 @@ func TestMigrationsOnDebianServer(t *testing.T) {
 					}
 				}
 				feed(s, old)
-				if r := s.Close(); r.LeftRows != 0 {
+				if r := s.Close(context.Background()); r.LeftRows != 0 {
 					t.Fatalf("writing at v%d: %s", from, r)
 				}
 			}
@@ -154,7 +154,7 @@ func TestRoundTripEveryRecordType(t *testing.T) {
 		t.Fatal(err)
 	}
 	feed(s, recs)
-	if r := s.Close(); r.Written != int64(len(recs)) || r.LeftRows != 0 {
+	if r := s.Close(context.Background()); r.Written != int64(len(recs)) || r.LeftRows != 0 {
 		t.Fatalf("report: %s (want %d rows)", r, len(recs))
 	}
 	want := map[*table]*batch{}
@@ -228,7 +228,7 @@ func TestDuplicatesCollapse(t *testing.T) {
 			t.Fatal(err)
 		}
 		feed(s, recs)
-		if r := s.Close(); r.Written != int64(len(recs)) {
+		if r := s.Close(context.Background()); r.Written != int64(len(recs)) {
 			t.Fatalf("run %d: %s", run, r)
 		}
 	}
@@ -296,7 +296,7 @@ func TestOutageExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	r := s.Close()
+	r := s.Close(context.Background())
 	if r.LeftRows != 0 || r.Spooled == 0 {
 		t.Fatalf("report %+v: want a spool used and emptied", r)
 	}
@@ -332,7 +332,7 @@ func TestRestartWithSpoolOnServer(t *testing.T) {
 	for _, e := range evs[:2000] {
 		s.StreamEvent(e)
 	}
-	if r := s.Close(); r.LeftRows != 2000 || r.Written != 0 {
+	if r := s.Close(context.Background()); r.LeftRows != 2000 || r.Written != 0 {
 		t.Fatalf("first run: %+v", r)
 	}
 	if err := srv.Start(); err != nil {
@@ -346,7 +346,7 @@ func TestRestartWithSpoolOnServer(t *testing.T) {
 	for _, e := range evs[2000:] {
 		s2.StreamEvent(e)
 	}
-	r := s2.Close()
+	r := s2.Close(context.Background())
 	if r.LeftRows != 0 || r.Replayed != 2000 || r.Written != 3000 {
 		t.Fatalf("second run: %+v", r)
 	}
@@ -373,7 +373,7 @@ func TestRetentionDropsOldPartitions(t *testing.T) {
 	s, _ := New(ctx, c, fastConfig(t))
 	feed(s, sampleRecords("OLD", now.AddDate(0, 0, -40)))
 	feed(s, sampleRecords("NEW", now.Add(-time.Hour)))
-	s.Close()
+	s.Close(context.Background())
 	dropped, err := DropExpiredPartitions(ctx, c, d, now)
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +416,7 @@ func TestDistributedPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		feed(s, recs)
-		if r := s.Close(); r.Written != int64(len(recs)) {
+		if r := s.Close(context.Background()); r.Written != int64(len(recs)) {
 			t.Fatalf("%s", r)
 		}
 	}

@@ -61,7 +61,7 @@ type Config struct {
 	// the bound, so that a shutdown loses nothing either.
 	MaxSpoolBytes int64
 	// CloseTimeout bounds how long Close keeps trying to empty the spool
-	// before leaving it for the next run.
+	// before leaving it for the next run (within Close's own deadline).
 	CloseTimeout time.Duration
 
 	// StoreArguments stores tool arguments in clear (unknown_outcomes.
@@ -110,6 +110,23 @@ type inserter interface {
 	insert(ctx context.Context, b *batch) error
 }
 
+// aborter is an inserter that can cut its connections mid-read: a server
+// that stops answering (paused, blackholed) would otherwise hold an insert
+// until its timeout, past a shutdown's budget. Inserts after abort fail at
+// once.
+type aborter interface {
+	abort()
+}
+
+// Shutdown budget: MaxSpoolReserve is the most of Close's budget kept for
+// writing what is unsent to the spool (a quarter of it, at most this);
+// spoolAdoptInterval is how often a running sink looks for spool files of
+// runs that ended.
+const (
+	MaxSpoolReserve    = 3 * time.Second
+	spoolAdoptInterval = 5 * time.Second
+)
+
 // Sink writes the detector's findings, resume attempts, sessions and stream
 // events to ClickHouse. It implements detector.Sink and detector.EventSink.
 //
@@ -142,8 +159,17 @@ type Sink struct {
 	corruptMu sync.Mutex
 	corrupt   []string
 
+	// hurry is cancelled when Close's budget is nearly spent: inserts in
+	// flight are cut (hurryNow aborts the inserter's connections) and
+	// everything not yet sent goes to the spool.
+	hurry       context.Context
+	hurryNow    context.CancelFunc
+	cancelHurry context.CancelFunc // hurryNow without the abort
+	closeBy     atomic.Int64       // Close's deadline, Unix nanoseconds; 0 before Close
+
 	closing                    atomic.Bool
 	written, spooled, replayed atomic.Int64
+	lost                       atomic.Int64 // rows neither written nor spooled (the disk failed at shutdown)
 	failures                   atomic.Int64
 	lastErr                    atomic.Value // string
 	down                       bool         // sender goroutine only: last insert failed
@@ -188,8 +214,15 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 		timerDone: make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	s.hurry, s.cancelHurry = context.WithCancel(context.Background())
+	s.hurryNow = func() {
+		s.cancelHurry()
+		if a, ok := ins.(aborter); ok {
+			a.abort()
+		}
+	}
 	if st := sp.stats(); st.batches > 0 {
-		s.log.Info("clickhouse sink: spool from an earlier run will be sent first", "dir", cfg.SpoolDir, "batches", st.batches, "rows", st.rows)
+		s.log.Info("clickhouse sink: spool from an earlier run will be sent first", "dir", sp.dir, "batches", st.batches, "rows", st.rows)
 	}
 	go s.send()
 	go s.flushEvery()
@@ -297,6 +330,8 @@ func (s *Sink) send() {
 	defer close(s.done)
 	backoff := s.cfg.RetryBackoff
 	var wait <-chan time.Time
+	adopt := time.NewTicker(spoolAdoptInterval)
+	defer adopt.Stop()
 	for {
 		if wait == nil && s.sp.stats().batches > 0 {
 			if s.replayHead() {
@@ -314,6 +349,14 @@ func (s *Sink) send() {
 			s.deliver(b)
 		case <-wait:
 			wait = nil
+		case <-adopt.C:
+			// A run that ended while this one lives (an analyze next to
+			// an agent) left its rows for someone to send.
+			if n, err := s.sp.adopt(); err != nil {
+				s.log.Error("clickhouse sink: cannot take over an ended run's spool", "err", err)
+			} else if n > 0 {
+				s.log.Info("clickhouse sink: took over the spool of an ended run", "batches", n, "dir", s.sp.dir)
+			}
 		}
 	}
 }
@@ -322,7 +365,11 @@ func (s *Sink) send() {
 // older batches wait in the spool (order is kept).
 func (s *Sink) deliver(b *batch) {
 	if s.sp.stats().batches == 0 {
-		if err := s.insertWithRetry(b, s.cfg.MaxRetries); err == nil {
+		retries := s.cfg.MaxRetries
+		if s.closing.Load() {
+			retries = 0 // spool at once; Close retries from the spool while its budget lasts
+		}
+		if err := s.insertWithRetry(b, retries); err == nil {
 			s.written.Add(int64(b.rows))
 			s.m.addRows(b.table.name, "written", b.rows)
 			return
@@ -333,7 +380,9 @@ func (s *Sink) deliver(b *batch) {
 
 // spoolPut writes b to the spool. When the spool is full it drains the head
 // into the server first, waiting as long as that takes, except while
-// closing: then the bound gives way, so that a shutdown loses nothing.
+// closing: then the bound gives way, so that a shutdown loses nothing. A
+// disk that fails is retried until Close's deadline; past it the rows are
+// counted lost (Report.Lost), the one way a row is lost.
 func (s *Sink) spoolPut(b *batch) {
 	backoff := s.cfg.RetryBackoff
 	for {
@@ -356,8 +405,18 @@ func (s *Sink) spoolPut(b *batch) {
 			// The disk failed; keep trying, the rows stay in memory.
 			s.noteErr(err)
 			s.log.Error("clickhouse sink: cannot write spool", "err", err)
+			if by := s.closeBy.Load(); by != 0 && time.Now().UnixNano() >= by {
+				s.lost.Add(int64(b.rows))
+				s.m.addRows(b.table.name, "lost", b.rows)
+				s.log.Error("clickhouse sink: shutdown deadline reached; rows neither written nor spooled", "table", b.table.name, "rows", b.rows, "spool", s.sp.dir)
+				return
+			}
 		}
-		time.Sleep(backoff)
+		wait := backoff
+		if by := s.closeBy.Load(); by != 0 {
+			wait = max(min(wait, time.Until(time.Unix(0, by))), time.Millisecond)
+		}
+		time.Sleep(wait)
 		backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
 	}
 }
@@ -369,7 +428,7 @@ func (s *Sink) replayHead() bool {
 	if err != nil {
 		s.m.corrupt.Add(context.Background(), 1)
 		s.corruptMu.Lock()
-		s.corrupt = append(s.corrupt, f.path+".corrupt")
+		s.corrupt = append(s.corrupt, f.path)
 		s.corruptMu.Unlock()
 		s.noteErr(err)
 		s.log.Error("clickhouse sink: unreadable spool file set aside", "err", err)
@@ -399,7 +458,10 @@ func (s *Sink) replayHead() bool {
 func (s *Sink) insertWithRetry(b *batch, retries int) error {
 	backoff := s.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.InsertTimeout)
+		if err := s.hurry.Err(); err != nil {
+			return fmt.Errorf("shutting down: %w", err) // spool, do not start what cannot end in time
+		}
+		ctx, cancel := context.WithTimeout(s.hurry, s.cfg.InsertTimeout)
 		start := time.Now()
 		err := s.ins.insert(ctx, b)
 		cancel()
@@ -422,7 +484,10 @@ func (s *Sink) insertWithRetry(b *batch, retries int) error {
 			return err
 		}
 		s.m.retry(b.table.name)
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-s.hurry.Done():
+		}
 		backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
 	}
 }
@@ -437,21 +502,28 @@ type Report struct {
 	Written  int64 // rows the server confirmed (including replayed ones)
 	Replayed int64 // of which came from the spool
 	Spooled  int64 // rows written to the spool at some point
-	// Left is what stays in the spool for the next run.
+	// Left is what stays in the spool for the next run, in SpoolDir (this
+	// run's directory in the spool).
 	LeftRows    int64
 	LeftBatches int
 	SpoolDir    string
-	Failures    int64
-	LastError   string
+	// Lost rows could be neither written nor spooled before Close's
+	// deadline (the spool's disk failed).
+	Lost      int64
+	Failures  int64
+	LastError string
 	// CorruptFiles are spool files that could not be read back, set aside
 	// (renamed *.corrupt) for a human: their rows were not delivered.
 	CorruptFiles []string
 }
 
 // Close flushes everything, waits for the sender, and tries for up to
-// CloseTimeout to empty the spool. Nothing accepted is lost: what the server
-// did not take stays in the spool for the next run, and Report says so.
-func (s *Sink) Close() Report {
+// CloseTimeout to empty the spool, all before ctx's deadline (without one:
+// CloseTimeout plus InsertTimeout). Nothing accepted is lost: what the
+// server did not take by the last part of the budget (a quarter, at most
+// MaxSpoolReserve) is spooled for the next run, and Report says so; inserts
+// still in flight then are cut.
+func (s *Sink) Close(ctx context.Context) Report {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -459,6 +531,16 @@ func (s *Sink) Close() Report {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.cfg.CloseTimeout + s.cfg.InsertTimeout)
+	}
+	hurryAt := deadline.Add(-min(time.Until(deadline)/4, MaxSpoolReserve))
+	s.closeBy.Store(deadline.UnixNano())
+	hurry := time.AfterFunc(time.Until(hurryAt), s.hurryNow)
+	defer hurry.Stop()
+	stop := context.AfterFunc(ctx, s.hurryNow) // the caller gave up early
+	defer stop()
 	// Stop the timer before taking the lock again: a tick may be waiting
 	// for it inside Flush.
 	close(s.stopTimer)
@@ -467,14 +549,19 @@ func (s *Sink) Close() Report {
 	s.Flush()
 	close(s.queue)
 	<-s.done
-	deadline := time.Now().Add(s.cfg.CloseTimeout)
+	drainBy := time.Now().Add(s.cfg.CloseTimeout)
+	if drainBy.After(hurryAt) {
+		drainBy = hurryAt
+	}
 	backoff := s.cfg.RetryBackoff
-	for s.sp.stats().batches > 0 && time.Now().Before(deadline) {
+	for s.sp.stats().batches > 0 && time.Now().Before(drainBy) && s.hurry.Err() == nil {
 		if !s.replayHead() {
-			time.Sleep(min(backoff, time.Until(deadline)))
+			time.Sleep(min(backoff, time.Until(drainBy)))
 			backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
 		}
 	}
+	s.cancelHurry() // nothing more is sent (the caller's connection stays usable)
+	s.sp.close()
 	s.m.reg.Unregister()
 	return s.report()
 }
@@ -483,7 +570,7 @@ func (s *Sink) report() Report {
 	st := s.sp.stats()
 	r := Report{
 		Written: s.written.Load(), Replayed: s.replayed.Load(), Spooled: s.spooled.Load(),
-		LeftRows: st.rows, LeftBatches: st.batches, SpoolDir: s.cfg.SpoolDir, Failures: s.failures.Load(),
+		LeftRows: st.rows, LeftBatches: st.batches, SpoolDir: s.sp.dir, Failures: s.failures.Load(), Lost: s.lost.Load(),
 	}
 	s.corruptMu.Lock()
 	r.CorruptFiles = slices.Clone(s.corrupt)
@@ -501,6 +588,9 @@ func (r Report) String() string {
 	}
 	if r.LeftRows > 0 {
 		msg += fmt.Sprintf("; %d rows in %d batches kept in the spool %s and sent on the next run (last error: %s)", r.LeftRows, r.LeftBatches, r.SpoolDir, r.LastError)
+	}
+	if r.Lost > 0 {
+		msg += fmt.Sprintf("; %d rows LOST: neither written nor spooled to %s before the shutdown deadline (last error: %s)", r.Lost, r.SpoolDir, r.LastError)
 	}
 	if len(r.CorruptFiles) > 0 {
 		msg += fmt.Sprintf("; %d spool file(s) could not be read back and were set aside, undelivered: %s", len(r.CorruptFiles), strings.Join(r.CorruptFiles, ", "))

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +72,7 @@ func TestBatchesBySize(t *testing.T) {
 	for i := range 25 {
 		s.StreamEvent(event(i))
 	}
-	r := s.Close()
+	r := s.Close(context.Background())
 	if len(srv.batches) != 3 || srv.batches[0].rows != 10 || srv.batches[2].rows != 5 || r.Written != 25 {
 		t.Fatalf("batches %d, report %+v", len(srv.batches), r)
 	}
@@ -80,7 +83,7 @@ func TestFlushesOnInterval(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.FlushInterval = 20 * time.Millisecond
 	s, _ := newSink(srv, SchemaVersion, cfg)
-	defer s.Close()
+	defer s.Close(context.Background())
 	s.Violation(sampleRecords("S", time.Now())[0].(*detector.Violation))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -118,7 +121,7 @@ func TestOutageSpoolsAndReplaysInOrder(t *testing.T) {
 	for i := 70; i < 100; i++ {
 		s.StreamEvent(event(i))
 	}
-	r := s.Close()
+	r := s.Close(context.Background())
 	got := srv.ids()
 	if len(got) != 100 || r.LeftRows != 0 || r.Written != 100 || r.Replayed < 40 {
 		t.Fatalf("got %d rows, report %+v", len(got), r)
@@ -141,14 +144,14 @@ func TestRestartWithSpool(t *testing.T) {
 	for i := range 5 {
 		s.StreamEvent(event(i))
 	}
-	r := s.Close()
+	r := s.Close(context.Background())
 	if r.LeftRows != 5 || r.Written != 0 {
 		t.Fatalf("first run: %+v", r)
 	}
 	srv.setDown(false)
 	s2, _ := newSink(srv, SchemaVersion, cfg)
 	s2.StreamEvent(event(5))
-	r = s2.Close()
+	r = s2.Close(context.Background())
 	if got := srv.ids(); len(got) != 6 || got[0] != "e00000" || got[5] != "e00005" || r.LeftRows != 0 || r.Replayed != 5 {
 		t.Fatalf("second run: %v %+v", got, r)
 	}
@@ -176,7 +179,7 @@ func TestSpoolFullIsBackPressure(t *testing.T) {
 	}
 	srv.setDown(false)
 	<-done
-	s.Close()
+	s.Close(context.Background())
 	if got := srv.ids(); len(got) != 10 {
 		t.Fatalf("%d rows delivered, want 10", len(got))
 	}
@@ -247,7 +250,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("spool gauges: %v", got)
 	}
 	srv.setDown(false)
-	s.Close()
+	s.Close(context.Background())
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -271,11 +274,80 @@ func TestCloseWhileTimerFlushes(t *testing.T) {
 		s, _ := newSink(&fakeServer{}, SchemaVersion, cfg)
 		s.StreamEvent(event(1))
 		done := make(chan struct{})
-		go func() { s.Close(); close(done) }()
+		go func() { s.Close(context.Background()); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Fatal("Close deadlocked with the flush timer")
 		}
 	}
+}
+
+// TestRowsLostOnlyWhenTheSpoolFails: the server is down and the spool's
+// disk is gone; Close keeps trying until its deadline, then counts the rows
+// it could place nowhere (the caller exits non-zero naming the spool)
+// instead of hanging or saying nothing.
+func TestRowsLostOnlyWhenTheSpoolFails(t *testing.T) {
+	f := &fakeServer{down: true}
+	s, err := newSink(f, SchemaVersion, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(s.sp.dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		s.StreamEvent(event(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r := s.Close(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v past its 600ms deadline", took)
+	}
+	if r.Lost != 10 || r.Written != 0 || r.LeftRows != 0 || !strings.Contains(r.String(), "10 rows LOST") || !strings.Contains(r.String(), s.sp.dir) {
+		t.Fatalf("report %+v: %s", r, r)
+	}
+}
+
+// TestCloseCutsAHungInsert: an insert that never returns (a paused server)
+// is cut when the budget's spool reserve begins, and its batch is spooled.
+func TestCloseCutsAHungInsert(t *testing.T) {
+	h := &hungServer{release: make(chan struct{})}
+	s, err := newSink(h, SchemaVersion, testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		s.StreamEvent(event(i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	r := s.Close(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Close took %v past its 1s deadline", took)
+	}
+	if r.LeftRows != 10 || r.Written != 0 || r.Lost != 0 || !h.aborted.Load() {
+		t.Fatalf("report %+v, inserter aborted %v: want the hung batch cut and spooled", r, h.aborted.Load())
+	}
+}
+
+// hungServer blocks every insert until abort, as a paused server's socket
+// does (its context's cancellation does not reach a blocked read).
+type hungServer struct {
+	release chan struct{}
+	once    sync.Once
+	aborted atomic.Bool
+}
+
+func (h *hungServer) insert(context.Context, *batch) error {
+	<-h.release
+	return errors.New("connection closed")
+}
+
+func (h *hungServer) abort() {
+	h.aborted.Store(true)
+	h.once.Do(func() { close(h.release) })
 }

@@ -24,7 +24,7 @@ func BenchmarkConvertStreamEvents(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		s.StreamEvent(evs[i%len(evs)])
 	}
-	s.Close()
+	s.Close(context.Background())
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
 
@@ -40,6 +40,6 @@ func BenchmarkConvertViolations(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		feed(s, recs[:1])
 	}
-	s.Close()
+	s.Close(context.Background())
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }

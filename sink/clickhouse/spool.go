@@ -9,10 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -29,8 +28,18 @@ const spoolMagic = "replaywatch-spool-1\n"
 // sequence number, so replay order is file name order. A file is written to
 // a temporary name, synced and renamed: after a crash a file is either
 // whole or absent.
+//
+// Several processes may share one spool directory (two analyze runs, an
+// agent and an analyze): each writes only in its own run directory,
+// run-<start>-<pid>, whose lock file it holds (flock) for its whole life.
+// A run directory whose lock can be taken belongs to a process that ended;
+// its batches are adopted, moved by rename (atomic: a file is in exactly one
+// run directory) into the adopter's own, and sent by it. Adopters take turns
+// under adopt.lock, so two never share a dead run's files.
 type spool struct {
-	dir      string
+	root     string   // the directory given, shared by every run
+	dir      string   // this process's run directory under root
+	lock     *os.File // dir's lock file, held (flock) until close
 	maxBytes int64
 
 	mu      sync.Mutex
@@ -64,59 +73,182 @@ func init() {
 	}
 }
 
-// openSpool opens (creating) dir and indexes the batches left there by an
-// earlier run. Leftover temporary files are removed.
-func openSpool(dir string, maxBytes int64) (*spool, error) {
+const (
+	runDirPrefix  = "run-"
+	lockFileName  = "lock"
+	adoptLockName = "adopt.lock"
+)
+
+// openSpool opens (creating) root, makes this process's run directory in it
+// and adopts the batches of every run that ended.
+func openSpool(root string, maxBytes int64) (*spool, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxSpoolBytes
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	entries, err := os.ReadDir(dir)
+	dir, lock, err := newRunDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("spool: %w", err)
+		return nil, fmt.Errorf("spool %s: %w", root, err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, nextSeq: 1}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") {
-			os.Remove(filepath.Join(dir, name))
-			continue
-		}
-		seqText, ok := strings.CutSuffix(name, ".batch")
-		if !ok {
-			continue
-		}
-		seq, err := strconv.ParseUint(seqText, 10, 64)
-		if err != nil {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			return nil, fmt.Errorf("spool: %w", err)
-		}
-		f := spoolFile{seq: seq, path: filepath.Join(dir, name), bytes: info.Size(), created: info.ModTime()}
-		if h, err := readSpoolHeader(f.path); err == nil {
-			f.rows, f.created = h.Rows, h.Created
-		}
-		s.files = append(s.files, f)
-		s.bytes += f.bytes
-		s.rows += int64(f.rows)
-		s.nextSeq = max(s.nextSeq, seq+1)
+	s := &spool{root: root, dir: dir, lock: lock, maxBytes: maxBytes, nextSeq: 1}
+	if _, err := s.adopt(); err != nil {
+		s.close()
+		return nil, err
 	}
-	slices.SortFunc(s.files, func(a, b spoolFile) int { return compareUint(a.seq, b.seq) })
 	return s, nil
 }
 
-func compareUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// newRunDir creates and locks a run directory. It is made under a hidden
+// name and renamed once locked, so that a run-* directory is never seen
+// unlocked while its owner lives.
+func newRunDir(root string) (string, *os.File, error) {
+	tmp, err := os.MkdirTemp(root, ".new-")
+	if err != nil {
+		return "", nil, err
 	}
-	return 0
+	lock, err := os.OpenFile(filepath.Join(tmp, lockFileName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	// Start time first: run directories sort by age.
+	dir := filepath.Join(root, fmt.Sprintf("%s%020d-%d-%s", runDirPrefix, time.Now().UnixNano(), os.Getpid(), strings.TrimPrefix(filepath.Base(tmp), ".new-")))
+	if err := os.Rename(tmp, dir); err != nil {
+		lock.Close()
+		os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	return dir, lock, nil
+}
+
+// adopt moves the batches of ended runs (and files of a spool written by an
+// older release directly in root) into this run's directory, behind its
+// own. It returns how many batches it took.
+func (s *spool) adopt() (int, error) {
+	guard, err := os.OpenFile(filepath.Join(s.root, adoptLockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	defer guard.Close() // releases the flock
+	if err := syscall.Flock(int(guard.Fd()), syscall.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("spool: lock %s: %w", guard.Name(), err)
+	}
+	entries, err := os.ReadDir(s.root)
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	taken := 0
+	for _, e := range entries {
+		path := filepath.Join(s.root, e.Name())
+		switch {
+		case e.IsDir() && strings.HasPrefix(e.Name(), runDirPrefix) && path != s.dir:
+			n, err := s.adoptRun(path)
+			taken += n
+			if err != nil {
+				return taken, err
+			}
+		case !e.IsDir() && strings.HasSuffix(e.Name(), ".batch"):
+			if err := s.take(path); err != nil {
+				return taken, err
+			}
+			taken++
+		}
+	}
+	if taken > 0 {
+		if err := syncDir(s.dir); err != nil {
+			return taken, fmt.Errorf("spool: %w", err)
+		}
+	}
+	return taken, nil
+}
+
+// adoptRun takes the batches of the run directory dir if its owner ended,
+// then removes the directory. Files that could not be read before are moved
+// up into root, where a human finds them.
+func (s *spool) adoptRun(dir string) (int, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR, 0)
+	if err != nil {
+		return 0, nil // being removed by its owner: nothing to take
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return 0, nil // its owner lives
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	taken := 0
+	for _, e := range entries { // sequence order: names are zero-padded
+		path := filepath.Join(dir, e.Name())
+		switch {
+		case strings.HasSuffix(e.Name(), ".batch"):
+			if err := s.take(path); err != nil {
+				return taken, err
+			}
+			taken++
+		case strings.HasSuffix(e.Name(), ".corrupt"):
+			os.Rename(path, s.corruptPath(strings.TrimSuffix(path, ".corrupt")))
+		case strings.HasSuffix(e.Name(), ".tmp"): // a write the crash interrupted
+			os.Remove(path)
+		}
+	}
+	os.Remove(filepath.Join(dir, lockFileName))
+	os.Remove(dir) // fails, harmlessly, if something unknown is left in it
+	return taken, nil
+}
+
+// take moves one batch file into this run's directory at the tail.
+func (s *spool) take(path string) error {
+	f := spoolFile{path: path, created: time.Now()}
+	if h, err := readSpoolHeader(path); err == nil {
+		f.rows, f.created = h.Rows, h.Created
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f.seq = s.nextSeq
+	s.nextSeq++
+	f.path = filepath.Join(s.dir, fmt.Sprintf("%020d.batch", f.seq))
+	if err := os.Rename(path, f.path); err != nil {
+		return fmt.Errorf("spool: adopt %s: %w", path, err)
+	}
+	if st, err := os.Stat(f.path); err == nil {
+		f.bytes = st.Size()
+	}
+	s.files = append(s.files, f)
+	s.bytes += f.bytes
+	s.rows += int64(f.rows)
+	return nil
+}
+
+// corruptPath is where an unreadable batch file is kept: in root, named
+// after its run and sequence.
+func (s *spool) corruptPath(batchPath string) string {
+	return filepath.Join(s.root, filepath.Base(filepath.Dir(batchPath))+"-"+filepath.Base(batchPath)+".corrupt")
+}
+
+// close releases the run directory: removed when empty, else left (with
+// its lock released) for a later run to adopt.
+func (s *spool) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lock == nil {
+		return
+	}
+	if len(s.files) == 0 {
+		os.Remove(filepath.Join(s.dir, lockFileName))
+		os.Remove(s.dir)
+	}
+	s.lock.Close()
+	s.lock = nil
 }
 
 // errSpoolFull says a batch does not fit under the spool's bound.
@@ -229,9 +361,15 @@ func (s *spool) head() (*batch, spoolFile, error) {
 	f := s.files[0]
 	b, err := readSpoolFile(f.path)
 	if err != nil {
-		os.Rename(f.path, f.path+".corrupt")
+		// Set aside in the shared directory, where a human looks first,
+		// so that the run directory can go.
+		aside := s.corruptPath(f.path)
+		if rerr := os.Rename(f.path, aside); rerr != nil {
+			aside = f.path
+		}
 		s.dropHeadLocked()
-		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s.corrupt)", f.path, err, filepath.Base(f.path))
+		f.path = aside
+		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s)", filepath.Base(f.path), err, aside)
 	}
 	return b, f, nil
 }

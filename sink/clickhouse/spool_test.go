@@ -3,9 +3,11 @@ package clickhouse
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,7 +33,10 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, "00000000000000000099.batch.tmp"), []byte("half"), 0o600) // a crash mid-write
+	tmp := filepath.Join(sp.dir, "00000000000000000099.batch.tmp")
+	os.WriteFile(tmp, []byte("half"), 0o600) // a crash mid-write
+	first := sp.dir
+	sp.close() // the process ends (its lock is released)
 	// A new process opens the same directory.
 	sp, err = openSpool(dir, 0)
 	if err != nil {
@@ -40,8 +45,8 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	if st := sp.stats(); st.batches != 3 || st.rows != 6 {
 		t.Fatalf("after reopen: %+v", st)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "00000000000000000099.batch.tmp")); !errors.Is(err, os.ErrNotExist) {
-		t.Error("temporary file of an interrupted write not removed")
+	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the ended run's directory (and its interrupted write) is still there")
 	}
 	for _, want := range []string{"A", "B", hostile} {
 		b, f, err := sp.head()
@@ -97,12 +102,97 @@ func TestSpoolSetsCorruptFileAside(t *testing.T) {
 	if _, _, err := sp.head(); err == nil {
 		t.Fatal("corrupt file read without error")
 	}
-	if _, err := os.Stat(first + ".corrupt"); err != nil {
+	if _, err := os.Stat(sp.corruptPath(first)); err != nil {
 		t.Fatalf("corrupt file not kept: %v", err)
 	}
 	b, _, err := sp.head()
 	if err != nil || b.column(2).([]string)[0] != "B" {
 		t.Fatalf("next batch after a corrupt one: %v %v", b, err)
+	}
+}
+
+// TestSpoolRunsShareADirectory: processes sharing one spool directory each
+// write their own files; one never takes a living run's files; a run
+// opened later takes every ended run's files (and a spool an older
+// release wrote directly in the directory), each once.
+func TestSpoolRunsShareADirectory(t *testing.T) {
+	root := t.TempDir()
+	const runs, batches = 3, 40
+	sps := make([]*spool, runs)
+	for i := range sps {
+		sp, err := openSpool(root, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sps[i] = sp
+	}
+	var wg sync.WaitGroup
+	for i, sp := range sps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range batches {
+				if err := sp.put(eventBatch(t, fmt.Sprintf("r%d-b%d", i, j))); err != nil {
+					t.Error(err)
+				}
+				if j%10 == 0 {
+					if n, err := sp.adopt(); n != 0 || err != nil {
+						t.Errorf("run %d adopted %d batches of living runs (%v)", i, n, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// An older release's spool: batch files directly in the directory.
+	legacy, err := os.ReadDir(sps[0].dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(sps[0].dir, legacy[0].Name()))
+	os.WriteFile(filepath.Join(root, "00000000000000000001.batch"), data, 0o600)
+
+	sps[0].close()
+	if n, err := sps[1].adopt(); n != batches+1 || err != nil {
+		t.Fatalf("adopted %d batches (%v), want the ended run's %d and the legacy file", n, err, batches)
+	}
+	sps[1].close()
+	sps[2].close()
+	last, err := openSpool(root, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for {
+		b, f, err := last.head()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			break
+		}
+		for _, s := range b.column(2).([]string) {
+			seen[s]++
+		}
+		last.pop(f)
+	}
+	for i := range runs {
+		for j := range batches {
+			want := 1
+			if i == 0 && j == 0 {
+				want = 2 // the legacy copy
+			}
+			if n := seen[fmt.Sprintf("r%d-b%d", i, j)]; n != want {
+				t.Errorf("batch r%d-b%d read %d times, want %d", i, j, n, want)
+			}
+		}
+	}
+	last.close()
+	left, _ := os.ReadDir(root)
+	for _, e := range left {
+		if e.Name() != adoptLockName {
+			t.Errorf("left in the spool directory: %s", e.Name())
+		}
 	}
 }
 
