@@ -71,6 +71,14 @@ type Config struct {
 	// of a body over MaxBodyBytes are not seen at all (the body is not
 	// peeked). Unused unless KeepToolArguments is set.
 	MaxArgumentBytes int
+
+	// HashKey keys every hash of user data: Authorization values, tool
+	// arguments (ParamsHash, args_hash) and SSE event data (DataHash) are
+	// HMAC-SHA-256 under it, so a low-entropy value cannot be found by
+	// hashing guesses. Agents of one deployment share it, so hashes and
+	// finding ids agree across nodes. Empty: unkeyed SHA-256 (tests,
+	// tools); the CLI always sets a key (see README, "Privacy").
+	HashKey []byte
 }
 
 // DefaultConfig returns the documented defaults.
@@ -93,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decode: MaxHeaderBytes %d is below 256", c.MaxHeaderBytes)
 	case c.MaxBodyBytes < 0:
 		return fmt.Errorf("decode: MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	case len(c.HashKey) > 0 && len(c.HashKey) < MinHashKeyBytes:
+		return fmt.Errorf("decode: HashKey of %d bytes is below %d", len(c.HashKey), MinHashKeyBytes)
 	case c.MaxSSELineBytes < 16:
 		return fmt.Errorf("decode: MaxSSELineBytes %d is below 16", c.MaxSSELineBytes)
 	case c.MaxEventBytes < 0:

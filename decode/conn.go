@@ -2,7 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"strings"
 	"time"
@@ -779,9 +778,8 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 		case "mcp-name":
 			req.MCPName = in.str(value)
 		case "authorization":
-			// Only the hash leaves: the credential itself is never kept.
-			sum := sha256.Sum256(value)
-			req.AuthHash = hexDigest(sum)
+			// Only the keyed hash leaves: the credential itself is never kept.
+			req.AuthHash = hexDigest(d.c.w.peeker.digester().digest(value))
 		}
 		// Cookie and everything else: dropped.
 	}
@@ -1176,7 +1174,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 		DataEmpty: e.DataBytes == 0,
 		Retry:     e.Retry,
 		DataBytes: e.DataBytes,
-		DataHash:  hex64(&eo.hashHex, e.DataHash),
+		DataHash:  hex64(&eo.hashHex, d.c.w.peeker.digester().keyed64(e.DataHash)),
 
 		LastEventID:   e.LastEventID,
 		DataTruncated: e.DataTruncated,

@@ -2,7 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -19,7 +18,11 @@ type Peeker struct {
 	// DefaultMaxArgumentBytes.
 	KeepToolArguments bool
 	MaxArgumentBytes  int
+	// HashKey is Config's: the key of every hash of user data (see
+	// digester).
+	HashKey []byte
 
+	dg      *digester // made from HashKey on first use
 	canon   []byte
 	members []canonMember
 	args    []byte // compacted arguments, before they are copied out
@@ -488,7 +491,15 @@ func (pk *Peeker) identityHash(params []byte) string {
 	return pk.hash(append(buf, '}'))
 }
 
-// hash returns the hex SHA-256 of v in canonical JSON.
+// digester returns the Peeker's keyed hash.
+func (pk *Peeker) digester() *digester {
+	if pk.dg == nil {
+		pk.dg = newDigester(pk.HashKey)
+	}
+	return pk.dg
+}
+
+// hash returns the hex keyed SHA-256 of v in canonical JSON.
 func (pk *Peeker) hash(v []byte) string {
 	out, err := pk.Canonical(pk.canon[:0], v)
 	if err != nil {
@@ -497,7 +508,7 @@ func (pk *Peeker) hash(v []byte) string {
 		out = append(pk.canon[:0], v...)
 	}
 	pk.canon = out[:0]
-	return hexDigest(sha256.Sum256(out))
+	return hexDigest(pk.digester().digest(out))
 }
 
 // CanonicalJSON appends v in canonical form to dst: no insignificant

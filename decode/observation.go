@@ -165,7 +165,7 @@ type Request struct {
 	// (revision 2026-07-28: the body's method and tool or resource name,
 	// for routers that do not parse bodies); "" when absent.
 	MCPMethod, MCPName string
-	// AuthHash is a hex SHA-256 of the Authorization header; "" when absent.
+	// AuthHash is a hex keyed SHA-256 (Config.HashKey) of the Authorization header; "" when absent.
 	// The value itself is never kept. Cookies are dropped entirely.
 	AuthHash string
 
@@ -217,9 +217,10 @@ type Event struct {
 	// data was not JSON-RPC.
 	Messages  []Message
 	DataBytes int
-	// DataHash is a hex XXH64 of the data (16 digits): fast and
-	// non-cryptographic, enough to compare payloads within a session. Do not
-	// store it to compare across runs or trust it against a forger.
+	// DataHash is 16 hex digits of the data's XXH64, keyed under
+	// Config.HashKey (the first 8 bytes of its HMAC; XXH64 itself without a
+	// key): enough to compare payloads within a deployment, not to trust
+	// against a forger.
 	DataHash string
 
 	// LastEventID is the stream's last-event-id buffer at dispatch (WHATWG):
@@ -370,7 +371,7 @@ type Message struct {
 	Method string
 	// Tool is params.name of a tools/call request.
 	Tool string
-	// ParamsHash is a hex SHA-256 of the params in canonical JSON (object
+	// ParamsHash is a hex keyed SHA-256 (Config.HashKey) of the params in canonical JSON (object
 	// keys sorted), without their top-level _meta (progress token, trace
 	// context), so the same call hashes equal however it was spelled and
 	// whatever per-request metadata rode along: a call's identity.
@@ -411,7 +412,7 @@ type Message struct {
 	// as "name/version": which client software sent it.
 	ClientInfo string
 	ErrorCode  int
-	ResultHash string // hex SHA-256 of the result in canonical JSON
+	ResultHash string // hex keyed SHA-256 (Config.HashKey) of the result in canonical JSON
 	// Tools lists the tools of a tools/list result, one per line, each
 	// name after a mark of its annotations: ToolRepeatable (readOnlyHint or
 	// idempotentHint true: a re-issue is no corruption), ToolDestructive

@@ -85,7 +85,7 @@ func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
 	}
 	for i := 0; i < workers; i++ {
 		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters),
-			peeker: Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes}})
+			peeker: Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes, HashKey: cfg.HashKey}})
 	}
 	p.wg.Add(1)
 	go p.deliver()

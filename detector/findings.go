@@ -138,7 +138,7 @@ func (ex *exchange) requestEvidence() Evidence {
 				fmt.Fprintf(&b, " id %s", m.ID)
 			}
 			if m.Tool != "" {
-				fmt.Fprintf(&b, " tool %s (params sha256 %s)", m.Tool, short(m.ParamsHash))
+				fmt.Fprintf(&b, " tool %s (params hash %s)", m.Tool, short(m.ParamsHash))
 			}
 		}
 	}

@@ -527,7 +527,7 @@ func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *sessi
 			l.id, l.lostAt.Format(time.RFC3339Nano), m.Tool, c.id, c.at.Format(time.RFC3339Nano), state, link.conf, link.why, s.id,
 			o.Time.Format(time.RFC3339Nano), m.ID, reached),
 		Evidence: []Evidence{
-			{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, arguments sha256 %s", c.tool, c.id, l.id, short(c.paramsHash))},
+			{Time: c.at, Conn: c.client.String() + "->" + c.server.String(), Exchange: c.exNum, What: "request", Detail: fmt.Sprintf("tools/call %s id %s on session %s, arguments hash %s", c.tool, c.id, l.id, short(c.paramsHash))},
 			lostEvidence(l),
 			ex.requestEvidence(),
 		},

@@ -54,6 +54,7 @@ type agentConfig struct {
 	logLevel        string
 	applySchema     bool
 	shutdownTimeout time.Duration
+	hashKeyFile     string
 	live            capture.LiveConfig
 	decode          decode.Config
 	detect          detector.Config
@@ -78,6 +79,7 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 25*time.Second, "on SIGTERM, how long flushing may take (keep below the pod's grace period)")
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
+	registerHashKey(fs, &c.hashKeyFile)
 	if n := os.Getenv("NODE_NAME"); n != "" {
 		fs.Set("node", n)
 	}
@@ -197,6 +199,15 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		return err
 	}
 	defer tel.Close(context.Background())
+	hk, err := loadHashKey(cfg.hashKeyFile)
+	if err != nil {
+		return err
+	}
+	if hk.warning != "" {
+		log.Warn(hk.warning)
+	}
+	log.Info("hash key", "from", hk.origin)
+	cfg.decode.HashKey = hk.key
 	ln, err := telemetry.Listen(cfg.listen)
 	if err != nil {
 		return err

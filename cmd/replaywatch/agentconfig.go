@@ -32,6 +32,9 @@ type agentFile struct {
 	Format     *string  `yaml:"format"`
 	Node       *string  `yaml:"node"`
 	LogLevel   *string  `yaml:"log_level"`
+	// HashKeyFile: the key itself is better given by a Secret in the
+	// environment (REPLAYWATCH_HASH_KEY).
+	HashKeyFile *string `yaml:"hash_key_file"`
 
 	ClickHouse struct {
 		DSN           *string        `yaml:"dsn"`
@@ -110,7 +113,7 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 		l, c := &f.Limits, &f.ClickHouse
 		for name, v := range map[string]any{
 			"interface": f.Interfaces, "ports": f.Ports, "filter": f.Filter, "workers": f.Workers, "ring-blocks": f.RingBlocks, "ring-block-size": f.RingBlock, "listen": f.Listen,
-			"format": f.Format, "node": f.Node, "log-level": f.LogLevel,
+			"format": f.Format, "node": f.Node, "log-level": f.LogLevel, "hash-key-file": f.HashKeyFile,
 			"clickhouse": c.DSN, "clickhouse-password-file": c.PasswordFile, "clickhouse-cluster": c.Cluster,
 			"apply-schema": c.ApplySchema, "retention-days": c.RetentionDays, "spool-dir": c.SpoolDir,
 			"max-spool-bytes": c.MaxSpoolBytes, "batch-rows": c.BatchRows, "flush-interval": c.FlushInterval,

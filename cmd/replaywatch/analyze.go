@@ -69,6 +69,7 @@ type analyzeConfig struct {
 	// input ended or a signal came): writing what is left to ClickHouse,
 	// else to the spool.
 	shutdownTimeout time.Duration
+	hashKeyFile     string
 	capture         capture.Config
 	decode          decode.Config
 	detect          detector.Config
@@ -88,6 +89,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "once reading stops (end of input, SIGINT or SIGTERM), how long sending the last rows to ClickHouse may take; what is not sent by then is spooled")
+	registerHashKey(fs, &c.hashKeyFile)
 	registerLimits(fs, &c.capture, &c.decode, &c.detect)
 }
 
@@ -132,6 +134,15 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 		return exitError
 	}
+	hk, err := loadHashKey(cfg.hashKeyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+		return exitError
+	}
+	if hk.warning != "" {
+		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", hk.warning)
+	}
+	cfg.decode.HashKey = hk.key
 
 	var bar *progress.Bar
 	switch cfg.progress {

@@ -46,7 +46,7 @@ func (c *clickhouseFlags) registerSink(fs *flag.FlagSet) {
 	fs.StringVar(&c.sink.SpoolDir, "spool-dir", "", "directory for batches ClickHouse could not take, sent first on the next run (default: $XDG_STATE_HOME/replaywatch/spool/<server>)")
 	fs.Int64Var(&c.sink.MaxSpoolBytes, "max-spool-bytes", chsink.DefaultMaxSpoolBytes, "bound of the spool; when full, analysis waits for ClickHouse")
 	fs.DurationVar(&c.sink.CloseTimeout, "spool-drain-timeout", 10*time.Second, "at the end, how long to keep trying to send the spool before leaving it for the next run")
-	fs.BoolVar(&c.sink.StoreArguments, "store-arguments", false, "store tool-call arguments in clear (default: only their SHA-256)")
+	fs.BoolVar(&c.sink.StoreArguments, "store-arguments", false, "store tool-call arguments in clear (default: only their keyed hash)")
 }
 
 func (c *clickhouseFlags) enabled() bool { return c.connect.DSN != "" }
@@ -77,15 +77,11 @@ func (c *clickhouseFlags) validate() error {
 var unsafePath = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // defaultSpoolDir is per server and database, so two destinations never
-// share a spool; under XDG_STATE_HOME (not a cache: it holds data).
+// share a spool; under the state directory (not a cache: it holds data).
 func defaultSpoolDir(dsn string) (string, error) {
-	base := os.Getenv("XDG_STATE_HOME")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no --spool-dir and no home directory: %w", err)
-		}
-		base = filepath.Join(home, ".local", "state")
+	base, err := stateDir()
+	if err != nil {
+		return "", fmt.Errorf("no --spool-dir: %w", err)
 	}
 	where := strings.TrimPrefix(chsink.Redact(dsn), "clickhouse://")
 	if i := strings.IndexByte(where, '@'); i >= 0 {
@@ -94,7 +90,7 @@ func defaultSpoolDir(dsn string) (string, error) {
 	if i := strings.IndexByte(where, '?'); i >= 0 {
 		where = where[:i]
 	}
-	return filepath.Join(base, "replaywatch", "spool", unsafePath.ReplaceAllString(where, "_")), nil
+	return filepath.Join(base, "spool", unsafePath.ReplaceAllString(where, "_")), nil
 }
 
 // openSink connects, checks the schema and starts the sink. When the server

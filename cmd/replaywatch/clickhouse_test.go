@@ -15,7 +15,19 @@ import (
 	"github.com/replaywatch/replaywatch/internal/chtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(chtest.Main(m)) }
+func TestMain(m *testing.M) {
+	// The binaries the tests run keep their state (the hash key, default
+	// spools) here, not in the home of whoever runs the suite; all of them
+	// share one hash key, as one deployment's agents do.
+	dir, err := os.MkdirTemp("", "replaywatch-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", dir)
+	code := chtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // runBin runs the real binary and returns its exit code, stdout and stderr.
 func runBin(t *testing.T, bin string, args ...string) (int, string, string) {

@@ -63,13 +63,14 @@ var rootAllowed = map[string]string{
 // on both sides: a key missing here fails this test; add it here when the
 // agent has it.
 type agentConfig struct {
-	Interfaces []string `json:"interfaces"`
-	Ports      []int    `json:"ports,omitempty"`
-	Filter     string   `json:"filter,omitempty"`
-	Workers    *int     `json:"workers,omitempty"`
-	Listen     string   `json:"listen,omitempty"`
-	Node       string   `json:"node,omitempty"`
-	ClickHouse struct {
+	Interfaces  []string `json:"interfaces"`
+	Ports       []int    `json:"ports,omitempty"`
+	Filter      string   `json:"filter,omitempty"`
+	Workers     *int     `json:"workers,omitempty"`
+	Listen      string   `json:"listen,omitempty"`
+	Node        string   `json:"node,omitempty"`
+	HashKeyFile string   `json:"hash_key_file,omitempty"`
+	ClickHouse  struct {
 		DSN           string `json:"dsn"`
 		ApplySchema   *bool  `json:"apply_schema,omitempty"`
 		SpoolDir      string `json:"spool_dir,omitempty"`
