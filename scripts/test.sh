@@ -4,8 +4,9 @@
 # libchdb.so from npm, cached by scripts/fetch-chdb.sh) and runs:
 # gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
 # regeneration, binary end-to-end, ClickHouse servers, the live agent on
-# loopback and in network namespaces), the race detector over decode,
-# detector and the sinks, and a short run of every fuzz target.
+# loopback and in network namespaces), the race detector over capture,
+# decode, detector, the sinks and the end-to-end tests (with the product
+# binary they run built with -race), and a short run of every fuzz target.
 # Live capture needs root (CAP_NET_RAW); CI runs as root.
 #
 # Environment:
@@ -81,6 +82,24 @@ log "fetching chDB (npm @chdb/lib-linux-x64-gnu) for the ClickHouse SQL tests (i
 REPLAYWATCH_CHDB_LIB=$(scripts/fetch-chdb.sh)
 export REPLAYWATCH_CHDB_LIB
 
+# Under CI nothing may be missing from here on: a test that cannot run must
+# fail, never skip (internal/testenv.InCI is the tests' side of this rule).
+if [ -n "${CI:-}" ]; then
+	missing=
+	for tool in tshark clickhouse-client tcpdump ip promtool node npm; do
+		command -v "$tool" >/dev/null || missing="$missing $tool"
+	done
+	command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || missing="$missing clickhouse-server"
+	[ -d /usr/share/zookeeper ] || missing="$missing zookeeper"
+	[ -d internal/fixturegen/ts/node_modules ] || missing="$missing node_modules(internal/fixturegen/ts)"
+	if [ -n "$missing" ]; then
+		log "CI: still missing after installing:$missing"; exit 1
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		log "CI: the suite must run as root (live capture, network namespaces)"; exit 1
+	fi
+fi
+
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './internal/fixturegen/ts/node_modules/*'))
 if [ -n "$unformatted" ]; then
@@ -96,12 +115,21 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 log "go test"
 go test -count=1 -timeout 15m ./...
 
-# The race detector over the decoder, the detector and the sinks (their
-# workers, merger and sender goroutines). capture is not in it yet: its
-# live two-interface test depends on timing the race detector's slowdown
-# breaks (a late copy is taken for a gap), not on a race.
+# The race detector over the core packages (capture's workers and rings,
+# decode's workers and merger, the detector, the sinks' sender) and the
+# end-to-end tests: analyze in process over every fixture, and the real
+# binary, built with -race (buildBinary), as analyze and as the agent
+# against ClickHouse paused, refusing and slow, sharing a spool. capture
+# runs alone: its live tests pace two rings against each other. The soak
+# test is left out: it bounds the agent's memory, which the race
+# detector's shadow memory multiplies.
 log "go test -race (decode, detector, sink)"
 go test -race -count=1 -timeout 10m ./decode/... ./detector/... ./sink/...
+log "go test -race (capture)"
+go test -race -count=1 -timeout 5m ./capture/...
+log "go test -race (end to end)"
+go test -race -count=1 -timeout 10m -skip 'TestAgentSoak' \
+	-run 'TestFixtureSpecs|TestBinary|TestAgent|TestSpoolShared|TestAnalyzeStops|TestAnalyzeExit|TestHostile|TestCrowdSDKDoubleCharges$' ./cmd/replaywatch
 
 if [ "$FUZZTIME" != 0 ]; then
 	# Every fuzz target, briefly: the seed corpora always run in go test above;

@@ -12,11 +12,18 @@ import (
 
 const samplePcap = "testdata/sample/rolling-deploy.pcap"
 
-// buildBinary compiles the real replaywatch binary once per test run.
+// buildBinary compiles the real replaywatch binary (the build cache makes
+// it cheap after the first), under the race detector when the tests run
+// under it: a race in the binary then fails its test (exit 66, the report
+// on stderr).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "replaywatch")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
