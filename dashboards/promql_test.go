@@ -116,10 +116,10 @@ func TestHealthMetricsExist(t *testing.T) {
 }
 
 // TestHealthMetricsScraped starts the real agent (capturing on lo, which
-// needs root) with a ClickHouse sink, scrapes its /metrics, and checks the
-// dashboard's metrics against what it really exposes. The sink's families
-// appear once the sink has recorded something; they are checked when
-// present and logged otherwise.
+// needs root) with a ClickHouse sink, drives MCP traffic past it while
+// ClickHouse is up (rows written) and then down (inserts retried, rows
+// spooled), scrapes its /metrics, and requires every metric the health
+// dashboard reads, the sink's included.
 func TestHealthMetricsScraped(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if testenv.InCI() {
@@ -127,7 +127,7 @@ func TestHealthMetricsScraped(t *testing.T) {
 		}
 		t.Skip("capturing on lo needs root")
 	}
-	srv := chtest.Shared(t)
+	srv := chtest.Start(t, chtest.Options{}) // stopped below
 	db := chtest.NewDatabase(t, srv)
 	replaywatch(t, "schema", "apply", "--clickhouse", srv.DSN(db))
 	bin, err := buildBinary()
@@ -140,10 +140,11 @@ func TestHealthMetricsScraped(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	mcp := mcpEventServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "agent", "--interface", "lo", "--listen", addr, "--format", "json",
-		"--clickhouse", srv.DSN(db), "--spool-dir", t.TempDir())
+	cmd := exec.CommandContext(ctx, bin, "agent", "--interface", "lo", "--ports", mcp.port, "--listen", addr,
+		"--clickhouse", srv.DSN(db), "--spool-dir", t.TempDir(), "--flush-interval", "200ms", "--max-retries", "1")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -151,19 +152,36 @@ func TestHealthMetricsScraped(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
 
 	var scraped []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		scraped, err = scrape("http://" + addr + "/metrics")
-		if err == nil && slices.Contains(scraped, "replaywatch_capture_packets_total") {
-			break
+	// waitFor scrapes until every family in want is exposed, driving
+	// traffic meanwhile.
+	waitFor := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			scraped, err = scrape("http://" + addr + "/metrics")
+			missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return slices.Contains(scraped, n) })
+			if err == nil && len(missing) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the agent at %s does not expose %v (%v)", what, addr, missing, err)
+			}
+			mcp.call(t)
+			time.Sleep(300 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no metrics from the agent at %s: %v (got %v)", addr, err, scraped)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	waitFor("ClickHouse up", "replaywatch_capture_packets_total", "replaywatch_sink_rows_total", "replaywatch_sink_batches_total",
+		"replaywatch_sink_insert_duration_seconds_bucket")
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ClickHouse down", "replaywatch_sink_retries_total")
+
 	known := telemetry.MetricNames()
 	for _, n := range scraped {
+		if base, ok := histogramFamily(n, scraped); ok {
+			n = base
+		}
 		if !slices.Contains(known, n) {
 			t.Errorf("the agent exposes %s, which telemetry.MetricNames lacks", n)
 		}
@@ -175,13 +193,49 @@ func TestHealthMetricsScraped(t *testing.T) {
 			t.Errorf("%s is exposed now: remove it from notWiredInAgent", n)
 		case gap:
 			t.Logf("%s: not exposed by the running agent (%s)", n, why)
-		case slices.Contains(scraped, n):
-		case strings.HasPrefix(n, "replaywatch_sink_"):
-			t.Logf("%s: not exposed yet (the sink has not recorded it)", n)
-		default:
+		case !slices.Contains(scraped, n):
 			t.Errorf("the dashboard reads %s, which the running agent does not expose", n)
 		}
 	}
+}
+
+// mcpTraffic is a minimal MCP server on loopback answering every POST with
+// one SSE event: enough for the agent to decode a session's stream and
+// store its events.
+type mcpTraffic struct {
+	url, port string
+}
+
+func mcpEventServer(t *testing.T) *mcpTraffic {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Mcp-Session-Id", "metrics-session")
+		fmt.Fprint(w, "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[]}}\n\n")
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return &mcpTraffic{url: "http://" + l.Addr().String() + "/mcp", port: port}
+}
+
+// call sends one tools/list on a fresh connection.
+func (m *mcpTraffic) call(t *testing.T) {
+	req, _ := http.NewRequest(http.MethodPost, m.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", "metrics-session")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 }
 
 // notWiredInAgent are families telemetry exports when given a source, but
@@ -189,7 +243,18 @@ func TestHealthMetricsScraped(t *testing.T) {
 // panels reading them stay empty until it does.
 var notWiredInAgent = map[string]string{}
 
-// scrape returns the metric families of a Prometheus text exposition.
+// histogramFamily returns the family of a histogram's series name.
+func histogramFamily(series string, scraped []string) (string, bool) {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(series, suffix); ok && slices.Contains(scraped, base) {
+			return base, true
+		}
+	}
+	return "", false
+}
+
+// scrape returns the metric families of a Prometheus text exposition (and
+// a histogram's _bucket, _sum and _count series).
 func scrape(url string) ([]string, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -203,8 +268,13 @@ func scrape(url string) ([]string, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
-			names = append(names, f[2])
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || f[0] != "#" || f[1] != "TYPE" {
+			continue
+		}
+		names = append(names, f[2])
+		if f[3] == "histogram" { // its series, as queries name them
+			names = append(names, f[2]+"_bucket", f[2]+"_sum", f[2]+"_count")
 		}
 	}
 	return names, sc.Err()
