@@ -1,0 +1,98 @@
+// The end of a message or response: complete, cut short or aborted.
+
+package decode
+
+// messageDone completes the message whose framing just ended.
+func (d *dir) messageDone() {
+	if d.role == roleClient {
+		d.finishRequest(false)
+	} else {
+		d.endResponse(EndClean)
+	}
+	d.nextMessage()
+}
+
+// endResponse emits the body (when it held JSON-RPC) and the End.
+func (d *dir) endResponse(how EndHow) {
+	ro := d.resp
+	if ro == nil {
+		return
+	}
+	resp := &ro.resp
+	st := d.c.w.stats
+	eo := &endObservation{}
+	end := &eo.end
+	end.How = how
+	end.ClientClosed = d.c.clientFin
+	if d.sseOn {
+		if d.sse.MidEvent() {
+			if how == EndClean {
+				end.How = EndTruncated
+			}
+			end.PartialID, end.HasPartialID = d.sse.PartialID()
+		}
+		end.LastID, end.HasLastID = d.sse.LastEventID()
+		end.Events = d.events
+		switch {
+		case d.sse.LineLimitHits > 0:
+			d.limit = "MaxSSELineBytes"
+		case d.sse.EventLimitHits > 0:
+			d.limit = "MaxEventBytes"
+		}
+	} else if d.bodyOver {
+		d.limit = "MaxBodyBytes"
+	} else if how == EndClean && len(d.body) > 0 && !d.bodyOver {
+		bo := &bodyObservation{}
+		msgs, batch, _ := d.c.w.peeker.peekInto(bo.msg[:0], d.body)
+		if HasJSONRPC(msgs) {
+			st.jsonrpcMessages.Add(int64(len(msgs)))
+			bo.body = Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
+			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body}
+			d.c.emit(&bo.obs)
+		}
+	}
+	end.Limit = d.limit
+	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end}
+	d.c.emit(&eo.obs)
+	d.resp = nil
+}
+
+// endObservation and bodyObservation hold an observation and its part in
+// one allocation, a body with room for the usual single message.
+type endObservation struct {
+	obs Observation
+	end End
+}
+
+type bodyObservation struct {
+	obs  Observation
+	body Body
+	msg  [1]Message
+}
+
+// abort ends whatever message is open in this direction with how.
+func (d *dir) abort(how EndHow) {
+	switch d.state {
+	case stBody:
+		if d.role == roleClient {
+			d.finishRequest(true)
+		} else {
+			d.endResponse(how)
+		}
+	}
+}
+
+// finish handles the end of a direction's bytes (FIN or close). A body
+// delimited by close ends cleanly; any other body was cut, except that an
+// event stream is judged by its events: FIN at an event boundary lost
+// nothing (endResponse turns a FIN inside an event into truncated).
+func (d *dir) finish(how EndHow) {
+	if d.state != stBody {
+		return
+	}
+	if how == EndClean && d.bodyMode != bodyClose && !d.sseOn {
+		how = EndTruncated
+	}
+	d.abort(how)
+	d.resetMessage()
+}

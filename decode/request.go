@@ -1,0 +1,158 @@
+// Requests: the head, the body and the request observation.
+
+package decode
+
+// requestObservation holds what one request needs in a single allocation:
+// its observation, the Request, its exchange and room for the usual single
+// JSON-RPC message. The Request outlives the observation (later observations
+// of the exchange point to it), which keeps the rest alive too; that costs
+// less than four allocations per request.
+type requestObservation struct {
+	obs Observation
+	req Request
+	ex  exchange
+	msg [1]Message
+}
+
+// parseRequestHead reads the request head in d.buf (complete lines only).
+func (d *dir) parseRequestHead() (*requestObservation, framing) {
+	in := &d.c.w.strings
+	method, target, _ := parseRequestLine(firstLine(d.buf))
+	ro := &requestObservation{}
+	req := &ro.req
+	*req = Request{Method: d.c.value(slotMethod, method), Path: d.c.value(slotPath, target)}
+	f := framing{contentLength: -1}
+	it := newHeaderIter(d.buf, &d.c.w.lower)
+	for {
+		name, value, more := it.next()
+		if !more {
+			break
+		}
+		if f.field(name, value) {
+			continue
+		}
+		switch string(name) {
+		case "host":
+			req.Host = d.c.value(slotHost, value)
+		case "mcp-session-id":
+			if !req.HasSessionID {
+				req.SessionID, req.HasSessionID = d.c.value(slotSession, value), true
+			}
+		case "last-event-id":
+			if !req.HasLastEventID {
+				req.LastEventID, req.HasLastEventID = in.str(value), true
+			}
+		case "mcp-protocol-version":
+			req.ProtocolVersion = d.c.value(slotProtocol, value)
+		case "content-type":
+			req.ContentType = d.c.value(slotRequestType, value)
+		case "accept":
+			req.Accept = d.c.value(slotAccept, value)
+		case "user-agent":
+			req.UserAgent = d.c.value(slotUserAgent, value)
+		case "mcp-method":
+			req.MCPMethod = in.str(value)
+		case "mcp-name":
+			req.MCPName = in.str(value)
+		case "authorization":
+			// Only the keyed hash leaves: the credential itself is never kept.
+			req.AuthHash = hexDigest(d.c.w.peeker.digester().digest(value))
+		}
+		// Cookie and everything else: dropped.
+	}
+	if it.bad {
+		d.c.w.stats.parseErrors[errBadHeader].Add(1)
+	}
+	return ro, f
+}
+
+func (d *dir) requestHead() {
+	st := d.c.w.stats
+	ro, f := d.parseRequestHead()
+	d.ex = d.c.newExchange(&ro.ex, ro.req.Method)
+	d.req = ro
+	d.resetBody()
+	d.keepBody = true
+	switch {
+	case f.badLength && !f.chunked:
+		st.parseErrors[errBadContentLength].Add(1)
+		d.finishRequest(true)
+		d.enterSync()
+		return
+	case f.otherCoding:
+		// A request body without chunked last cannot be delimited.
+		st.parseErrors[errBadTransferEncoding].Add(1)
+		d.finishRequest(true)
+		d.enterSync()
+		return
+	case f.chunked:
+		d.startBody(bodyChunked, 0)
+	case f.contentLength > 0:
+		d.startBody(bodyLength, f.contentLength)
+	default:
+		d.finishRequest(false)
+		d.nextMessage()
+	}
+}
+
+func (d *dir) resetBody() {
+	d.body = d.body[:0]
+	d.bodyBytes, d.bodyOver = 0, false
+	d.keepBody = false
+	d.events = 0
+}
+
+func (d *dir) startBody(mode uint8, length int64) {
+	d.state = stBody
+	d.bodyMode = mode
+	d.remaining = length
+	d.chunk = chSize
+	d.sawCR = false
+	d.buf = d.buf[:0]
+}
+
+// nextMessage readies the direction for the next head on a keep-alive
+// connection.
+func (d *dir) nextMessage() {
+	d.resetMessage()
+	d.state = stSync
+	d.buf = d.buf[:0]
+	d.skipLine = false
+	d.resyncing = false
+}
+
+// finishRequest emits the request with what its body held.
+func (d *dir) finishRequest(incomplete bool) {
+	ro := d.req
+	if ro == nil {
+		return
+	}
+	req := &ro.req
+	st := d.c.w.stats
+	req.BodyBytes = d.bodyBytes
+	req.BodyIncomplete = incomplete || d.bodyOver
+	req.BodyTruncated = d.bodyOver
+	if !req.BodyIncomplete && len(d.body) > 0 {
+		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
+		if HasJSONRPC(msgs) {
+			req.Messages, req.Batch = msgs, batch
+			st.jsonrpcMessages.Add(int64(len(msgs)))
+		}
+	}
+	req.MCP = req.HasSessionID || req.ProtocolVersion != ""
+	for i := range req.Messages {
+		if m := &req.Messages[i]; m.Type == MsgRequest && m.Method == "initialize" {
+			req.MCP = true
+		}
+	}
+	st.httpExchanges.Add(1)
+	if req.MCP {
+		st.mcpExchanges.Add(1)
+	} else {
+		st.nonMCPExchanges.Add(1)
+	}
+	d.ex.req = req
+	ro.obs = Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req}
+	d.c.emit(&ro.obs)
+	d.req = nil
+}

@@ -1,0 +1,143 @@
+// Resynchronising a direction: after a gap or garbage, find the next HTTP
+// start line, one line at a time, and give up on binary streams cheaply.
+
+package decode
+
+import (
+	"bytes"
+)
+
+func isStartLineByte(b byte) bool {
+	return (b >= 'A' && b <= 'Z') || b == '\r' || b == '\n'
+}
+
+func (d *dir) enterSync() {
+	d.state = stSync
+	d.resyncing = true
+	d.skipLine = false
+	d.buf = d.buf[:0]
+	d.resetMessage()
+}
+
+func (d *dir) resetMessage() {
+	d.ex, d.req, d.resp = nil, nil, nil
+	d.bodyMode, d.remaining, d.chunk, d.sawCR = 0, 0, chSize, false
+	d.body = d.body[:0]
+	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
+	d.events = 0
+	d.sseOn = false
+	d.limit = ""
+	d.lineLen = 0
+}
+
+// skipped accounts bytes (a then b) passed over while looking for a start
+// line. A connection that never synced is given up after NonHTTPScanLimit
+// bytes, but only once binary bytes were seen: text may be the rest of a
+// long event stream whose start the capture missed, and the next exchange on
+// the connection is worth waiting for (skipping text costs little).
+func (d *dir) skipped(a, b []byte) {
+	n := len(a) + len(b)
+	d.c.w.stats.resyncSkippedBytes.Add(int64(n))
+	if d.c.synced {
+		return
+	}
+	if !d.sawBinary {
+		d.sawBinary = isBinary(a) || isBinary(b)
+	}
+	d.unsynced += int64(n)
+	if d.unsynced > NonHTTPScanLimit && d.sawBinary && !d.c.dead {
+		d.c.giveUp()
+		d.c.scanLimited = true
+		d.c.emitLimitGap(d.ts, false)
+	}
+}
+
+// binaryBytes are the bytes that do not occur in HTTP/1.x heads or SSE text.
+var binaryBytes = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = c != '\t' && c != '\n' && c != '\r'
+	}
+	t[0x7f] = true
+	return t
+}()
+
+func isBinary(b []byte) bool {
+	for _, c := range b {
+		if binaryBytes[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// sync looks for a start line, one line at a time.
+func (d *dir) sync(p []byte) []byte {
+	i := bytes.IndexByte(p, '\n')
+	if d.skipLine {
+		if i < 0 {
+			d.skipped(nil, p)
+			return nil
+		}
+		d.skipped(nil, p[:i+1])
+		d.skipLine = false
+		return p[i+1:]
+	}
+	seg := p
+	if i >= 0 {
+		seg = p[:i+1]
+	}
+	if len(d.buf)+len(seg) > MaxStartLineBytes {
+		d.skipped(d.buf, seg)
+		d.buf = d.buf[:0]
+		if i < 0 {
+			d.skipLine = true
+			return nil
+		}
+		return p[i+1:]
+	}
+	if d.buf == nil {
+		d.buf = d.c.w.getBuf()
+	}
+	d.buf = append(d.buf, seg...)
+	if i < 0 {
+		return nil
+	}
+	rest := p[i+1:]
+	line := d.buf
+	if len(trimEOL(line)) == 0 {
+		// Blank lines between messages are tolerated (RFC 9112 2.2).
+		d.buf = d.buf[:0]
+		return rest
+	}
+	role := roleUnknown
+	if d.role != roleServer {
+		if _, _, ok := parseRequestLine(line); ok {
+			role = roleClient
+		}
+	}
+	if role == roleUnknown && d.role != roleClient {
+		if _, ok := parseStatusLine(line); ok {
+			role = roleServer
+		}
+	}
+	if role != roleUnknown && d.c.setRoles(d, role) {
+		if d.resyncing {
+			d.c.w.stats.resyncs.Add(1)
+			d.resyncing = false
+		}
+		d.c.synced = true
+		d.state = stHead
+		d.lineLen = 0
+		return rest
+	}
+	if d.c.meta.SawSYN && !d.c.synced && !d.resyncing {
+		// The captured start of the connection is not HTTP/1.x.
+		d.c.w.stats.parseErrors[errBadStartLine].Add(1)
+		d.c.giveUp()
+		return nil
+	}
+	d.skipped(nil, line)
+	d.resyncing = true
+	d.buf = d.buf[:0]
+	return rest
+}
