@@ -2,6 +2,8 @@ package decode
 
 import (
 	"bytes"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // SSEEvent is one dispatched server-sent event as SSEDecoder hands it over.
@@ -19,7 +21,7 @@ type SSEEvent struct {
 	Data          []byte
 	DataTruncated bool
 	DataBytes     int    // full data length, counted past the limit
-	DataHash      uint64 // XXH64 of the full data, hashed past the limit (see xxh64)
+	DataHash      uint64 // XXH64 of the full data, hashed past the limit (streaming)
 }
 
 // Line buffering modes of SSEDecoder.
@@ -55,7 +57,7 @@ type SSEDecoder struct {
 	dataLines int
 	dataBytes int
 	dataTrunc bool
-	hasher    xxh64 // used only once data outgrew the buffer
+	hasher    xxhash.Digest // used only once data outgrew the buffer
 	typ       []byte
 	id        string
 	hasID     bool
@@ -297,11 +299,11 @@ func (d *SSEDecoder) writeData(b []byte) {
 		// Past the limit: hash what was buffered, then stream.
 		d.dataTrunc = true
 		d.EventLimitHits++
-		d.hasher.reset()
-		d.hasher.write(d.data)
+		d.hasher.Reset()
+		d.hasher.Write(d.data)
 		d.data = d.data[:0]
 	}
-	d.hasher.write(b)
+	d.hasher.Write(b)
 }
 
 func (d *SSEDecoder) dispatch() {
@@ -325,10 +327,10 @@ func (d *SSEDecoder) dispatch() {
 		ev.DataTruncated = d.dataTrunc
 		if d.dataTrunc {
 			ev.Data = nil
-			ev.DataHash = d.hasher.sum()
+			ev.DataHash = d.hasher.Sum64()
 		} else {
 			ev.Data = d.data
-			ev.DataHash = xxSum64(d.data)
+			ev.DataHash = xxhash.Sum64(d.data)
 		}
 		d.Events++
 		if d.onEvent != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // sseResult is what a test sees of a decoded stream.
@@ -146,7 +148,7 @@ func TestSSELimits(t *testing.T) {
 				if got != tt.want {
 					t.Errorf("split %d: got %s, want %s", split, got, tt.want)
 				}
-				if hash != xxSum64([]byte(tt.wantHashOf)) {
+				if hash != xxhash.Sum64String(tt.wantHashOf) {
 					t.Errorf("split %d: data hash does not cover the whole data", split)
 				}
 				if d.LineLimitHits != tt.lineHits || d.EventLimitHits != tt.evtHits {
