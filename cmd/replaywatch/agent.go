@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/internal/telemetry"
+	"github.com/replaywatch/replaywatch/pipeline"
 	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
 	"github.com/replaywatch/replaywatch/sink/jsonl"
 	"github.com/replaywatch/replaywatch/sink/text"
@@ -252,86 +252,41 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	}
 	tel.Ready("output")
 
-	cfg.live.Config = cfg.live.Config.WithDefaults()
-	workers := cfg.live.WithDefaults().Workers
-	// The detector is single-threaded: observations (from the decoder's
-	// merger) and the clock (Advance, below) take turns under mu.
-	var mu sync.Mutex
-	det := detector.New(cfg.detect, out)
-	var detStats telemetry.Latest[detector.Stats]
-	detStats.Store(det.Stats())
-	pipe := decode.NewPipeline(cfg.decode, workers, func(o *decode.Observation) {
-		mu.Lock()
-		det.Observe(o)
-		mu.Unlock()
-	})
-	live, err := capture.NewLive(cfg.live, func(i int) decode.StreamFactory { return pipe.Factory(i) })
+	beat := tel.Heartbeat("detector", 30*time.Second)
+	live, err := pipeline.NewLive(pipeline.LiveConfig{Capture: cfg.live, Decode: cfg.decode, Detect: cfg.detect,
+		Tick: func() {
+			if flushOut != nil {
+				flushOut()
+			}
+			beat.Beat()
+		}}, out)
 	if err != nil {
-		pipe.Close()
+		beat.Stop()
 		return err // capture says which capability is missing
 	}
 	reg, err := tel.RegisterPipeline(telemetry.PipelineSources{
-		Capture: func() capture.Stats { return live.Snapshot().Stats },
+		Capture: func() capture.Stats { return live.CaptureStats().Stats },
 		Kernel: func() telemetry.KernelStats {
-			s := live.Snapshot()
+			s := live.CaptureStats()
 			return telemetry.KernelStats{Packets: s.Kernel.Packets, Drops: s.Kernel.Drops, Duplicates: s.Duplicates}
 		},
 		Levels: func() telemetry.CaptureLevels {
-			return telemetry.CaptureLevels{Connections: int64(live.Snapshot().OpenConnections)}
+			return telemetry.CaptureLevels{Connections: int64(live.CaptureStats().OpenConnections)}
 		},
-		Decode:   pipe.Stats,
-		Detector: detStats.Load,
+		Decode:   live.DecodeStats,
+		Detector: live.DetectorStats,
 	})
 	if err != nil {
 		live.Close()
-		pipe.Close()
+		beat.Stop()
 		return err
 	}
 	defer reg.Unregister()
 	tel.Ready("capture")
-	log.Info("capturing", "workers", workers)
-
-	// The detector's clock: on a quiet network nothing else moves it.
-	// Observations can still be on their way for the reorder window, so the
-	// clock stays that far (and a tick) behind the wall.
-	clockDone := make(chan struct{})
-	clockStop := make(chan struct{})
-	beat := tel.Heartbeat("detector", 30*time.Second)
-	var lastDrops uint64
-	go func() {
-		defer close(clockDone)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-clockStop:
-				return
-			case now := <-tick.C:
-				// Kernel drops are counted per socket, not per connection:
-				// every check whose evidence began before now may rest on
-				// a packet that never arrived.
-				drops := live.Snapshot().Kernel.Drops
-				mu.Lock()
-				if drops > lastDrops {
-					det.NoteCaptureLoss(now)
-					lastDrops = drops
-				}
-				det.Advance(now.Add(-cfg.decode.ReorderWindow - 2*time.Second))
-				detStats.Store(det.Stats())
-				if flushOut != nil {
-					flushOut()
-				}
-				mu.Unlock()
-				beat.Beat()
-			}
-		}
-	}()
+	log.Info("capturing", "workers", live.Workers())
 
 	runErr := make(chan error, 1)
-	go func() {
-		_, err := live.Run(ctx)
-		runErr <- err
-	}()
+	go func() { runErr <- live.Run(ctx) }()
 	var capErr error
 	select {
 	case capErr = <-runErr:
@@ -339,10 +294,10 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		log.Info("stopping: flushing findings", "timeout", cfg.shutdownTimeout.String())
 		capErr = <-runErr
 	}
-	// Shut down in pipeline order, within the shutdown timeout: the sink
-	// gets what is left of it (less a tenth for the last words), sends what
-	// it can and spools the rest before then. The timer is the backstop of
-	// a stage that hangs.
+	// Shut down in pipeline order (pipeline.Live.Close), then the sink,
+	// within the shutdown timeout: the sink gets what is left of it (less a
+	// tenth for the last words), sends what it can and spools the rest
+	// before then. The timer is the backstop of a stage that hangs.
 	shutdownBy := time.Now().Add(cfg.shutdownTimeout)
 	backstop := time.AfterFunc(cfg.shutdownTimeout, func() {
 		log.Error("shutdown took longer than --shutdown-timeout; exiting with what was flushed")
@@ -350,20 +305,8 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	})
 	defer backstop.Stop()
 	tel.NotReady("capture", "stopping")
-	pipe.Close()
-	close(clockStop)
-	<-clockDone
+	live.Close()
 	beat.Stop()
-	mu.Lock()
-	if live.Snapshot().Kernel.Drops > lastDrops {
-		det.NoteCaptureLoss(time.Now())
-	}
-	det.Close(time.Now())
-	detStats.Store(det.Stats())
-	mu.Unlock()
-	if flushOut != nil {
-		flushOut()
-	}
 	var undelivered error
 	if store != nil {
 		closeCtx, cancel := context.WithDeadline(context.Background(), shutdownBy.Add(-cfg.shutdownTimeout/10))

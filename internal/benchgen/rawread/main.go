@@ -23,6 +23,7 @@ import (
 	"github.com/replaywatch/replaywatch/capture"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/pipeline"
 )
 
 func main() {
@@ -68,6 +69,7 @@ func run(args []string, stdout io.Writer) error {
 	began := time.Now()
 	var st capture.Stats
 	var extra string
+	tcp := "known"
 	switch *stage {
 	case "raw":
 		st, err = capture.RawRead(ctx, []string{path})
@@ -83,21 +85,17 @@ func run(args []string, stdout io.Writer) error {
 		p.Close()
 		extra = fmt.Sprintf(" observations=%d", observations)
 	case "detect":
+		// The whole offline pipeline, as analyze runs it, with a sink
+		// that only counts.
 		var sink countingSink
-		det := detector.New(detector.DefaultConfig(), &sink)
-		var last time.Time
-		p := decode.NewPipeline(decode.DefaultConfig(), cfg.Workers, func(o *decode.Observation) {
-			if o.Time.After(last) {
-				last = o.Time
-			}
-			det.Observe(o)
-		})
-		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
-		p.Close()
-		if perr := writeHeapProfile(*memProfile); perr != nil {
+		pcfg := pipeline.DefaultConfig()
+		pcfg.Capture, pcfg.MemProfile = cfg, *memProfile
+		summary, perr := pipeline.Files(ctx, []string{path}, pcfg, &sink)
+		if perr != nil {
 			return perr
 		}
-		det.Close(last)
+		st.Packets, st.Connections = summary.Packets, summary.TCPConnections
+		tcp = "" // the summary does not count TCP packets
 		extra = fmt.Sprintf(" violations=%d resumes=%d sessions=%d", sink.violations, sink.resumes, sink.sessions)
 	default:
 		return fmt.Errorf("unknown -stage %q (raw, capture, decode, detect)", *stage)
@@ -105,8 +103,11 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "stage=%s bytes=%d packets=%d tcp=%d connections=%d%s seconds=%.3f\n",
-		*stage, fi.Size(), st.Packets, st.TCP, st.Connections, extra, time.Since(began).Seconds())
+	if tcp != "" {
+		tcp = fmt.Sprintf(" tcp=%d", st.TCP)
+	}
+	fmt.Fprintf(stdout, "stage=%s bytes=%d packets=%d%s connections=%d%s seconds=%.3f\n",
+		*stage, fi.Size(), st.Packets, tcp, st.Connections, extra, time.Since(began).Seconds())
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/replaywatch/replaywatch/detector"
 )
 
-// discard is a detector.Sink that drops everything.
+// discard is a sink of findings that keeps nothing.
 type discard struct{}
 
 func (discard) Violation(*detector.Violation)           {}
@@ -23,7 +23,7 @@ func (discard) Unverifiable(*detector.Unverifiable)     {}
 // input, analysis returns (a result or a clear error) without panicking. The
 // seeds are real SDK captures, so mutations explore damaged real traffic.
 func FuzzAnalyzeFile(f *testing.F) {
-	seeds, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	seeds, _ := filepath.Glob(filepath.Join("..", "cmd", "replaywatch", "testdata", "fixtures", "*.pcap"))
 	for _, s := range seeds {
 		if data, err := os.ReadFile(s); err == nil && len(data) < 64<<10 {
 			f.Add(data)
@@ -37,10 +37,9 @@ func FuzzAnalyzeFile(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var cfg analyzeConfig
-		cfg.register(newFlagSet())
-		cfg.capture.Workers = 1
-		s, err := analyze(context.Background(), []string{path}, &cfg, discard{})
+		cfg := DefaultConfig()
+		cfg.Capture.Workers = 1
+		s, err := Files(context.Background(), []string{path}, cfg, discard{})
 		if err == nil && s == nil {
 			t.Fatal("no summary and no error")
 		}
