@@ -1,5 +1,5 @@
 // Package detector turns decoded MCP observations into findings: breaches of
-// the session-resume contract (the catalogue in ARCHITECTURE.md section 4),
+// the session-resume contract (the catalogue in docs/catalogue.md),
 // one record per resume attempt, session summaries, tool calls whose outcome
 // the client cannot know, and the places where the capture cannot prove
 // either way. It knows nothing about packets: it consumes decode.Observation

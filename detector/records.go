@@ -12,7 +12,7 @@ const (
 )
 
 // Kind names a violation; the values are the catalogue's names exactly
-// (ARCHITECTURE.md section 4) and are part of the output contract.
+// (docs/catalogue.md) and are part of the output contract.
 type Kind string
 
 const (
@@ -125,7 +125,7 @@ type SessionSummary struct {
 	LinkConfidence  string
 }
 
-// UnknownOutcome is a tools/call (or other request) that was in flight when its
+// UnknownOutcome is a tools/call that was in flight when its
 // session was lost: the client cannot know whether it ran.
 type UnknownOutcome struct {
 	ID        string
