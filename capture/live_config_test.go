@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 	"golang.org/x/net/bpf"
 )
 

@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/replaywatch/replaywatch/decode"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // Live capture tests capture real traffic the test makes, so they need root

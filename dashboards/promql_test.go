@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/internal/telemetry"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // PromQL is read with a careful tokenizer rather than Prometheus's parser

@@ -12,8 +12,8 @@ import (
 
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 func TestMain(m *testing.M) {

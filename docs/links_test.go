@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // repoRoot is the repository's root: the tests run in docs/.

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/replaywatch/replaywatch/internal/telemetry"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // The Prometheus rule file format (rulefmt), strictly.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 

@@ -15,8 +15,8 @@
 #
 # Needs root (a network namespace, packet sockets) and iproute2; installs
 # tcpreplay with apt-get when it is missing. What it does:
-#   1. Builds replaywatch and internal/agentbench, and the capture of
-#      scripts/bench.sh (internal/benchgen, cached in
+#   1. Builds replaywatch and test/agentbench, and the capture of
+#      scripts/bench.sh (test/benchgen, cached in
 #      ${TMPDIR:-/tmp}/replaywatch-bench/mcp-$BENCH_SIZE.pcap). benchgen's
 #      traffic has no violations, so agentbench weave spreads the sample and
 #      fixture captures of cmd/replaywatch/testdata over it (each on its own
@@ -124,13 +124,13 @@ trap 'echo "interrupted" >&2; exit 130' INT TERM
 
 mkdir -p "$CACHE" "$WORK"
 if [[ ! -s $CAPTURE ]]; then
-	echo "== building $CAPTURE (go run ./internal/benchgen -size $SIZE)"
-	go run ./internal/benchgen -out "$CAPTURE.part" -size "$SIZE"
+	echo "== building $CAPTURE (go run ./test/benchgen -size $SIZE)"
+	go run ./test/benchgen -out "$CAPTURE.part" -size "$SIZE"
 	mv "$CAPTURE.part" "$CAPTURE"
 fi
 echo "== building binaries"
 go build -o "$WORK/replaywatch" ./cmd/replaywatch
-go build -o "$WORK/agentbench" ./internal/agentbench
+go build -o "$WORK/agentbench" ./test/agentbench
 BIN=$WORK/replaywatch
 AB=$WORK/agentbench
 

@@ -15,8 +15,8 @@
 #      -benchtime ${ROWS}x: records -> columns -> a no-op connection (rows/s;
 #      ConvertStreamEvents is the rate chbench shows, ConvertViolations the
 #      widest rows).
-#   2. internal/chbench -rows $ROWS -repeat $REPEAT: starts its own
-#      clickhouse-server (Debian 18.16, internal/chtest) in a temporary
+#   2. test/chbench -rows $ROWS -repeat $REPEAT: starts its own
+#      clickhouse-server (Debian 18.16, test/chtest) in a temporary
 #      directory, inserts the rows through sink/clickhouse (ours) and with
 #      clickhouse-client from a file (client), alternating, and prints median
 #      seconds, rows/s and the ratio ours/client (target >= 0.8), with the
@@ -38,8 +38,8 @@ for bin in clickhouse-server clickhouse-client; do
 done
 
 mkdir -p "$CACHE"
-echo "== building internal/chbench"
-go build -o "$CACHE/chbench" ./internal/chbench
+echo "== building test/chbench"
+go build -o "$CACHE/chbench" ./test/chbench
 
 echo "== machine"
 echo "cores: $(nproc); cpu: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"

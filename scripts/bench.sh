@@ -7,7 +7,7 @@
 #   BENCH_SIZE=50MB BENCH_RUNS=1 scripts/bench.sh
 #   BENCH_GO=0 scripts/bench.sh        # skip the go test -bench pass
 #
-# The capture is built once by internal/benchgen and cached under
+# The capture is built once by test/benchgen and cached under
 # ${TMPDIR:-/tmp}/replaywatch-bench (delete it to rebuild). Measured, each
 # best of BENCH_RUNS by wall clock, peak RSS the largest seen (GNU time):
 #   replaywatch analyze --format json --progress never [--workers 1] FILE
@@ -32,14 +32,14 @@ CAPTURE=$CACHE/mcp-$SIZE.pcap
 mkdir -p "$CACHE"
 
 if [[ ! -s $CAPTURE ]]; then
-	echo "== building $CAPTURE (go run ./internal/benchgen -size $SIZE)"
-	go run ./internal/benchgen -out "$CAPTURE.part" -size "$SIZE"
+	echo "== building $CAPTURE (go run ./test/benchgen -size $SIZE)"
+	go run ./test/benchgen -out "$CAPTURE.part" -size "$SIZE"
 	mv "$CAPTURE.part" "$CAPTURE"
 fi
 
 echo "== building binaries"
 go build -o "$CACHE/replaywatch" ./cmd/replaywatch
-go build -o "$CACHE/rawread" ./internal/benchgen/rawread
+go build -o "$CACHE/rawread" ./test/benchgen/rawread
 
 GNUTIME=
 if [[ -x /usr/bin/time ]] && /usr/bin/time -f %e true >/dev/null 2>&1; then

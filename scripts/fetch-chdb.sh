@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fetch-chdb.sh: the embedded ClickHouse engine (libchdb.so) for the tests that
-# run our SQL on a current ClickHouse (internal/chdbtest). Prints the path of
+# run our SQL on a current ClickHouse (test/chdbtest). Prints the path of
 # the library on stdout and nothing else; progress goes to stderr.
 #
 # The library comes from the npm package @chdb/lib-linux-x64-gnu at the pinned
@@ -13,7 +13,7 @@
 #
 # Changing the version: set CHDB_VERSION and CHDB_INTEGRITY (the package's
 # dist.integrity, `npm view @chdb/lib-linux-x64-gnu@VERSION dist.integrity`)
-# together, and chdbtest.PinnedVersion in internal/chdbtest to the same
+# together, and chdbtest.PinnedVersion in test/chdbtest to the same
 # version (a test checks that they agree).
 set -euo pipefail
 

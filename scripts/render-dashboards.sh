@@ -6,7 +6,7 @@
 # Needs what the dashboards' query tests need, and installs it when missing:
 #   - clickhouse-server and clickhouse-client (Debian packages): the fixtures
 #     are analysed by the real binary into a ClickHouse 18.16 server that
-#     internal/chtest starts in a temporary folder (the package's own service
+#     test/chtest starts in a temporary folder (the package's own service
 #     is stopped, as scripts/test.sh does);
 #   - chDB's libchdb.so (npm @chdb/lib-linux-x64-gnu, ~180 MB once, then
 #     cached) from scripts/fetch-chdb.sh: the panels' SQL runs on it

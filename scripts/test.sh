@@ -41,7 +41,7 @@ if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-serv
 	! command -v clickhouse-client >/dev/null; then
 	log "installing clickhouse-server and clickhouse-client (Debian packages) for the ClickHouse tests"
 	apt_install clickhouse-server clickhouse-client
-	# internal/chtest starts its own servers. The package's postinst starts
+	# test/chtest starts its own servers. The package's postinst starts
 	# its service only where an init system allows it (not in containers
 	# without one); stop that one, matched by its clickhouse user.
 	if [ -d /run/systemd/system ]; then
@@ -73,17 +73,17 @@ if [ -n "$missing" ]; then
 	apt_install $missing
 fi
 
-if [ ! -d internal/fixturegen/ts/node_modules ] && [ -f internal/fixturegen/ts/package-lock.json ]; then
+if [ ! -d test/fixturegen/ts/node_modules ] && [ -f test/fixturegen/ts/package-lock.json ]; then
 	log "installing the TypeScript MCP SDK (npm ci) for fixture regeneration"
-	(cd internal/fixturegen/ts && npm ci --no-audit --no-fund --loglevel=error)
+	(cd test/fixturegen/ts && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-log "fetching chDB (npm @chdb/lib-linux-x64-gnu) for the ClickHouse SQL tests (internal/chdbtest; ~180 MB once, then cached)"
+log "fetching chDB (npm @chdb/lib-linux-x64-gnu) for the ClickHouse SQL tests (test/chdbtest; ~180 MB once, then cached)"
 REPLAYWATCH_CHDB_LIB=$(scripts/fetch-chdb.sh)
 export REPLAYWATCH_CHDB_LIB
 
 # Under CI nothing may be missing from here on: a test that cannot run must
-# fail, never skip (internal/testenv.InCI is the tests' side of this rule).
+# fail, never skip (test/testenv.InCI is the tests' side of this rule).
 if [ -n "${CI:-}" ]; then
 	missing=
 	for tool in tshark clickhouse-client tcpdump ip promtool node npm; do
@@ -91,7 +91,7 @@ if [ -n "${CI:-}" ]; then
 	done
 	command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || missing="$missing clickhouse-server"
 	[ -d /usr/share/zookeeper ] || missing="$missing zookeeper"
-	[ -d internal/fixturegen/ts/node_modules ] || missing="$missing node_modules(internal/fixturegen/ts)"
+	[ -d test/fixturegen/ts/node_modules ] || missing="$missing node_modules(test/fixturegen/ts)"
 	if [ -n "$missing" ]; then
 		log "CI: still missing after installing:$missing"; exit 1
 	fi
@@ -101,7 +101,7 @@ if [ -n "${CI:-}" ]; then
 fi
 
 log "gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './internal/fixturegen/ts/node_modules/*'))
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './test/fixturegen/ts/node_modules/*'))
 if [ -n "$unformatted" ]; then
 	log "not gofmt-formatted:"; echo "$unformatted"; exit 1
 fi

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/chtest"
-	"github.com/replaywatch/replaywatch/internal/netnsrig"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/chtest"
+	"github.com/replaywatch/replaywatch/test/netnsrig"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // rewritesClientBytes names the fixtures whose proxy rewrites what the

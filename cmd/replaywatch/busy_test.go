@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replaywatch/replaywatch/internal/damage"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // TestBusyCaptureUnderDamage is the damage rule on a busy capture: 150 live
-// go-sdk sessions, 50 at a time, through internal/benchgen's recording proxy
+// go-sdk sessions, 50 at a time, through test/benchgen's recording proxy
 // (keep-alive connections carrying many exchanges, GET streams cut and
 // resumed with Last-Event-ID, deletes), damaged by random loss, duplicates,
 // reordering and a snap length. The small fixtures have few exchanges per
@@ -25,7 +25,7 @@ func TestBusyCaptureUnderDamage(t *testing.T) {
 	}
 	dir := t.TempDir()
 	tmpl := filepath.Join(dir, "busy.pcap")
-	cmd := exec.Command("go", "run", "./internal/benchgen", "-out", filepath.Join(dir, "out.pcap"),
+	cmd := exec.Command("go", "run", "./test/benchgen", "-out", filepath.Join(dir, "out.pcap"),
 		"-template", tmpl, "-sessions", "150", "-concurrency", "50", "-size", "1KB")
 	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 func TestMain(m *testing.M) {

@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
-// The dense real-traffic captures recorded by internal/fixturegen's crowd
+// The dense real-traffic captures recorded by test/fixturegen's crowd
 // scenarios, each with the server's charge log and the clients'
 // re-initialisation log beside it: TypeScript clients on one address, the
 // same behind a reverse proxy that pools upstream connections (recorded
@@ -260,7 +260,7 @@ func TestCrowdSDKDoubleChargesLive(t *testing.T) {
 		t.Skip("node not installed")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "", "-only", strings.Join(crowdFixtures, ","))
+	cmd := exec.Command("go", "run", "./test/fixturegen", "-out", dir, "-sample", "", "-only", strings.Join(crowdFixtures, ","))
 	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("fixturegen: %v\n%s", err, out)

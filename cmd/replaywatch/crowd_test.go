@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/damage"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // TestCrowdedCaptureFindsTheUnion: every real SDK capture of the suite

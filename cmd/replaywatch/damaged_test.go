@@ -14,8 +14,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/replaywatch/replaywatch/internal/damage"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []pcaprec.Packet) {

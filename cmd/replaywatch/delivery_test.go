@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/chtest"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/chtest"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // The tests here hold the ClickHouse path to "nothing lost": whatever the
@@ -91,7 +91,7 @@ func agentOnClickHouse(t *testing.T, bin, dsn, spool string, extra ...string) *l
 // through the fixture proxy on agentProxyHost, where the agent listens.
 func rollingDeployTraffic(t *testing.T) {
 	t.Helper()
-	gen := exec.Command("go", "run", "./internal/fixturegen", "-out", t.TempDir(), "-sample", "", "-only", "go-rolling-deploy-swap")
+	gen := exec.Command("go", "run", "./test/fixturegen", "-out", t.TempDir(), "-sample", "", "-only", "go-rolling-deploy-swap")
 	gen.Dir = filepath.Join("..", "..")
 	gen.Env = append(os.Environ(), pcaprec.ProxyHostEnv+"="+agentProxyHost)
 	if out, err := gen.CombinedOutput(); err != nil {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/replaywatch/replaywatch/internal/chtest"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/chtest"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // hostileValue is a wire string built to hurt: every C0 control byte an

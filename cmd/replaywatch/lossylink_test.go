@@ -15,8 +15,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/replaywatch/replaywatch/internal/netnsrig"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/netnsrig"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // lossyImpairments are the impaired links of TestLossyLinkMatchesCleanLink,

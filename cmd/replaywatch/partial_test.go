@@ -14,8 +14,8 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/replaywatch/replaywatch/internal/damage"
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
+	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 	"github.com/replaywatch/replaywatch/pipeline"
 	"github.com/replaywatch/replaywatch/sink"
 )

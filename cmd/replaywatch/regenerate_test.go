@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/replaywatch/replaywatch/internal/pcaprec"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // TestRegeneratedFixtures records every fixture afresh from the real SDKs
@@ -31,7 +31,7 @@ func TestRegeneratedFixtures(t *testing.T) {
 	// proxies listen on 127.0.0.2, so a filter keeps only the client-side
 	// leg (the proxy-to-backend leg carries the same bytes again).
 	agent := startLiveAgent(t, "host "+agentProxyHost)
-	cmd := exec.Command("go", "run", "./internal/fixturegen", "-out", dir, "-sample", "")
+	cmd := exec.Command("go", "run", "./test/fixturegen", "-out", dir, "-sample", "")
 	cmd.Dir = filepath.Join("..", "..")
 	cmd.Env = append(os.Environ(), pcaprec.ProxyHostEnv+"="+agentProxyHost)
 	out, err := cmd.CombinedOutput()

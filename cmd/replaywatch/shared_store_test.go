@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// sharedStoreFixture is internal/fixturegen's capture of three TypeScript
+// sharedStoreFixture is test/fixturegen's capture of three TypeScript
 // SDK tenants behind one event store keyed by stream id, with the server's
 // log of what each resume replayed beside it.
 const sharedStoreFixture = "ts-shared-store-get-stream"

@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/internal/soakgen"
-	"github.com/replaywatch/replaywatch/internal/testenv"
+	"github.com/replaywatch/replaywatch/test/soakgen"
+	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
 // soakHost is the loopback address the soak's server listens on; the
@@ -81,7 +81,7 @@ const soakRSSBound = 256 << 20
 // checks that memory stays under its bound, that nothing clean is called a
 // violation, and that the counters explain what the limits dropped.
 //
-// The flood (internal/soakgen): 20,000 sessions in about 26 s from 160
+// The flood (test/soakgen): 20,000 sessions in about 26 s from 160
 // clients, each initialize, one tools/call streaming progress over SSE
 // (one in ten with 20 events, past --max-events-per-session), a quarter of
 // the streams closed early by the server and resumed with Last-Event-ID

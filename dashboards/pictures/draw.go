@@ -24,7 +24,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 )
 
 // dpi of the PNGs; sizes below are in pixels, through px.

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 func main() {

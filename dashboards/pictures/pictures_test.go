@@ -10,7 +10,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 // TestRenderEveryPanel renders the pictures of the fixtures' data set into

@@ -11,7 +11,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 )
 
 // panel is what the pictures read of a generated panel.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 )
 
 // The session panels the swim lanes are drawn from.

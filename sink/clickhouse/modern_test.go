@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 )
 
 // chdbExecer runs the schema code on embedded ClickHouse 26.x. chDB takes

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 // rowsText runs a query and renders every value with fmt.Sprint, whatever

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 // These tests run against real clickhouse-server processes: Debian's 18.16,

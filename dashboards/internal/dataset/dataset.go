@@ -1,7 +1,7 @@
 // Package dataset builds the data the dashboards are tested and pictured
 // on: the real pipeline (the replaywatch binary's `schema apply` and
 // `analyze` of cmd/replaywatch/testdata/fixtures/*.pcap) into a ClickHouse
-// 18.16 server started by internal/chtest, every table then copied into a
+// 18.16 server started by test/chtest, every table then copied into a
 // chDB (ClickHouse 26.x) database laid out by the current schema, and the
 // time range and session a dashboard would be opened with.
 //
@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/dashboards"
-	"github.com/replaywatch/replaywatch/internal/chdbtest"
-	"github.com/replaywatch/replaywatch/internal/chtest"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
+	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 

@@ -1,0 +1,270 @@
+// Package damage damages packet captures the way real captures are damaged:
+// segments lost (one at a time or at random), duplicated, reordered, cut by a
+// snap length, a capture that starts late or stops early. The suite runs every
+// real SDK capture through these and requires that damage can lose a finding
+// but never add a violation (cmd/replaywatch damaged_test.go).
+//
+// Every transformation is deterministic for a given seed, so a failing case
+// can be rebuilt from its name.
+package damage
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+)
+
+// Capture is a capture held in memory: its packets in file order and link
+// type.
+type Capture struct {
+	Packets  []pcaprec.Packet
+	LinkType layers.LinkType
+}
+
+// Variant is one damaged copy of a capture. Its name is the kind of damage,
+// then after a colon what tells the cases of a kind apart.
+type Variant struct {
+	Name    string
+	Packets []pcaprec.Packet
+}
+
+// PayloadSegments returns the indexes of the packets that carry TCP payload.
+func (c Capture) PayloadSegments() []int {
+	var out []int
+	for i, p := range c.Packets {
+		if tcp := p.TCP(c.LinkType); tcp != nil && len(tcp.Payload) > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Without returns the packets less the one at index i.
+func (c Capture) Without(i int) []pcaprec.Packet {
+	return slices.Concat(c.Packets[:i:i], c.Packets[i+1:])
+}
+
+// DropEach returns one variant per payload segment, that segment lost; of a
+// capture with more than most segments, most of them, evenly spaced.
+func (c Capture) DropEach(most int) []Variant {
+	var out []Variant
+	segs := c.PayloadSegments()
+	for _, k := range evenly(len(segs), most) {
+		out = append(out, Variant{fmt.Sprintf("drop each segment:%d", segs[k]), c.Without(segs[k])})
+	}
+	return out
+}
+
+// LateStarts returns the capture started late at each packet after the
+// first; of a longer capture, at most of them, evenly spaced.
+func (c Capture) LateStarts(most int) []Variant {
+	var out []Variant
+	for _, k := range evenly(len(c.Packets)-1, most) {
+		out = append(out, Variant{fmt.Sprintf("late start:%d", k+1), c.Packets[k+1:]})
+	}
+	return out
+}
+
+// evenly picks min(n, most) of the indexes 0..n-1, evenly spaced.
+func evenly(n, most int) []int {
+	m := max(0, min(n, most))
+	out := make([]int, 0, m)
+	for i := range m {
+		out = append(out, i*n/m)
+	}
+	return out
+}
+
+// DropRandom loses each payload segment with probability rate.
+func (c Capture) DropRandom(rate float64, seed uint64) []pcaprec.Packet {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	payload := c.PayloadSegments()
+	var out []pcaprec.Packet
+	j := 0
+	for i, p := range c.Packets {
+		if j < len(payload) && payload[j] == i {
+			j++
+			if r.Float64() < rate {
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Duplicate repeats each packet with probability rate, right after itself
+// (a capture on two interfaces, a retransmission of the very same bytes).
+func (c Capture) Duplicate(rate float64, seed uint64) []pcaprec.Packet {
+	r := rand.New(rand.NewPCG(seed, 0xd0b1e))
+	var out []pcaprec.Packet
+	for _, p := range c.Packets {
+		out = append(out, p)
+		if r.Float64() < rate {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Reorder moves packets later by up to window places, each with probability
+// rate, keeping their timestamps (a multi-queue NIC, two interfaces merged).
+func (c Capture) Reorder(rate float64, window int, seed uint64) []pcaprec.Packet {
+	r := rand.New(rand.NewPCG(seed, 0x0dde))
+	out := slices.Clone(c.Packets)
+	for i := 0; i < len(out)-1; i++ {
+		if r.Float64() >= rate {
+			continue
+		}
+		j := min(len(out)-1, i+1+r.IntN(window))
+		p := out[i]
+		copy(out[i:j], out[i+1:j+1])
+		out[j] = p
+		i = j // a moved packet is not moved again
+	}
+	return out
+}
+
+// Snaplen cuts every packet to n bytes, as `tcpdump -s n` or `editcap -s n`
+// would: the record keeps the original length.
+func (c Capture) Snaplen(n int) []pcaprec.Packet {
+	out := make([]pcaprec.Packet, len(c.Packets))
+	for i, p := range c.Packets {
+		if len(p.Data) > n {
+			ci := p.CI
+			ci.CaptureLength = n
+			p = pcaprec.Packet{CI: ci, Data: p.Data[:n]}
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// Window keeps the packets captured from start+skip to end-cut: a capture
+// that began late, or ended early.
+func (c Capture) Window(skip, cut time.Duration) []pcaprec.Packet {
+	if len(c.Packets) == 0 {
+		return nil
+	}
+	first, last := c.Packets[0].CI.Timestamp, c.Packets[0].CI.Timestamp
+	for _, p := range c.Packets {
+		if p.CI.Timestamp.Before(first) {
+			first = p.CI.Timestamp
+		}
+		if p.CI.Timestamp.After(last) {
+			last = p.CI.Timestamp
+		}
+	}
+	from, to := first.Add(skip), last.Add(-cut)
+	var out []pcaprec.Packet
+	for _, p := range c.Packets {
+		if !p.CI.Timestamp.Before(from) && !p.CI.Timestamp.After(to) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Duration is the time from the capture's first packet to its last.
+func (c Capture) Duration() time.Duration {
+	if len(c.Packets) == 0 {
+		return 0
+	}
+	return c.Packets[len(c.Packets)-1].CI.Timestamp.Sub(c.Packets[0].CI.Timestamp)
+}
+
+// RandomVariants is the random damage, per seed: loss of 0.1%, 1% and 5%
+// of the payload segments, 5% duplicated and 5% moved later by up to four
+// places.
+func (c Capture) RandomVariants(seeds int) []Variant {
+	var out []Variant
+	for seed := range uint64(seeds) {
+		for _, rate := range []float64{0.001, 0.01, 0.05} {
+			out = append(out, Variant{fmt.Sprintf("drop %g%%:seed %d", rate*100, seed), c.DropRandom(rate, seed)})
+		}
+		out = append(out,
+			Variant{fmt.Sprintf("duplicate 5%%:seed %d", seed), c.Duplicate(0.05, seed)},
+			Variant{fmt.Sprintf("reorder 5%% within 4:seed %d", seed), c.Reorder(0.05, 4, seed)},
+		)
+	}
+	return out
+}
+
+// Variants is every kind of damage the suite applies to one capture, each
+// case named so it can be rebuilt: each payload segment lost in turn and the
+// capture started late at each packet (at most most of each, DropEach,
+// LateStarts), the random damage of RandomVariants, snap lengths of 64, 200
+// and 1000 bytes, and the first and last quarter, half of the capture's time
+// cut.
+func (c Capture) Variants(seeds, most int) []Variant {
+	out := slices.Concat(c.DropEach(most), c.LateStarts(most), c.RandomVariants(seeds))
+	for _, n := range []int{64, 200, 1000} {
+		out = append(out, Variant{fmt.Sprintf("snaplen %d", n), c.Snaplen(n)})
+	}
+	d := c.Duration()
+	for _, f := range []int{4, 2} {
+		cut := d / time.Duration(f)
+		out = append(out,
+			Variant{fmt.Sprintf("cut first 1/%d", f), c.Window(cut, 0)},
+			Variant{fmt.Sprintf("cut last 1/%d", f), c.Window(0, cut)},
+		)
+	}
+	return out
+}
+
+// AsLinuxSLL rewrites Ethernet frames as Linux cooked (SLL) frames: the same
+// packets as another interface (`any`, a tunnel) records them, with another
+// link header, so a merge cannot take them for byte-identical copies.
+func AsLinuxSLL(pkts []pcaprec.Packet) []pcaprec.Packet {
+	out := make([]pcaprec.Packet, 0, len(pkts))
+	for _, p := range pkts {
+		if len(p.Data) < 14 {
+			continue
+		}
+		sll := make([]byte, 16, 16+len(p.Data)-14)
+		sll[3] = 1                      // ARPHRD_ETHER
+		sll[5] = 6                      // address length
+		copy(sll[6:12], p.Data[6:12])   // the source MAC
+		copy(sll[14:16], p.Data[12:14]) // EtherType
+		data := append(sll, p.Data[14:]...)
+		ci := p.CI
+		ci.CaptureLength, ci.Length = len(data), ci.Length-14+16
+		out = append(out, pcaprec.Packet{CI: ci, Data: data})
+	}
+	return out
+}
+
+// SplitLoss makes two copies of the capture as two interfaces would record
+// it, each missing some of the payload segments (each segment is lost, with
+// probability rate, from one copy or the other, never both): merged, they
+// hold every byte.
+func (c Capture) SplitLoss(rate float64, seed uint64) (a, b []pcaprec.Packet) {
+	r := rand.New(rand.NewPCG(seed, 0x5b17))
+	payload := c.PayloadSegments()
+	j := 0
+	for i, p := range c.Packets {
+		inA, inB := true, true
+		if j < len(payload) && payload[j] == i {
+			j++
+			if r.Float64() < rate {
+				if r.IntN(2) == 0 {
+					inA = false
+				} else {
+					inB = false
+				}
+			}
+		}
+		if inA {
+			a = append(a, p)
+		}
+		if inB {
+			b = append(b, p)
+		}
+	}
+	return a, b
+}
