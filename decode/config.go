@@ -72,6 +72,12 @@ type Config struct {
 	// peeked). Unused unless KeepToolArguments is set.
 	MaxArgumentBytes int
 
+	// KeepQueryStrings keeps a request target's query string in
+	// Request.Path. Off by default: a query can carry a token or a user id,
+	// and paths go into evidence and explanations; without it the query is
+	// replaced by "?(query of N bytes not kept)".
+	KeepQueryStrings bool
+
 	// HashKey keys every hash of user data: Authorization values, tool
 	// arguments (ParamsHash, args_hash) and SSE event data (DataHash) are
 	// HMAC-SHA-256 under it, so a low-entropy value cannot be found by

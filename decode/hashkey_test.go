@@ -77,3 +77,24 @@ func TestShortHashKeyRejected(t *testing.T) {
 		t.Fatalf("a 5-byte key: %v", err)
 	}
 }
+
+// TestQueryStringsNotKept: a request target's query (a token, a user id)
+// is replaced by its length unless the operator opts in.
+func TestQueryStringsNotKept(t *testing.T) {
+	sc := parseScript(t, `c> GET /mcp?token=s3cret&user=ann HTTP/1.1\r\nMcp-Session-Id: S\r\n\r\n`)
+	for _, keep := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.KeepQueryStrings = keep
+		obs, _ := run(t, cfg, whole, sc)
+		if len(obs) != 1 || obs[0].Request == nil {
+			t.Fatalf("got %s", render(obs))
+		}
+		want := "/mcp?(query of 21 bytes not kept)"
+		if keep {
+			want = "/mcp?token=s3cret&user=ann"
+		}
+		if got := obs[0].Request.Path; got != want {
+			t.Errorf("keep %v: path %q, want %q", keep, got, want)
+		}
+	}
+}

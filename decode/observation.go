@@ -148,8 +148,10 @@ type Observation struct {
 // Request is an HTTP request head and what its body carried.
 type Request struct {
 	Method string
-	Path   string
-	Host   string
+	// Path is the request target; its query string is replaced by a
+	// marker with its length unless Config.KeepQueryStrings.
+	Path string
+	Host string
 
 	SessionID       string // Mcp-Session-Id; HasSessionID says whether the header was present
 	HasSessionID    bool

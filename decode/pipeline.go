@@ -266,6 +266,7 @@ type worker struct {
 	ssePool []*SSEDecoder // decoders of closed connections, for reuse
 	bufPool [][]byte      // head and body buffers of closed connections
 	lower   [maxKnownHeaderName]byte
+	scratch []byte // a request target without its query (redactQuery)
 
 	pending  []item
 	tick     time.Time // latest Tick

@@ -2,6 +2,11 @@
 
 package decode
 
+import (
+	"bytes"
+	"strconv"
+)
+
 // requestObservation holds what one request needs in a single allocation:
 // its observation, the Request, its exchange and room for the usual single
 // JSON-RPC message. The Request outlives the observation (later observations
@@ -14,12 +19,26 @@ type requestObservation struct {
 	msg [1]Message
 }
 
+// redactQuery appends to dst the target with its query string (from index
+// q, the '?') replaced by a marker with its length: a query can carry a
+// token or a user id, and the path goes into evidence and explanations.
+func redactQuery(dst, target []byte, q int) []byte {
+	dst = append(dst, target[:q]...)
+	dst = append(dst, "?(query of "...)
+	dst = strconv.AppendInt(dst, int64(len(target)-q-1), 10)
+	return append(dst, " bytes not kept)"...)
+}
+
 // parseRequestHead reads the request head in d.buf (complete lines only).
 func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	in := &d.c.w.strings
 	method, target, _ := parseRequestLine(firstLine(d.buf))
 	ro := &requestObservation{}
 	req := &ro.req
+	if i := bytes.IndexByte(target, '?'); i >= 0 && !d.c.w.cfg.KeepQueryStrings {
+		target = redactQuery(d.c.w.scratch[:0], target, i)
+		d.c.w.scratch = target[:0]
+	}
 	*req = Request{Method: d.c.value(slotMethod, method), Path: d.c.value(slotPath, target)}
 	f := framing{contentLength: -1}
 	it := newHeaderIter(d.buf, &d.c.w.lower)

@@ -79,7 +79,7 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 25*time.Second, "on SIGTERM, how long flushing may take (keep below the pod's grace period)")
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
-	registerHashKey(fs, &c.hashKeyFile)
+	registerPrivacy(fs, &c.hashKeyFile, &c.decode)
 	if n := os.Getenv("NODE_NAME"); n != "" {
 		fs.Set("node", n)
 	}

@@ -84,7 +84,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "once reading stops (end of input, SIGINT or SIGTERM), how long sending the last rows to ClickHouse may take; what is not sent by then is spooled")
-	registerHashKey(fs, &c.hashKeyFile)
+	registerPrivacy(fs, &c.hashKeyFile, &c.run.Decode)
 	registerLimits(fs, &c.run.Capture, &c.run.Decode, &c.run.Detect)
 }
 

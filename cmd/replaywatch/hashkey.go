@@ -20,7 +20,10 @@ const HashKeyEnv = "REPLAYWATCH_HASH_KEY"
 // hashKeyBytes is the size of a generated key (hex-encoded in its file).
 const hashKeyBytes = 32
 
-func registerHashKey(fs *flag.FlagSet, path *string) {
+// registerPrivacy adds the flags that decide what of the wire is kept: the
+// hash key and query strings (tool arguments: --store-arguments).
+func registerPrivacy(fs *flag.FlagSet, path *string, dc *decode.Config) {
+	fs.BoolVar(&dc.KeepQueryStrings, "keep-query-strings", false, "keep request query strings in evidence and explanations (default: replaced by their length; a query can carry a token)")
 	fs.StringVar(path, "hash-key-file", "", "file holding the key of every hash of user data (HMAC-SHA-256 of Authorization values, tool arguments, event data), created with a random key when missing; give every agent of a deployment the same key (env "+HashKeyEnv+" gives the key itself and wins) (default $XDG_STATE_HOME/replaywatch/hash.key)")
 }
 
