@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/internal/telemetry"
+	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/test/testenv"
 )
 

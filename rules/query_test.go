@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/test/chdbtest"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
+	"github.com/replaywatch/replaywatch/test/chdbtest"
 )
 
 // row is one seeded row: column name -> SQL literal. Columns left out get

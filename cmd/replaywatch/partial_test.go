@@ -14,10 +14,10 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/replaywatch/replaywatch/test/damage"
-	"github.com/replaywatch/replaywatch/test/pcaprec"
 	"github.com/replaywatch/replaywatch/pipeline"
 	"github.com/replaywatch/replaywatch/sink"
+	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // writeSnapped writes pkts as a pcap file whose header declares snaplen, as

@@ -57,8 +57,8 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/detector"
-	"github.com/replaywatch/replaywatch/test/chtest"
 	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
+	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
 const table = "stream_events"

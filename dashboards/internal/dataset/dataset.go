@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/sink/clickhouse"
 	"github.com/replaywatch/replaywatch/test/chdbtest"
 	"github.com/replaywatch/replaywatch/test/chtest"
-	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
 // BuildBinary builds cmd/replaywatch of the module at root into dir and
