@@ -83,6 +83,28 @@ type manifests struct {
 	yamlFiles      []string                  // every YAML file but kustomization.yaml
 }
 
+// add decodes the documents of file strictly and indexes them by kind and
+// name; an object defined twice is an error.
+func (m *manifests) add(file string, docs [][]byte) []error {
+	var errs []error
+	for i, doc := range docs {
+		o, err := decodeObject(doc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s, document %d: %v", file, i+1, err))
+			continue
+		}
+		o.file = file
+		key := o.kind + "/" + o.meta.GetName()
+		if prev, ok := m.byKey[key]; ok {
+			errs = append(errs, fmt.Errorf("%s: %s is also defined in %s", file, key, prev.file))
+			continue
+		}
+		m.byKey[key] = o
+		m.objects = append(m.objects, o)
+	}
+	return errs
+}
+
 var loadOnce = sync.OnceValues(func() (*manifests, error) { return load(".") })
 
 // loadManifests reads and strictly decodes every YAML file once per run.
@@ -125,21 +147,7 @@ func load(root string) (*manifests, error) {
 			errs = append(errs, fmt.Errorf("%s: %v", rel, err))
 			return nil
 		}
-		for i, doc := range docs {
-			o, err := decodeObject(doc)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s, document %d: %v", rel, i+1, err))
-				continue
-			}
-			o.file = rel
-			key := o.kind + "/" + o.meta.GetName()
-			if prev, ok := m.byKey[key]; ok {
-				errs = append(errs, fmt.Errorf("%s: %s is also defined in %s", rel, key, prev.file))
-				continue
-			}
-			m.byKey[key] = o
-			m.objects = append(m.objects, o)
-		}
+		errs = append(errs, m.add(rel, docs)...)
 		return nil
 	})
 	if err != nil {

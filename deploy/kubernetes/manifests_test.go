@@ -247,6 +247,37 @@ func TestKustomizations(t *testing.T) {
 // TestAgentDaemonSet checks what the agent needs from its pod.
 func TestAgentDaemonSet(t *testing.T) {
 	m := loadManifests(t)
+	runChecks(t, agentDaemonSetChecks(t, m, kustomizeAgent(m)))
+}
+
+// agentExpect is what the agent checks expect of one rendering of the
+// agent: the kustomize base as it is (kustomizeAgent), or the Helm chart
+// with a set of values (helm_test.go).
+type agentExpect struct {
+	port     int32     // --listen: containerPort, hostPort, probes, scrape annotation
+	spool    string    // clickhouse.spool_dir: the hostPath and its mount
+	workers  int       // agent.yaml workers: the resources are sized for them
+	requests [2]string // CPU, memory
+	limits   [2]string // CPU, memory
+	// dsn checks clickhouse.dsn; dsnWhat says what it checks.
+	dsn     func(dsn string) error
+	dsnWhat string
+}
+
+// kustomizeAgent is what deploy/kubernetes/agent must be.
+func kustomizeAgent(m *manifests) agentExpect {
+	return agentExpect{
+		port: agentPort, spool: spoolDir, workers: agentWorkers,
+		requests: [2]string{"100m", "256Mi"}, limits: [2]string{"1", "768Mi"},
+		dsn:     func(dsn string) error { return checkDSN(m, dsn) },
+		dsnWhat: "names the ClickHouse Service, without a password",
+	}
+}
+
+// agentDaemonSetChecks checks the agent DaemonSet of m and what it names
+// (its ServiceAccount, the ConfigMap).
+func agentDaemonSetChecks(t *testing.T, m *manifests, want agentExpect) []check {
+	t.Helper()
 	ds := get[*appsv1.DaemonSet](t, m, "DaemonSet", agentDaemonSet)
 	pod := &ds.Spec.Template.Spec
 	c := findContainer(pod.Containers, agentContainer)
@@ -254,7 +285,7 @@ func TestAgentDaemonSet(t *testing.T) {
 		t.Fatalf("DaemonSet %s has no container %q", agentDaemonSet, agentContainer)
 	}
 	env := envByName(c)
-	runChecks(t, []check{
+	return []check{
 		{"runs `replaywatch agent`", func() error {
 			if len(c.Args) == 0 || c.Args[0] != "agent" || len(c.Command) != 0 {
 				return fmt.Errorf("command %q args %q: want the image's entrypoint with args starting with \"agent\"", c.Command, c.Args)
@@ -292,35 +323,35 @@ func TestAgentDaemonSet(t *testing.T) {
 			}
 			return nil
 		}},
-		{fmt.Sprintf("port %d on the host", agentPort), func() error {
+		{fmt.Sprintf("port %d on the host", want.port), func() error {
 			for _, p := range c.Ports {
-				if p.ContainerPort == agentPort {
-					if p.HostPort != 0 && p.HostPort != agentPort {
-						return fmt.Errorf("hostPort %d: with hostNetwork it must equal the containerPort %d", p.HostPort, agentPort)
+				if p.ContainerPort == want.port {
+					if p.HostPort != 0 && p.HostPort != want.port {
+						return fmt.Errorf("hostPort %d: with hostNetwork it must equal the containerPort %d", p.HostPort, want.port)
 					}
 					return nil
 				}
 			}
-			return fmt.Errorf("no containerPort %d (--listen)", agentPort)
+			return fmt.Errorf("no containerPort %d (--listen)", want.port)
 		}},
-		{"liveness probe GET " + healthPath, func() error { return httpProbe(c, c.LivenessProbe, healthPath, agentPort) }},
-		{"readiness probe GET " + readyPath, func() error { return httpProbe(c, c.ReadinessProbe, readyPath, agentPort) }},
+		{"liveness probe GET " + healthPath, func() error { return httpProbe(c, c.LivenessProbe, healthPath, want.port) }},
+		{"readiness probe GET " + readyPath, func() error { return httpProbe(c, c.ReadinessProbe, readyPath, want.port) }},
 		{"Prometheus scrape annotations", func() error {
-			want := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(agentPort), "prometheus.io/path": metricsPath}
+			annotations := map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(int(want.port)), "prometheus.io/path": metricsPath}
 			var errs []error
-			for k, v := range want {
+			for k, v := range annotations {
 				if got := ds.Spec.Template.Annotations[k]; got != v {
 					errs = append(errs, fmt.Errorf("pod annotation %s: %q, want %q", k, got, v))
 				}
 			}
 			return errors.Join(errs...)
 		}},
-		{"resources: requests 100m/256Mi, limits 1/768Mi", func() error {
+		{fmt.Sprintf("resources: requests %s/%s, limits %s/%s", want.requests[0], want.requests[1], want.limits[0], want.limits[1]), func() error {
 			return errors.Join(
-				quantity(c.Resources.Requests, corev1.ResourceCPU, "100m"),
-				quantity(c.Resources.Requests, corev1.ResourceMemory, "256Mi"),
-				quantity(c.Resources.Limits, corev1.ResourceCPU, "1"),
-				quantity(c.Resources.Limits, corev1.ResourceMemory, "768Mi"),
+				quantity(c.Resources.Requests, corev1.ResourceCPU, want.requests[0]),
+				quantity(c.Resources.Requests, corev1.ResourceMemory, want.requests[1]),
+				quantity(c.Resources.Limits, corev1.ResourceCPU, want.limits[0]),
+				quantity(c.Resources.Limits, corev1.ResourceMemory, want.limits[1]),
 			)
 		}},
 		{"tolerates every taint (control-plane included)", func() error {
@@ -368,14 +399,14 @@ func TestAgentDaemonSet(t *testing.T) {
 			}
 			return nil
 		}},
-		{"spool on the node (hostPath " + spoolDir + ")", func() error {
-			vm := mountAt(c, spoolDir)
+		{"spool on the node (hostPath " + want.spool + ")", func() error {
+			vm := mountAt(c, want.spool)
 			if vm == nil || vm.ReadOnly {
-				return fmt.Errorf("no writable volumeMount at %s", spoolDir)
+				return fmt.Errorf("no writable volumeMount at %s", want.spool)
 			}
 			v := volumeNamed(pod, vm.Name)
-			if v == nil || v.HostPath == nil || v.HostPath.Path != spoolDir {
-				return fmt.Errorf("volume %q: want hostPath %s, so a restarted pod resumes the spool", vm.Name, spoolDir)
+			if v == nil || v.HostPath == nil || v.HostPath.Path != want.spool {
+				return fmt.Errorf("volume %q: want hostPath %s, so a restarted pod resumes the spool", vm.Name, want.spool)
 			}
 			if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
 				return fmt.Errorf("hostPath type %v, want DirectoryOrCreate", v.HostPath.Type)
@@ -405,24 +436,31 @@ func TestAgentDaemonSet(t *testing.T) {
 		{"rolling update without surge (hostPort, spool)", func() error {
 			ru := ds.Spec.UpdateStrategy.RollingUpdate
 			if ru != nil && ru.MaxSurge != nil && ru.MaxSurge.IntValue() != 0 {
-				return fmt.Errorf("maxSurge %s: two agents on a node would fight for hostPort %d and the spool", ru.MaxSurge, agentPort)
+				return fmt.Errorf("maxSurge %s: two agents on a node would fight for hostPort %d and the spool", ru.MaxSurge, want.port)
 			}
 			return nil
 		}},
-	})
+	}
 }
 
 // TestAgentConfig checks agent.yaml and that it agrees with the DaemonSet
 // and the ClickHouse Service.
 func TestAgentConfig(t *testing.T) {
 	m := loadManifests(t)
+	runChecks(t, agentConfigChecks(t, m, kustomizeAgent(m)))
+}
+
+// agentConfigChecks checks the agent.yaml of m (decoded strictly with the
+// agent's keys) against its DaemonSet and want.
+func agentConfigChecks(t *testing.T, m *manifests, want agentExpect) []check {
+	t.Helper()
 	cfg := agentConfigFile(t, m)
 	ds := get[*appsv1.DaemonSet](t, m, "DaemonSet", agentDaemonSet)
 	c := findContainer(ds.Spec.Template.Spec.Containers, agentContainer)
 	if c == nil {
 		t.Fatalf("DaemonSet %s has no container %q", agentDaemonSet, agentContainer)
 	}
-	runChecks(t, []check{
+	return []check{
 		{"interfaces", func() error {
 			if len(cfg.Interfaces) == 0 || slices.Contains(cfg.Interfaces, "") {
 				return fmt.Errorf("interfaces %q: want at least one name (\"any\" for all)", cfg.Interfaces)
@@ -442,27 +480,27 @@ func TestAgentConfig(t *testing.T) {
 			}
 			return nil
 		}},
-		{fmt.Sprintf("workers: %d (the memory budget)", agentWorkers), func() error {
-			if cfg.Workers == nil || *cfg.Workers != agentWorkers {
-				return fmt.Errorf("workers %v: the resources in daemonset.yaml are sized for %d workers; change both together", cfg.Workers, agentWorkers)
+		{fmt.Sprintf("workers: %d (the memory budget)", want.workers), func() error {
+			if cfg.Workers == nil || *cfg.Workers != want.workers {
+				return fmt.Errorf("workers %v: the resources in daemonset.yaml are sized for %d workers; change both together", cfg.Workers, want.workers)
 			}
 			return nil
 		}},
 		{"listen on the container's port", func() error {
 			_, port, err := net.SplitHostPort(cfg.Listen)
-			if err != nil || port != strconv.Itoa(agentPort) {
-				return fmt.Errorf("listen %q: want \":%d\", the port the probes and Prometheus use", cfg.Listen, agentPort)
+			if err != nil || port != strconv.Itoa(int(want.port)) {
+				return fmt.Errorf("listen %q: want \":%d\", the port the probes and Prometheus use", cfg.Listen, want.port)
 			}
 			return nil
 		}},
 		{"spool_dir is the hostPath mount", func() error {
-			if cfg.ClickHouse.SpoolDir != spoolDir || mountAt(c, spoolDir) == nil {
-				return fmt.Errorf("clickhouse.spool_dir %q: want %s, mounted from the node", cfg.ClickHouse.SpoolDir, spoolDir)
+			if cfg.ClickHouse.SpoolDir != want.spool || mountAt(c, want.spool) == nil {
+				return fmt.Errorf("clickhouse.spool_dir %q: want %s, mounted from the node", cfg.ClickHouse.SpoolDir, want.spool)
 			}
 			return nil
 		}},
-		{"clickhouse.dsn names the ClickHouse Service, without a password", func() error {
-			return checkDSN(m, cfg.ClickHouse.DSN)
+		{"clickhouse.dsn " + want.dsnWhat, func() error {
+			return want.dsn(cfg.ClickHouse.DSN)
 		}},
 		{"node comes from the command line", func() error {
 			if cfg.Node != "" {
@@ -470,7 +508,7 @@ func TestAgentConfig(t *testing.T) {
 			}
 			return nil
 		}},
-	})
+	}
 }
 
 // TestPodSecurity checks every container of every workload: locked down,
@@ -479,77 +517,84 @@ func TestAgentConfig(t *testing.T) {
 func TestPodSecurity(t *testing.T) {
 	m := loadManifests(t)
 	for _, w := range m.workloads() {
-		pod := &w.template.Spec
-		for _, c := range containers(pod) {
-			id := w.String() + "/" + c.Name
-			checks := []check{
-				{"locked down", func() error { return lockedDown(c) }},
-				{"capabilities", func() error {
-					sc := c.SecurityContext
-					if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-						return errors.New("capabilities.drop should contain ALL")
-					}
-					if want := capabilityGrants[id]; !slices.Equal(sc.Capabilities.Add, want) {
-						return fmt.Errorf("adds %q, allowed %q (capabilityGrants)", sc.Capabilities.Add, want)
-					}
-					return nil
-				}},
-				{"user", func() error {
-					if _, ok := rootAllowed[id]; ok {
-						return nil
-					}
-					if nonRoot, uid := runsAsNonRoot(pod, c); !nonRoot || uid == nil || *uid == 0 {
-						return fmt.Errorf("runAsNonRoot %v, runAsUser %s: want non-root with an explicit uid", nonRoot, fmtUID(uid))
-					}
-					return nil
-				}},
-				{"seccomp RuntimeDefault", func() error {
-					var profile *corev1.SeccompProfile
-					if pod.SecurityContext != nil {
-						profile = pod.SecurityContext.SeccompProfile
-					}
-					if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
-						profile = c.SecurityContext.SeccompProfile
-					}
-					if profile == nil || profile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-						return fmt.Errorf("seccompProfile %v, want RuntimeDefault", profile)
-					}
-					return nil
-				}},
-				{"resources with limits", func() error {
-					var errs []error
-					for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-						if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
-							errs = append(errs, fmt.Errorf("no %s request", r))
-						}
-						if q, ok := c.Resources.Limits[r]; !ok || q.IsZero() {
-							errs = append(errs, fmt.Errorf("no %s limit", r))
-						}
-					}
-					return errors.Join(errs...)
-				}},
-				{"image pinned", func() error { return pinned(c.Image) }},
-			}
-			isInit := slices.ContainsFunc(pod.InitContainers, func(ic corev1.Container) bool { return ic.Name == c.Name })
-			if !isInit && !w.runsToEnd {
-				checks = append(checks, check{"liveness and readiness probes on its own ports", func() error {
-					if c.LivenessProbe == nil || c.ReadinessProbe == nil {
-						return errors.New("no liveness or readiness probe")
-					}
-					var errs []error
-					for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-						if p != nil && p.HTTPGet != nil {
-							if _, err := resolvePort(c, p.HTTPGet.Port); err != nil {
-								errs = append(errs, err)
-							}
-						}
-					}
-					return errors.Join(errs...)
-				}})
-			}
-			t.Run(id, func(t *testing.T) { runChecks(t, checks) })
+		for _, c := range containers(&w.template.Spec) {
+			t.Run(w.String()+"/"+c.Name, func(t *testing.T) { runChecks(t, podSecurityChecks(w, c)) })
 		}
 	}
+}
+
+// podSecurityChecks checks one container of a workload: locked down,
+// non-root unless listed in rootAllowed, capabilities only as listed in
+// capabilityGrants, seccomp, resources and probes.
+func podSecurityChecks(w workload, c *corev1.Container) []check {
+	pod := &w.template.Spec
+	id := w.String() + "/" + c.Name
+	checks := []check{
+		{"locked down", func() error { return lockedDown(c) }},
+		{"capabilities", func() error {
+			sc := c.SecurityContext
+			if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				return errors.New("capabilities.drop should contain ALL")
+			}
+			if want := capabilityGrants[id]; !slices.Equal(sc.Capabilities.Add, want) {
+				return fmt.Errorf("adds %q, allowed %q (capabilityGrants)", sc.Capabilities.Add, want)
+			}
+			return nil
+		}},
+		{"user", func() error {
+			if _, ok := rootAllowed[id]; ok {
+				return nil
+			}
+			if nonRoot, uid := runsAsNonRoot(pod, c); !nonRoot || uid == nil || *uid == 0 {
+				return fmt.Errorf("runAsNonRoot %v, runAsUser %s: want non-root with an explicit uid", nonRoot, fmtUID(uid))
+			}
+			return nil
+		}},
+		{"seccomp RuntimeDefault", func() error {
+			var profile *corev1.SeccompProfile
+			if pod.SecurityContext != nil {
+				profile = pod.SecurityContext.SeccompProfile
+			}
+			if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+				profile = c.SecurityContext.SeccompProfile
+			}
+			if profile == nil || profile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				return fmt.Errorf("seccompProfile %v, want RuntimeDefault", profile)
+			}
+			return nil
+		}},
+		{"resources with limits", func() error {
+			var errs []error
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
+					errs = append(errs, fmt.Errorf("no %s request", r))
+				}
+				if q, ok := c.Resources.Limits[r]; !ok || q.IsZero() {
+					errs = append(errs, fmt.Errorf("no %s limit", r))
+				}
+			}
+			return errors.Join(errs...)
+		}},
+		{"image pinned", func() error { return pinned(c.Image) }},
+	}
+	isInit := slices.ContainsFunc(pod.InitContainers, func(ic corev1.Container) bool { return ic.Name == c.Name })
+	if !isInit && !w.runsToEnd {
+		checks = append(checks, check{"liveness and readiness probes on its own ports", func() error {
+			if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+				return errors.New("no liveness or readiness probe")
+			}
+			var errs []error
+			for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if p != nil && p.HTTPGet != nil {
+					if _, err := resolvePort(c, p.HTTPGet.Port); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
+			return errors.Join(errs...)
+		}})
+	}
+	return checks
 }
 
 // TestReferences: every ServiceAccount, ConfigMap, Secret (and key),
@@ -927,24 +972,34 @@ func agentConfigFile(t *testing.T, m *manifests) *agentConfig {
 // checkDSN: clickhouse://user@host:port/database, the host and port a
 // Service of these bases, and no password in it.
 func checkDSN(m *manifests, dsn string) error {
-	u, err := url.Parse(dsn)
+	u, port, err := parseDSN(dsn)
 	if err != nil {
-		return fmt.Errorf("dsn %q: %v", dsn, err)
-	}
-	if u.Scheme != "clickhouse" || u.User == nil || u.User.Username() == "" || strings.Trim(u.Path, "/") == "" {
-		return fmt.Errorf("dsn %q: want clickhouse://USER@HOST:9000/DATABASE", dsn)
-	}
-	if _, set := u.User.Password(); set {
-		return fmt.Errorf("dsn has a password: it belongs in the Secret (%s)", passwordEnv)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		return fmt.Errorf("dsn %q: no port", dsn)
+		return err
 	}
 	if u.Hostname() != clickhouseService {
 		return fmt.Errorf("dsn host %q, want the Service %q", u.Hostname(), clickhouseService)
 	}
-	return servicePort(m, u.Hostname(), int32(port))
+	return servicePort(m, u.Hostname(), port)
+}
+
+// parseDSN checks the form clickhouse://user@host:port/database, with no
+// password in it, and returns the URL and the port.
+func parseDSN(dsn string) (*url.URL, int32, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dsn %q: %v", dsn, err)
+	}
+	if u.Scheme != "clickhouse" || u.User == nil || u.User.Username() == "" || strings.Trim(u.Path, "/") == "" {
+		return nil, 0, fmt.Errorf("dsn %q: want clickhouse://USER@HOST:9000/DATABASE", dsn)
+	}
+	if _, set := u.User.Password(); set {
+		return nil, 0, fmt.Errorf("dsn has a password: it belongs in the Secret (%s)", passwordEnv)
+	}
+	port, err := strconv.ParseInt(u.Port(), 10, 32)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dsn %q: no port", dsn)
+	}
+	return u, int32(port), nil
 }
 
 // servicePort checks that a Service of that name exposes that port.
