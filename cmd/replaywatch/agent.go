@@ -138,6 +138,9 @@ func parseLogLevel(s string) (slog.Level, error) {
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if helpWanted(args) {
+		fs.SetOutput(stdout)
+	}
 	var cfg agentConfig
 	cfg.register(fs)
 	fs.Usage = func() {

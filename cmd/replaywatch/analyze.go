@@ -113,6 +113,9 @@ func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("analyze", flag.Continu
 func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet()
 	fs.SetOutput(stderr)
+	if helpWanted(args) {
+		fs.SetOutput(stdout)
+	}
 	var cfg analyzeConfig
 	cfg.register(fs)
 	fs.Usage = func() {

@@ -131,6 +131,13 @@ func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io
 	return s, conn, nil
 }
 
+// registerSchemaFlags adds the flags of the schema verbs.
+func registerSchemaFlags(fs *flag.FlagSet, c *clickhouseFlags, serverVersion *string, target *int) {
+	c.registerConnect(fs)
+	fs.StringVar(serverVersion, "server-version", "26.7", "print: the server version to write DDL for")
+	fs.IntVar(target, "target-version", 0, fmt.Sprintf("apply: migrate up to this schema version (default: the latest, %d)", chsink.SchemaVersion))
+}
+
 const schemaUsage = `Usage: replaywatch schema apply|status|print [flags]
 
   apply    create or migrate the replaywatch tables (idempotent; safe to run
@@ -145,19 +152,22 @@ Flags:
 
 func runSchema(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(stderr, schemaUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		if len(args) > 0 && helpWanted(args[:1]) {
+			fmt.Fprint(stdout, schemaUsage)
 			return exitOK
 		}
+		fmt.Fprint(stderr, schemaUsage)
 		return exitError
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("schema "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if helpWanted(args[1:]) {
+		fs.SetOutput(stdout)
+	}
 	var c clickhouseFlags
-	c.registerConnect(fs)
-	serverVersion := fs.String("server-version", "26.7", "print: the server version to write DDL for")
-	target := fs.Int("target-version", 0, fmt.Sprintf("apply: migrate up to this schema version (default: the latest, %d)", chsink.SchemaVersion))
+	serverVersion, target := new(string), new(int)
+	registerSchemaFlags(fs, &c, serverVersion, target)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), schemaUsage)
 		fs.PrintDefaults()

@@ -36,6 +36,7 @@ Usage:
   replaywatch agent [flags]             capture live on this node (AF_PACKET) and report continuously
   replaywatch schema apply|status|print create, migrate or show the ClickHouse schema
   replaywatch version                   print the version
+  replaywatch completion bash|zsh|fish  print a shell completion script
   replaywatch help [COMMAND]            show help
 
 Exit codes: 0 no violations, 1 violations found, 2 error (for analyze, also a
@@ -61,6 +62,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runAgent(args[1:], stdout, stderr)
 	case "schema":
 		return runSchema(args[1:], stdout, stderr)
+	case "completion":
+		return runCompletion(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "replaywatch", version())
 		return exitOK
@@ -73,6 +76,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return runAgent([]string{"--help"}, stdout, stderr)
 			case "schema":
 				return runSchema([]string{"--help"}, stdout, stderr)
+			case "completion":
+				return runCompletion([]string{"--help"}, stdout, stderr)
 			}
 		}
 		fmt.Fprint(stdout, usage)
