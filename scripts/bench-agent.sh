@@ -135,7 +135,7 @@ BIN=$WORK/replaywatch
 AB=$WORK/agentbench
 
 echo "== building the replayed captures (agentbench weave)"
-FIXTURE_FILES=(cmd/replaywatch/testdata/sample/rolling-deploy.pcap cmd/replaywatch/testdata/fixtures/*.pcap)
+FIXTURE_FILES=(cmd/replaywatch/testdata/sample/rolling-deploy.pcap pipeline/testdata/fixtures/*.pcap)
 "$AB" weave -out "$FIXTURES" "${FIXTURE_FILES[@]}" | { grep -v skipped || true; }
 "$AB" weave -base "$CAPTURE" -out "$MAIN" "${FIXTURE_FILES[@]}" | { grep -v skipped || true; }
 

@@ -132,8 +132,9 @@ log "go test -race (capture)"
 # detector's slowdown of the two readers breaks (seen in CI: a 1-byte gap).
 go test -race -count=1 -timeout 5m -skip 'TestLiveMissedOnOneInterface' ./capture/...
 log "go test -race (end to end)"
+go test -race -count=1 -timeout 10m -run 'TestFixtureSpecs|TestCrowdSDKDoubleCharges$|TestSharedStoreLeaks' ./pipeline
 go test -race -count=1 -timeout 10m -skip 'TestAgentSoak' \
-	-run 'TestFixtureSpecs|TestBinary|TestAgent|TestSpoolShared|TestAnalyzeStops|TestAnalyzeExit|TestHostile|TestCrowdSDKDoubleCharges$' ./cmd/replaywatch
+	-run 'TestBinary|TestAgent|TestSpoolShared|TestAnalyzeStops|TestAnalyzeExit|TestHostile' ./cmd/replaywatch
 
 if [ "$FUZZTIME" != 0 ]; then
 	# Every fuzz target, briefly: the seed corpora always run in go test above;

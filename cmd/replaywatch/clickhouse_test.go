@@ -96,7 +96,7 @@ func TestClickHouseFromTheREADME(t *testing.T) {
 		t.Fatalf("schema status: %d %s", code, out)
 	}
 
-	fixtures, _ := filepath.Glob("testdata/fixtures/*.pcap")
+	fixtures, _ := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
 	if len(fixtures) < 20 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}
@@ -190,7 +190,7 @@ func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	other := filepath.Join("testdata", "fixtures", "go-replayed-event.pcap")
+	other := filepath.Join(fixtureDir, "go-replayed-event.pcap")
 	code, out2, errOut := runBin(t, bin, "analyze", "--format", "json", "--clickhouse", dsn, "--spool-dir", spool, other)
 	if code == 2 || !strings.Contains(errOut, "from the spool") || strings.Contains(errOut, "kept in the spool") {
 		t.Fatalf("analyze after the outage: exit %d\n%s", code, errOut)
@@ -215,7 +215,7 @@ func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
 func TestAnalyzeExitSaysWhereTheRowsAre(t *testing.T) {
 	srv, bin, _, dsn := serverWithSchema(t)
 	spool := t.TempDir()
-	clean := filepath.Join("testdata", "fixtures", "go-correct-resume.pcap")
+	clean := filepath.Join(fixtureDir, "go-correct-resume.pcap")
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)

@@ -172,8 +172,8 @@ func analyzeOutage(t *testing.T, bin, dsn, spool, pcap string) int {
 func TestSpoolSharedByTwoRunsAndAnAgent(t *testing.T) {
 	srv, bin, db, dsn := serverWithSchema(t)
 	pcaps := []string{
-		filepath.Join("testdata", "fixtures", "ts-crowd-double-charge.pcap"),
-		filepath.Join("testdata", "fixtures", "go-crowd-double-charge.pcap"),
+		filepath.Join(fixtureDir, "ts-crowd-double-charge.pcap"),
+		filepath.Join(fixtureDir, "go-crowd-double-charge.pcap"),
 	}
 	// What each analysis produces, stored on a healthy server first.
 	ref := chtest.NewDatabase(t, srv)
@@ -390,7 +390,7 @@ func TestAgentShutdownWithinBudget(t *testing.T) {
 // database then holds every record the report printed, once.
 func TestAnalyzeStopsOnSIGTERM(t *testing.T) {
 	srv, bin, db, dsn := serverWithSchema(t)
-	pcap, err := os.ReadFile(filepath.Join("testdata", "fixtures", "ts-crowd-double-charge.pcap"))
+	pcap, err := os.ReadFile(filepath.Join(fixtureDir, "ts-crowd-double-charge.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}

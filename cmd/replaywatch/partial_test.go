@@ -24,19 +24,8 @@ import (
 // tcpdump -s does.
 func writeSnapped(t *testing.T, path string, lt layers.LinkType, snaplen uint32, pkts []pcaprec.Packet) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
+	if err := pcaprec.WritePackets(path, lt, snaplen, pkts); err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	w := pcapgo.NewWriterNanos(f)
-	if err := w.WriteFileHeader(snaplen, lt); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pkts {
-		if err := w.WritePacket(p.CI, p.Data); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -124,7 +113,7 @@ func TestPartialCapture(t *testing.T) {
 		violated = "go-rolling-deploy-swap" // exit 1
 	)
 	load := func(name string) ([]pcaprec.Packet, layers.LinkType) {
-		pkts, lt, err := pcaprec.ReadPackets(filepath.Join("testdata", "fixtures", name+".pcap"))
+		pkts, lt, err := pcaprec.ReadPackets(filepath.Join(fixtureDir, name+".pcap"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +282,7 @@ func TestPartialCapture(t *testing.T) {
 // and 200 bytes: each must exit 2 saying so, and report with 0 or 1 under
 // --allow-partial; the intact capture reports 100% analysed.
 func TestPartialEveryFixture(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	fixtures, _ := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
 	if len(fixtures) == 0 {
 		t.Fatal("no fixtures")
 	}
@@ -369,7 +358,7 @@ func writeNg(t *testing.T, path string, lt layers.LinkType, snaplen uint32, pkts
 // TestPartialPcapng: the snap length and the unread part of a damaged file
 // are found in pcapng captures too.
 func TestPartialPcapng(t *testing.T) {
-	pkts, lt, err := pcaprec.ReadPackets(filepath.Join("testdata", "fixtures", "go-rolling-deploy-swap.pcap"))
+	pkts, lt, err := pcaprec.ReadPackets(filepath.Join(fixtureDir, "go-rolling-deploy-swap.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/replaywatch/replaywatch/test/fixturespec"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 	"github.com/replaywatch/replaywatch/test/testenv"
 )
@@ -38,10 +39,8 @@ func TestRegeneratedFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixturegen: %v\n%s", err, out)
 	}
-	committed := specFiles(t, filepath.Join("testdata", "fixtures"))
-	fresh := specFiles(t, dir)
-	if len(fresh) != len(committed) {
-		t.Errorf("generator wrote %d specs, %d are committed", len(fresh), len(committed))
+	if fresh, committed := fixturespec.Count(t, dir), fixturespec.Count(t, fixtureDir); fresh != committed {
+		t.Errorf("generator wrote %d specs, %d are committed", fresh, committed)
 	}
 	t.Run("specs", func(t *testing.T) { runSpecs(t, dir) })
 	t.Run("agent_matches_analyze", func(t *testing.T) {

@@ -212,7 +212,7 @@ queries: ` + "`dashboards/pictures`" + ` takes every ClickHouse panel of the gen
 Overview and Session dashboards (` + "`dashboards/json`" + `), expands its SQL exactly as
 Grafana and grafana-clickhouse-datasource do, runs it on ClickHouse 26.x (chDB)
 over a real ` + "`replaywatch analyze`" + ` of the fixture captures
-(` + "`cmd/replaywatch/testdata/fixtures/*.pcap`" + `, the data set the dashboards' tests
+(` + "`pipeline/testdata/fixtures/*.pcap`" + `, the data set the dashboards' tests
 use), and draws the rows with gonum/plot. Colours and layout are the
 renderer's, not Grafana's; the numbers are what Grafana would show.
 The health dashboard reads the agents' Prometheus metrics and is not drawn.

@@ -20,7 +20,7 @@ import (
 // addresses with valid checksums, keep their packets and their order in
 // time, and a duplicate file is skipped.
 func TestWeave(t *testing.T) {
-	fixtures, err := filepath.Glob("../../cmd/replaywatch/testdata/fixtures/*.pcap")
+	fixtures, err := filepath.Glob("../../pipeline/testdata/fixtures/*.pcap")
 	if err != nil || len(fixtures) < 2 {
 		t.Fatalf("fixtures: %v (%d)", err, len(fixtures))
 	}
@@ -109,7 +109,7 @@ func TestWeaveBase(t *testing.T) {
 		}
 	}
 	f.Close()
-	fixture := "../../cmd/replaywatch/testdata/fixtures/go-correct-resume.pcap"
+	fixture := "../../pipeline/testdata/fixtures/go-correct-resume.pcap"
 	fp, err := readAll(fixture)
 	if err != nil {
 		t.Fatal(err)

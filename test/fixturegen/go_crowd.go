@@ -4,7 +4,7 @@ package main
 // applications (each with its own http.Client, so its own keep-alive pool)
 // on one address against one stateful go-sdk server that closes a random
 // 70% of its sessions mid-run. The server's charge log and the clients'
-// re-initialisation log are the truth (cmd/replaywatch/crowd_sdk_test.go),
+// re-initialisation log are the truth (pipeline/crowd_sdk_test.go),
 // in the same format as the TypeScript crowd's.
 
 import (

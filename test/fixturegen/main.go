@@ -77,7 +77,7 @@ func copyFile(src, dst string) error {
 }
 
 func main() {
-	out := flag.String("out", "cmd/replaywatch/testdata/fixtures", "directory to write <name>.pcap and <name>.spec into")
+	out := flag.String("out", "pipeline/testdata/fixtures", "directory to write <name>.pcap and <name>.spec into")
 	only := flag.String("only", "", "comma-separated scenario names (or name prefixes ending in '*') to run; empty runs all")
 	list := flag.Bool("list", false, "list scenarios and exit")
 	flag.StringVar(&sampleDir, "sample", "cmd/replaywatch/testdata/sample", "directory for the README sample capture (a copy of go-rolling-deploy-swap); empty skips it")

@@ -5,7 +5,7 @@ package main
 // loses a random subset of sessions mid-run. Naive clients re-send their last
 // charge_card after re-initialising, which charges the order again; the
 // server's own charge log, written beside the capture, is the truth the
-// detector's findings are checked against (cmd/replaywatch/crowd_sdk_test.go).
+// detector's findings are checked against (pipeline/crowd_sdk_test.go).
 
 import (
 	"context"

@@ -20,7 +20,7 @@ import (
 	"testing"
 )
 
-const tsFixtureDir = "../../cmd/replaywatch/testdata/fixtures"
+const tsFixtureDir = "../../pipeline/testdata/fixtures"
 
 // httpMsg is one HTTP request or response head as tshark dissected it.
 type httpMsg struct {

@@ -27,7 +27,7 @@ import (
 
 // fixtureGlob is where the recorded fixtures live, relative to this
 // package; REPLAYWATCH_ORACLE_GLOB replaces it (to check any capture).
-const fixtureGlob = "../../cmd/replaywatch/testdata/fixtures/*.pcap"
+const fixtureGlob = "../../pipeline/testdata/fixtures/*.pcap"
 
 // tsharkTimeout bounds one tshark run; fixtures take well under a second.
 const tsharkTimeout = 2 * time.Minute

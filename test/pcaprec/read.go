@@ -48,3 +48,25 @@ func (p Packet) TCP(lt layers.LinkType) *layers.TCP {
 	tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 	return tcp
 }
+
+// WritePackets writes pkts as a nanosecond pcap file whose header declares
+// snaplen (as tcpdump -s does; 65535 for whole packets): the way back for
+// packets read and damaged.
+func WritePackets(path string, lt layers.LinkType, snaplen uint32, pkts []Packet) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := pcapgo.NewWriterNanos(f)
+	err = w.WriteFileHeader(snaplen, lt)
+	for _, p := range pkts {
+		if err != nil {
+			break
+		}
+		err = w.WritePacket(p.CI, p.Data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,6 +1,6 @@
 // Package dataset builds the data the dashboards are tested and pictured
 // on: the real pipeline (the replaywatch binary's `schema apply` and
-// `analyze` of cmd/replaywatch/testdata/fixtures/*.pcap) into a ClickHouse
+// `analyze` of pipeline/testdata/fixtures/*.pcap) into a ClickHouse
 // 18.16 server started by test/chtest, every table then copied into a
 // chDB (ClickHouse 26.x) database laid out by the current schema, and the
 // time range and session a dashboard would be opened with.
@@ -63,7 +63,7 @@ func isFindingsExit(err error) bool {
 // analyze run of the fixture captures, spooling to spoolDir.
 func Analyze(root, bin string, srv *chtest.Server, db, spoolDir string) error {
 	dsn := srv.DSN(db)
-	pcaps, err := filepath.Glob(filepath.Join(root, "cmd/replaywatch/testdata/fixtures/*.pcap"))
+	pcaps, err := filepath.Glob(filepath.Join(root, "pipeline/testdata/fixtures/*.pcap"))
 	if err != nil || len(pcaps) == 0 {
 		return fmt.Errorf("no fixture captures under %s: %v", root, err)
 	}

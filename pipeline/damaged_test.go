@@ -1,10 +1,10 @@
-package main
+package pipeline
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,27 +12,16 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/replaywatch/replaywatch/sink/jsonl"
 	"github.com/replaywatch/replaywatch/test/damage"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 func writePackets(t *testing.T, path string, lt layers.LinkType, pkts []pcaprec.Packet) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
+	if err := pcaprec.WritePackets(path, lt, 65535, pkts); err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	w := pcapgo.NewWriterNanos(f)
-	if err := w.WriteFileHeader(65535, lt); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pkts {
-		if err := w.WritePacket(p.CI, p.Data); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -44,8 +33,7 @@ func (f finding) String() string { return f.kind + " on " + f.session }
 
 // damageRun is one analysis of a (damaged) capture.
 type damageRun struct {
-	code         int
-	stderr       string
+	err          error
 	violations   []finding
 	unverifiable int
 	records      []byte // every record but the summary's timing, to compare runs
@@ -54,10 +42,19 @@ type damageRun struct {
 
 func runDamaged(t *testing.T, workers int, files ...string) damageRun {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	args := []string{"analyze", "--format", "json", "--progress", "never", "--allow-partial", "--workers", fmt.Sprint(workers)}
-	code := run(append(args, files...), nil, &stdout, &stderr)
-	r := damageRun{code: code, stderr: stderr.String(), explain: map[finding]string{}}
+	var stdout bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.Capture.Workers = workers
+	w := jsonl.New(&stdout)
+	s, err := Files(context.Background(), files, cfg, w)
+	r := damageRun{err: err, explain: map[finding]string{}}
+	if err != nil {
+		return r
+	}
+	w.Summary(s)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	var kept [][]byte
 	for _, line := range bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n")) {
 		if len(line) == 0 {
@@ -141,14 +138,14 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 		}
 		c := damage.Capture{Packets: pkts, LinkType: lt}
 		intact := runDamaged(t, 1, fx)
-		if intact.code == exitError {
-			t.Fatalf("%s: analyze failed: %s", name, intact.stderr)
+		if intact.err != nil {
+			t.Fatalf("%s: analysis failed: %v", name, intact.err)
 		}
 		variants := c.Variants(seeds, maxExhaustiveCases)
 		counted := map[string]bool{}
 		check := func(vname string, files ...string) damageRun {
 			got, lost := checkDamaged(t, name+" "+vname, intact, []int{2, 2}, files...)
-			if got.code == exitError {
+			if got.err != nil {
 				return got
 			}
 			kind := damageKind(vname)
@@ -213,8 +210,8 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 func checkDamaged(t *testing.T, label string, intact damageRun, reruns []int, files ...string) (damageRun, []finding) {
 	t.Helper()
 	got := runDamaged(t, 1, files...)
-	if got.code == exitError {
-		t.Errorf("%s: analyze failed: %s", label, got.stderr)
+	if got.err != nil {
+		t.Errorf("%s: analysis failed: %v", label, got.err)
 		return got, nil
 	}
 	for _, w := range reruns {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"os"
@@ -27,7 +27,7 @@ func TestBusyCaptureUnderDamage(t *testing.T) {
 	tmpl := filepath.Join(dir, "busy.pcap")
 	cmd := exec.Command("go", "run", "./test/benchgen", "-out", filepath.Join(dir, "out.pcap"),
 		"-template", tmpl, "-sessions", "150", "-concurrency", "50", "-size", "1KB")
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("benchgen: %v\n%s", err, out)
 	}
@@ -37,8 +37,8 @@ func TestBusyCaptureUnderDamage(t *testing.T) {
 	}
 	c := damage.Capture{Packets: pkts, LinkType: lt}
 	intact := runDamaged(t, 1, tmpl)
-	if intact.code == exitError {
-		t.Fatalf("analyze failed: %s", intact.stderr)
+	if intact.err != nil {
+		t.Fatalf("analysis failed: %v", intact.err)
 	}
 	variants := append(c.RandomVariants(10), damage.Variant{Name: "snaplen 1000", Packets: c.Snaplen(1000)})
 	for _, v := range variants {

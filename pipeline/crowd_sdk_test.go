@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bufio"
@@ -196,10 +196,7 @@ func checkCrowd(t *testing.T, scenario, dir, fixture string) {
 	if len(truth) == 0 {
 		t.Fatalf("the server log holds no double charge: the scenario did not run as designed")
 	}
-	recs, code, stderr := analyzeJSON(t, nil, filepath.Join(dir, fixture+".pcap"))
-	if code == exitError {
-		t.Fatalf("analyze failed: %s", stderr)
-	}
+	recs := analyzeJSON(t, filepath.Join(dir, fixture+".pcap"))
 	sessions, lost, unverifiable := 0, 0, 0
 	for _, r := range recs {
 		switch r["type"] {
@@ -261,7 +258,7 @@ func TestCrowdSDKDoubleChargesLive(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("go", "run", "./test/fixturegen", "-out", dir, "-sample", "", "-only", strings.Join(crowdFixtures, ","))
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("fixturegen: %v\n%s", err, out)
 	}
