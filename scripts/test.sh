@@ -123,8 +123,8 @@ go test -count=1 -timeout 15m ./...
 # runs alone: its live tests pace two rings against each other. The soak
 # test is left out: it bounds the agent's memory, which the race
 # detector's shadow memory multiplies.
-log "go test -race (decode, detector, sink)"
-go test -race -count=1 -timeout 10m ./decode/... ./detector/... ./sink/...
+log "go test -race (decode, detector, sink, guard)"
+go test -race -count=1 -timeout 10m ./decode/... ./detector/... ./sink/... ./guard/...
 log "go test -race (capture)"
 # TestLiveMissedOnOneInterface is left out here (it runs in go test above):
 # it requires that a segment missed on one interface be filled by the other

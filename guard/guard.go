@@ -1,0 +1,318 @@
+// Package guard enforces the MCP Streamable HTTP resume contract inside a Go
+// client: wrap the http.RoundTripper of the client's transport (go-sdk's
+// StreamableClientTransport takes an *http.Client, as any Go MCP client
+// does) and a corrupted resume becomes a typed error instead of silently
+// corrupted state:
+//
+//   - a resume (a request with Mcp-Session-Id and Last-Event-ID) answered
+//     under another session id: *SessionSwapError;
+//   - a resumed stream whose first event is the cursor itself or an event
+//     already delivered before it: *ReplayedEventError (from the body's Read);
+//   - 404 for a request of a session: *SessionLostError, naming the tool calls
+//     that were in flight in it (their outcome is unknown: reconcile them
+//     before re-running them in a new session).
+//
+// Correct traffic passes untouched: the guard only reads what flows.
+package guard
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// Limits of what the guard remembers, so that a long-lived client's memory
+// stays bounded: MaxSessions sessions (the oldest forgotten first),
+// MaxEventsPerSession delivered event ids per session, MaxBodyBytes of a
+// request body read to find its tool calls.
+const (
+	MaxSessions         = 1024
+	MaxEventsPerSession = 4096
+	MaxBodyBytes        = 1 << 20
+	maxSSELine          = 64 << 10
+)
+
+// Call is a JSON-RPC request the guard saw sent in a session.
+type Call struct {
+	ID     string // JSON text of the id
+	Method string
+	Tool   string // params.name of a tools/call
+}
+
+// SessionSwapError: a resume of Session was answered 200 under another
+// session id; its events belong to another session's stream.
+type SessionSwapError struct {
+	Session, Got, LastEventID string
+}
+
+func (e *SessionSwapError) Error() string {
+	return fmt.Sprintf("mcp guard: resume of session %q from event %q was answered by session %q: refusing another session's stream", e.Session, e.LastEventID, e.Got)
+}
+
+// ReplayedEventError: a resumed stream delivered an event the client
+// already had (the cursor itself, or one before it).
+type ReplayedEventError struct {
+	Session, LastEventID, EventID string
+}
+
+func (e *ReplayedEventError) Error() string {
+	return fmt.Sprintf("mcp guard: resume of session %q after event %q delivered event %q again", e.Session, e.LastEventID, e.EventID)
+}
+
+// SessionLostError: the server answered 404 for Session. InFlight are the
+// calls sent in it without an answer: whether they ran is unknown.
+type SessionLostError struct {
+	Session  string
+	InFlight []Call
+}
+
+func (e *SessionLostError) Error() string {
+	msg := fmt.Sprintf("mcp guard: session %q is gone (404)", e.Session)
+	if len(e.InFlight) > 0 {
+		var calls []string
+		for _, c := range e.InFlight {
+			what := c.Method
+			if c.Tool != "" {
+				what += " " + c.Tool
+			}
+			calls = append(calls, fmt.Sprintf("%s (id %s)", what, c.ID))
+		}
+		msg += "; outcome unknown for " + strings.Join(calls, ", ") + ": reconcile before re-running them in a new session"
+	}
+	return msg
+}
+
+// Transport is an http.RoundTripper that enforces the contract.
+type Transport struct {
+	// Base sends the requests; nil means http.DefaultTransport.
+	Base http.RoundTripper
+	// OnRefuse, if set, is told every refusal as it happens. A client may
+	// report a stream that failed to read without its cause (go-sdk v1.8
+	// says "request terminated without response"); this is where the typed
+	// error still arrives.
+	OnRefuse func(error)
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	order    []string // session ids, oldest first
+}
+
+type session struct {
+	delivered map[string]bool // event ids delivered on the session's streams
+	inflight  map[string]Call // by JSON-RPC id
+	lost      bool
+}
+
+// New wraps base (nil: http.DefaultTransport).
+func New(base http.RoundTripper) *Transport { return &Transport{Base: base} }
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+// session returns the state of id, making it; t.mu held.
+func (t *Transport) session(id string) *session {
+	if t.sessions == nil {
+		t.sessions = map[string]*session{}
+	}
+	s := t.sessions[id]
+	if s == nil {
+		if len(t.order) >= MaxSessions {
+			delete(t.sessions, t.order[0])
+			t.order = t.order[1:]
+		}
+		s = &session{delivered: map[string]bool{}, inflight: map[string]Call{}}
+		t.sessions[id] = s
+		t.order = append(t.order, id)
+	}
+	return s
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	sid := req.Header.Get("Mcp-Session-Id")
+	cursor := req.Header.Get("Last-Event-ID")
+	var calls []Call
+	if sid != "" && req.Method == http.MethodPost && req.Body != nil {
+		body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		calls = requestCalls(body)
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	if sid != "" {
+		t.mu.Lock()
+		s := t.session(sid)
+		for _, c := range calls {
+			s.inflight[c.ID] = c
+		}
+		t.mu.Unlock()
+	}
+	resp, err := t.base().RoundTrip(req)
+	if err != nil || sid == "" {
+		return resp, err
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		resp.Body.Close()
+		t.mu.Lock()
+		s := t.session(sid)
+		s.lost = true
+		for _, c := range calls {
+			delete(s.inflight, c.ID) // refused with the 404: they did not run
+		}
+		lost := &SessionLostError{Session: sid}
+		for _, c := range s.inflight {
+			lost.InFlight = append(lost.InFlight, c)
+		}
+		t.mu.Unlock()
+		slices.SortFunc(lost.InFlight, func(a, b Call) int { return strings.Compare(a.ID, b.ID) })
+		return nil, t.refuse(lost)
+	}
+	if got := resp.Header.Get("Mcp-Session-Id"); cursor != "" && resp.StatusCode == http.StatusOK && got != "" && got != sid {
+		resp.Body.Close()
+		return nil, t.refuse(&SessionSwapError{Session: sid, Got: got, LastEventID: cursor})
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = t.watch(resp.Body, sid, cursor)
+	} else if resp.StatusCode == http.StatusOK && len(calls) > 0 {
+		resp.Body = &jsonWatch{body: resp.Body, t: t, sid: sid}
+	}
+	return resp, nil
+}
+
+// refuse tells OnRefuse and returns err.
+func (t *Transport) refuse(err error) error {
+	if t.OnRefuse != nil {
+		t.OnRefuse(err)
+	}
+	return err
+}
+
+// requestCalls returns the JSON-RPC requests (with an id) in a body.
+func requestCalls(body []byte) []Call {
+	var pk decode.Peeker
+	msgs, _, _ := pk.PeekJSONRPC(body)
+	var calls []Call
+	for _, m := range msgs {
+		if m.Type == decode.MsgRequest && m.ID != "" {
+			calls = append(calls, Call{ID: m.ID, Method: m.Method, Tool: m.Tool})
+		}
+	}
+	return calls
+}
+
+// answered removes the calls a message list answers from the session's
+// in-flight set.
+func (t *Transport) answered(sid string, data []byte) {
+	var pk decode.Peeker
+	msgs, _, _ := pk.PeekJSONRPC(data)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.session(sid)
+	for _, m := range msgs {
+		if m.Type == decode.MsgResponse || m.Type == decode.MsgError {
+			delete(s.inflight, m.ID)
+		}
+	}
+}
+
+// streamWatch reads an SSE body as the client does, checking a resumed
+// stream's first event and recording every event's id and answers.
+type streamWatch struct {
+	body    io.ReadCloser
+	t       *Transport
+	sid     string
+	cursor  string
+	first   bool // the first event with an id is still to come
+	dec     *decode.SSEDecoder
+	refused error
+}
+
+func (t *Transport) watch(body io.ReadCloser, sid, cursor string) io.ReadCloser {
+	w := &streamWatch{body: body, t: t, sid: sid, cursor: cursor, first: cursor != ""}
+	w.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, w.event)
+	return w
+}
+
+func (w *streamWatch) event(e *decode.SSEEvent) {
+	if w.refused != nil {
+		return
+	}
+	if len(e.Data) > 0 && !e.DataTruncated {
+		w.t.answered(w.sid, e.Data)
+	}
+	if !e.HasID || e.ID == "" {
+		return
+	}
+	w.t.mu.Lock()
+	defer w.t.mu.Unlock()
+	s := w.t.session(w.sid)
+	if w.first {
+		w.first = false
+		if e.ID == w.cursor || s.delivered[e.ID] {
+			w.refused = &ReplayedEventError{Session: w.sid, LastEventID: w.cursor, EventID: e.ID}
+			w.t.mu.Unlock() // OnRefuse may call into the Transport
+			w.t.refuse(w.refused)
+			w.t.mu.Lock()
+			return
+		}
+	}
+	if len(s.delivered) < MaxEventsPerSession {
+		s.delivered[e.ID] = true
+	}
+}
+
+// Read hands the client the bytes the server sent, up to an event the
+// guard refuses: from then on Read returns the refusal. The bytes of the
+// refused event itself may already be in the client's buffer, but the
+// error reaches it before the event is complete there: an SSE event is
+// dispatched only at its blank line, which is in this very read.
+func (w *streamWatch) Read(p []byte) (int, error) {
+	if w.refused != nil {
+		return 0, w.refused
+	}
+	n, err := w.body.Read(p)
+	if n > 0 {
+		w.dec.Write(p[:n])
+		if w.refused != nil {
+			return 0, w.refused
+		}
+	}
+	return n, err
+}
+
+func (w *streamWatch) Close() error { return w.body.Close() }
+
+// jsonWatch reads a JSON response body and clears the calls it answers.
+type jsonWatch struct {
+	body io.ReadCloser
+	t    *Transport
+	sid  string
+	buf  bytes.Buffer
+}
+
+func (j *jsonWatch) Read(p []byte) (int, error) {
+	n, err := j.body.Read(p)
+	if j.buf.Len()+n <= MaxBodyBytes {
+		j.buf.Write(p[:n])
+	}
+	if err == io.EOF {
+		j.t.answered(j.sid, j.buf.Bytes())
+	}
+	return n, err
+}
+
+func (j *jsonWatch) Close() error { return j.body.Close() }

@@ -1,0 +1,325 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// faultyServer answers a tools/call POST of session S1 with a stream of
+// events e1, e2 that ends before the result, and a resume GET (from e2) as
+// fault says.
+func faultyServer(t *testing.T, fault string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Mcp-Session-Id", "S1")
+			fmt.Fprint(w, "id: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1}}\n\n")
+			fmt.Fprint(w, "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":2}}\n\n")
+			return // the stream breaks before the result
+		}
+		switch fault {
+		case "404":
+			http.NotFound(w, r)
+			return
+		case "swap":
+			w.Header().Set("Mcp-Session-Id", "S2")
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		first := map[string]string{"replay-cursor": "e2", "replay-earlier": "e1", "swap": "x1", "correct": "e3"}[fault]
+		fmt.Fprintf(w, ": keep-alive\n\nid: %s\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":3}}\n\n", first)
+		fmt.Fprint(w, "id: e9\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// exchange sends the tools/call and the resume through a guard and returns
+// the resume's body and error.
+func exchange(t *testing.T, g *Transport, url string) (string, error) {
+	t.Helper()
+	post, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{"order":"o-1"}}}`))
+	post.Header.Set("Mcp-Session-Id", "S1")
+	resp, err := g.RoundTrip(post)
+	if err != nil {
+		t.Fatalf("the first stream: %v", err)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatalf("the first stream: %v", err)
+	}
+	resp.Body.Close()
+	get, _ := http.NewRequest(http.MethodGet, url, nil)
+	get.Header.Set("Mcp-Session-Id", "S1")
+	get.Header.Set("Last-Event-ID", "e2")
+	resp, err = g.RoundTrip(get)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// TestGuardTurnsCorruptionIntoErrors: each corrupted resume gives its typed
+// error; a correct one passes untouched, byte for byte.
+func TestGuardTurnsCorruptionIntoErrors(t *testing.T) {
+	for _, tc := range []struct {
+		fault string
+		check func(error) bool
+	}{
+		{"swap", func(err error) bool {
+			var e *SessionSwapError
+			return errors.As(err, &e) && e.Session == "S1" && e.Got == "S2" && e.LastEventID == "e2"
+		}},
+		{"replay-cursor", func(err error) bool {
+			var e *ReplayedEventError
+			return errors.As(err, &e) && e.EventID == "e2" && e.LastEventID == "e2"
+		}},
+		{"replay-earlier", func(err error) bool {
+			var e *ReplayedEventError
+			return errors.As(err, &e) && e.EventID == "e1"
+		}},
+		{"404", func(err error) bool {
+			var e *SessionLostError
+			return errors.As(err, &e) && len(e.InFlight) == 1 && e.InFlight[0].Tool == "charge_card" && e.InFlight[0].ID == "7" &&
+				strings.Contains(e.Error(), "outcome unknown for tools/call charge_card (id 7)")
+		}},
+		{"correct", func(err error) bool { return err == nil }},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			srv := faultyServer(t, tc.fault)
+			body, err := exchange(t, New(nil), srv.URL)
+			if !tc.check(err) {
+				t.Fatalf("error %v (%T)", err, err)
+			}
+			if tc.fault == "correct" {
+				direct, _ := exchange(t, &Transport{Base: passThrough{}}, srv.URL)
+				if body != direct || !strings.Contains(body, "id: e3") {
+					t.Errorf("the guard changed a correct stream:\n%q\nwant\n%q", body, direct)
+				}
+			}
+		})
+	}
+}
+
+// passThrough is http.DefaultTransport, to compare a guarded stream with
+// one read without the guard's checks.
+type passThrough struct{}
+
+func (passThrough) RoundTrip(r *http.Request) (*http.Response, error) {
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestGuardWithGoSDK: a real go-sdk client through the guard against a
+// real go-sdk server: calls pass untouched; once the server has lost the
+// session (404), the client's next call fails with the guard's
+// SessionLostError instead of a bare status (naming no call in flight:
+// the calls answered before are settled, and the one the 404 refused did
+// not run).
+func TestGuardWithGoSDK(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "charge_card"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+		Order string `json:"order"`
+	}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged " + a.Order}}}, nil, nil
+	})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	var lostID atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, _ := lostID.Load().(string); id != "" && r.Header.Get("Mcp-Session-Id") == id {
+			http.NotFound(w, r) // the server lost the session (a restart)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"}, nil)
+	hc := &http.Client{Transport: New(nil)}
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, order := range []string{"o-1", "o-2"} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: map[string]any{"order": order}})
+		if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "charged "+order {
+			t.Fatalf("a correct call through the guard: %v %+v", err, res)
+		}
+	}
+	lostID.Store(cs.ID())
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: map[string]any{"order": "o-3"}})
+	var lost *SessionLostError
+	if !errors.As(err, &lost) || lost.Session != cs.ID() || len(lost.InFlight) != 0 {
+		t.Fatalf("after the session was lost the client got %v (%T), want the guard's SessionLostError", err, err)
+	}
+	t.Logf("go-sdk client got: %v", err)
+}
+
+// resumeFault wraps a go-sdk server's handler: the first tools/call
+// stream is cut after two events (the connection dropped, as a drained
+// backend does), and the client's resume is then answered as fault says:
+// "correct" passes it on, "swap" answers under another session id (a
+// backend that minted a session), "replay" asks the event store for events
+// after the one before the cursor (a store that replays the cursor).
+type resumeFault struct {
+	next  http.Handler
+	fault string
+	cut   atomic.Bool
+}
+
+func (f *resumeFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPost && !f.cut.Load():
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		if strings.Contains(string(body), `"tools/call"`) {
+			f.cut.Store(true)
+			f.next.ServeHTTP(&cutAfter{ResponseWriter: w, events: 2, conn: r.Context().Value(connKey{}).(net.Conn)}, r)
+			return
+		}
+	case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
+		switch f.fault {
+		case "swap":
+			w = &swapSession{ResponseWriter: w}
+		case "replay":
+			id := r.Header.Get("Last-Event-ID")
+			if i := strings.LastIndexByte(id, '_'); i >= 0 {
+				var n int
+				fmt.Sscan(id[i+1:], &n)
+				r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", id[:i], n-1))
+			}
+		}
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+// connKey holds a request's connection in its context (ConnContext).
+type connKey struct{}
+
+// cutAfter closes the connection once the response has carried events
+// complete SSE events: the stream breaks mid-call. (The SDK writes events
+// from its session's goroutine, not the handler's, so aborting the handler
+// would not do.)
+type cutAfter struct {
+	http.ResponseWriter
+	events int
+	conn   net.Conn
+}
+
+func (c *cutAfter) Write(p []byte) (int, error) {
+	if c.events <= 0 {
+		return 0, net.ErrClosed
+	}
+	n, err := c.ResponseWriter.Write(p)
+	if c.events -= strings.Count(string(p), "\n\n"); c.events <= 0 {
+		c.ResponseWriter.(http.Flusher).Flush()
+		c.conn.Close()
+	}
+	return n, err
+}
+
+func (c *cutAfter) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
+
+// swapSession answers under another session id.
+type swapSession struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (s *swapSession) WriteHeader(code int) {
+	if !s.wrote {
+		s.wrote = true
+		s.Header().Set("Mcp-Session-Id", "MINTED-BY-ANOTHER-BACKEND")
+		s.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (s *swapSession) Write(p []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *swapSession) Flush() {
+	s.WriteHeader(http.StatusOK)
+	s.ResponseWriter.(http.Flusher).Flush()
+}
+
+// TestGuardOnGoSDKResumes: a go-sdk client resumes a broken tools/call
+// stream from a go-sdk server with an event store. A correct resume
+// completes the call through the guard, refusing nothing; a swapped session
+// and a replayed cursor event each end the call with an error, the guard's
+// typed error told to OnRefuse (go-sdk v1.8 reports a failed stream read
+// without its cause).
+func TestGuardOnGoSDKResumes(t *testing.T) {
+	for _, tc := range []struct {
+		fault string
+		check func(error) bool
+	}{
+		{"correct", func(err error) bool { return err == nil }},
+		{"swap", func(err error) bool {
+			var e *SessionSwapError
+			return errors.As(err, &e) && e.Got == "MINTED-BY-ANOTHER-BACKEND"
+		}},
+		{"replay", func(err error) bool { var e *ReplayedEventError; return errors.As(err, &e) }},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			server := mcp.NewServer(&mcp.Implementation{Name: "steps", Version: "1"}, nil)
+			mcp.AddTool(server, &mcp.Tool{Name: "steps"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct{}) (*mcp.CallToolResult, any, error) {
+				for i := 1; i <= 4; i++ {
+					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 4})
+					time.Sleep(20 * time.Millisecond)
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+			})
+			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+				&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+			srv := httptest.NewUnstartedServer(&resumeFault{next: handler, fault: tc.fault})
+			srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
+			srv.Start()
+			t.Cleanup(srv.Close)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			client := mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"},
+				&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {}})
+			var refused []error
+			var mu sync.Mutex
+			g := &Transport{OnRefuse: func(err error) { mu.Lock(); refused = append(refused, err); mu.Unlock() }}
+			hc := &http.Client{Transport: g}
+			cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 2}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			p := &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}
+			p.SetProgressToken("tok")
+			res, err := cs.CallTool(ctx, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.fault == "correct" {
+				if err != nil || len(refused) != 0 || res.Content[0].(*mcp.TextContent).Text != "done" {
+					t.Fatalf("a correct resume: %v, refused %v, result %+v", err, refused, res)
+				}
+				return
+			}
+			if err == nil || len(refused) == 0 || !tc.check(refused[0]) {
+				t.Fatalf("call: %v, result %+v; the guard refused %v", err, res, refused)
+			}
+			t.Logf("%s: the call failed (%v); the guard: %v", tc.fault, err, refused[0])
+		})
+	}
+}
