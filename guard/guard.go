@@ -10,13 +10,18 @@
 //     already delivered before it: *ReplayedEventError (from the body's Read);
 //   - 404 for a request of a session: *SessionLostError, naming the tool calls
 //     that were in flight in it (their outcome is unknown: reconcile them
-//     before re-running them in a new session).
+//     before re-running them in a new session);
+//   - without sessions (revision 2026-07-28), an identical tools/call sent
+//     again after its first attempt's stream broke before the answer:
+//     *ReissueError, unless the tool is annotated read-only or idempotent
+//     or the caller marked the call safe to repeat (SafeToRepeat).
 //
 // Correct traffic passes untouched: the guard only reads what flows.
 package guard
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,11 +43,13 @@ const (
 	maxSSELine          = 64 << 10
 )
 
-// Call is a JSON-RPC request the guard saw sent in a session.
+// Call is a JSON-RPC request the guard saw sent.
 type Call struct {
 	ID     string // JSON text of the id
 	Method string
 	Tool   string // params.name of a tools/call
+	// identity is the tool and its arguments' hash (tools/call only).
+	identity string
 }
 
 // SessionSwapError: a resume of Session was answered 200 under another
@@ -88,6 +95,30 @@ func (e *SessionLostError) Error() string {
 	return msg
 }
 
+// ReissueError: an identical tools/call (same tool, same arguments) was
+// sent again while its first attempt, whose stream broke before the
+// answer, has an unknown outcome.
+type ReissueError struct {
+	Tool    string
+	FirstID string // the first attempt's JSON-RPC id
+}
+
+func (e *ReissueError) Error() string {
+	return fmt.Sprintf("mcp guard: tools/call %s sent again while its first attempt (id %s) broke before its answer: it may have run; reconcile it first, or mark the call safe to repeat", e.Tool, e.FirstID)
+}
+
+type safeKey struct{}
+
+// SafeToRepeat marks the requests made with ctx as safe to re-issue (the
+// caller knows the call is idempotent, or has reconciled it).
+func SafeToRepeat(ctx context.Context) context.Context {
+	return context.WithValue(ctx, safeKey{}, true)
+}
+
+// MaxBrokenCalls bounds the broken first attempts remembered for the
+// re-issue guard (the oldest forgotten first).
+const MaxBrokenCalls = 1024
+
 // Transport is an http.RoundTripper that enforces the contract.
 type Transport struct {
 	// Base sends the requests; nil means http.DefaultTransport.
@@ -101,6 +132,11 @@ type Transport struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	order    []string // session ids, oldest first
+	// Without sessions: the tools the server annotated repeatable, and the
+	// calls whose stream broke before their answer, by identity.
+	repeatable map[string]bool
+	broken     map[string]Call
+	brokenAge  []string
 }
 
 type session struct {
@@ -142,7 +178,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	cursor := req.Header.Get("Last-Event-ID")
 	var calls []Call
-	if sid != "" && req.Method == http.MethodPost && req.Body != nil {
+	if req.Method == http.MethodPost && req.Body != nil {
 		body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
 		req.Body.Close()
 		if err != nil {
@@ -153,7 +189,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	if sid != "" {
+	if sid == "" {
+		if err := t.checkReissue(req.Context(), calls); err != nil {
+			return nil, err
+		}
+	} else {
 		t.mu.Lock()
 		s := t.session(sid)
 		for _, c := range calls {
@@ -162,8 +202,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.mu.Unlock()
 	}
 	resp, err := t.base().RoundTrip(req)
-	if err != nil || sid == "" {
+	if err != nil {
+		if sid == "" {
+			t.broke(calls)
+		}
 		return resp, err
+	}
+	if sid == "" {
+		if len(calls) > 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			resp.Body = &answerWatch{body: resp.Body, t: t, pending: calls, sse: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")}
+		}
+		return resp, nil
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		resp.Body.Close()
@@ -208,10 +257,142 @@ func requestCalls(body []byte) []Call {
 	var calls []Call
 	for _, m := range msgs {
 		if m.Type == decode.MsgRequest && m.ID != "" {
-			calls = append(calls, Call{ID: m.ID, Method: m.Method, Tool: m.Tool})
+			c := Call{ID: m.ID, Method: m.Method, Tool: m.Tool}
+			if m.Method == "tools/call" {
+				c.identity = m.Tool + "\x00" + m.ParamsHash
+			}
+			calls = append(calls, c)
 		}
 	}
 	return calls
+}
+
+// checkReissue refuses a tools/call identical to one whose stream broke
+// before its answer, unless it is repeatable or marked safe.
+func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
+	safe, _ := ctx.Value(safeKey{}).(bool)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range calls {
+		if c.identity == "" {
+			continue
+		}
+		first, ok := t.broken[c.identity]
+		if !ok {
+			continue
+		}
+		delete(t.broken, c.identity) // settled either way: refused, or repeated knowingly
+		if safe || t.repeatable[c.Tool] {
+			continue
+		}
+		err := &ReissueError{Tool: c.Tool, FirstID: first.ID}
+		t.mu.Unlock()
+		t.refuse(err)
+		t.mu.Lock()
+		return err
+	}
+	return nil
+}
+
+// broke records calls whose answer did not come.
+func (t *Transport) broke(calls []Call) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.broken == nil {
+		t.broken = map[string]Call{}
+	}
+	for _, c := range calls {
+		if c.identity == "" {
+			continue
+		}
+		if len(t.brokenAge) >= MaxBrokenCalls {
+			delete(t.broken, t.brokenAge[0])
+			t.brokenAge = t.brokenAge[1:]
+		}
+		t.broken[c.identity] = c
+		t.brokenAge = append(t.brokenAge, c.identity)
+	}
+}
+
+// learnTools records the tools a tools/list answer marks repeatable.
+func (t *Transport) learnTools(msgs []decode.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range msgs {
+		for line := range strings.Lines(m.Tools) {
+			line = strings.TrimSuffix(line, "\n")
+			if len(line) < 2 {
+				continue
+			}
+			if t.repeatable == nil {
+				t.repeatable = map[string]bool{}
+			}
+			t.repeatable[line[1:]] = line[0] == decode.ToolRepeatable
+		}
+	}
+}
+
+// answerWatch reads a response to sessionless requests: the answers it
+// carries settle their calls, tools/list answers teach which tools are
+// repeatable, and calls still unanswered when the body ends broke.
+type answerWatch struct {
+	body    io.ReadCloser
+	t       *Transport
+	pending []Call
+	sse     bool
+	dec     *decode.SSEDecoder
+	buf     bytes.Buffer // a JSON body, up to MaxBodyBytes
+	done    bool
+}
+
+func (a *answerWatch) messages(data []byte) {
+	var pk decode.Peeker
+	msgs, _, _ := pk.PeekJSONRPC(data)
+	a.t.learnTools(msgs)
+	for _, m := range msgs {
+		if m.Type == decode.MsgResponse || m.Type == decode.MsgError {
+			a.pending = slices.DeleteFunc(a.pending, func(c Call) bool { return c.ID == m.ID })
+		}
+	}
+}
+
+func (a *answerWatch) Read(p []byte) (int, error) {
+	n, err := a.body.Read(p)
+	if n > 0 {
+		if a.sse {
+			if a.dec == nil {
+				a.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, func(e *decode.SSEEvent) {
+					if !e.DataTruncated {
+						a.messages(e.Data)
+					}
+				})
+			}
+			a.dec.Write(p[:n])
+		} else if a.buf.Len()+n <= MaxBodyBytes {
+			a.buf.Write(p[:n])
+		}
+	}
+	if err != nil {
+		a.end()
+	}
+	return n, err
+}
+
+// end settles the body: what is still pending broke.
+func (a *answerWatch) end() {
+	if a.done {
+		return
+	}
+	a.done = true
+	if !a.sse {
+		a.messages(a.buf.Bytes())
+	}
+	a.t.broke(a.pending)
+}
+
+func (a *answerWatch) Close() error {
+	a.end()
+	return a.body.Close()
 }
 
 // answered removes the calls a message list answers from the session's

@@ -210,6 +210,22 @@ func (f *resumeFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // connKey holds a request's connection in its context (ConnContext).
 type connKey struct{}
 
+// cuttableServer serves h with each request's connection in its context,
+// so that cutAfter can drop it.
+func cuttableServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// progressClient is a go-sdk client that accepts progress notifications.
+func progressClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"},
+		&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {}})
+}
+
 // cutAfter closes the connection once the response has carried events
 // complete SSE events: the stream breaks mid-call. (The SDK writes events
 // from its session's goroutine, not the handler's, so aborting the handler
@@ -287,15 +303,10 @@ func TestGuardOnGoSDKResumes(t *testing.T) {
 			})
 			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 				&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-			srv := httptest.NewUnstartedServer(&resumeFault{next: handler, fault: tc.fault})
-			srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
-			srv.Start()
-			t.Cleanup(srv.Close)
-
+			srv := cuttableServer(t, &resumeFault{next: handler, fault: tc.fault})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			client := mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"},
-				&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {}})
+			client := progressClient()
 			var refused []error
 			var mu sync.Mutex
 			g := &Transport{OnRefuse: func(err error) { mu.Lock(); refused = append(refused, err); mu.Unlock() }}
@@ -321,5 +332,94 @@ func TestGuardOnGoSDKResumes(t *testing.T) {
 			}
 			t.Logf("%s: the call failed (%v); the guard: %v", tc.fault, err, refused[0])
 		})
+	}
+}
+
+// TestGuardReissueWithGoSDK: revision 2026-07-28 (go-sdk's default, no
+// sessions) against a stateless go-sdk server whose first tools/call
+// stream of each tool is cut after its first event. The application sends
+// the call again: for charge_card (destructive) the guard refuses with a
+// ReissueError naming the first attempt; get_order (readOnlyHint) and a
+// charge marked SafeToRepeat go through.
+func TestGuardReissueWithGoSDK(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
+	tool := func(name string, readOnly bool) {
+		mcp.AddTool(server, &mcp.Tool{Name: name, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly}}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+			Order string `json:"order"`
+		}) (*mcp.CallToolResult, any, error) {
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1, Total: 2})
+			time.Sleep(20 * time.Millisecond)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " " + a.Order}}}, nil, nil
+		})
+	}
+	tool("charge_card", false)
+	tool("get_order", true)
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
+	cut := map[string]bool{}
+	var mu sync.Mutex
+	srv := cuttableServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		mu.Lock()
+		var first string
+		for _, name := range []string{"charge_card", "get_order"} {
+			if strings.Contains(string(body), `"name":"`+name+`"`) && !cut[name] {
+				cut[name], first = true, name
+			}
+		}
+		mu.Unlock()
+		if first != "" {
+			handler.ServeHTTP(&cutAfter{ResponseWriter: w, events: 1, conn: r.Context().Value(connKey{}).(net.Conn)}, r)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := progressClient()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: New(nil)}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if cs.ID() != "" {
+		t.Fatalf("session %q: the test needs revision 2026-07-28 (no sessions)", cs.ID())
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil { // the annotations the guard learns
+		t.Fatal(err)
+	}
+	call := func(ctx context.Context, name string) error {
+		p := &mcp.CallToolParams{Name: name, Arguments: map[string]any{"order": "o-1"}}
+		p.SetProgressToken("tok")
+		_, err := cs.CallTool(ctx, p)
+		return err
+	}
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		refused bool
+	}{
+		{"charge_card", ctx, true},
+		{"get_order", ctx, false},
+	} {
+		if err := call(tc.ctx, tc.name); err == nil {
+			t.Fatalf("%s: the first attempt's stream was not cut", tc.name)
+		}
+		err := call(tc.ctx, tc.name)
+		var re *ReissueError
+		if tc.refused != errors.As(err, &re) || (tc.refused && re.Tool != tc.name) || (!tc.refused && err != nil) {
+			t.Fatalf("%s sent again: %v (%T)", tc.name, err, err)
+		}
+		t.Logf("%s sent again: %v", tc.name, err)
+	}
+	// Marked safe by the caller (reconciled): the charge goes through.
+	mu.Lock()
+	delete(cut, "charge_card")
+	mu.Unlock()
+	if err := call(ctx, "charge_card"); err == nil {
+		t.Fatal("the charge's stream was not cut again")
+	}
+	if err := call(SafeToRepeat(ctx), "charge_card"); err != nil {
+		t.Fatalf("a re-issue marked safe: %v", err)
 	}
 }
