@@ -128,6 +128,9 @@ type Transport struct {
 	// says "request terminated without response"); this is where the typed
 	// error still arrives.
 	OnRefuse func(error)
+	// Tokens keeps each stream's resumption token (session and last
+	// complete event id); nil means a MemoryTokens of the Transport's own.
+	Tokens TokenStore
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -137,6 +140,19 @@ type Transport struct {
 	repeatable map[string]bool
 	broken     map[string]Call
 	brokenAge  []string
+	ownTokens  MemoryTokens
+	// cursors maps a stream's latest cursor to its key, so that a resume
+	// (a GET from the cursor, for a POST's stream too) saves its events
+	// under the stream it continues; at most MaxSessions entries.
+	cursors   map[string]string
+	streamCur map[string]string // stream key -> its cursor in cursors
+}
+
+func (t *Transport) tokens() TokenStore {
+	if t.Tokens != nil {
+		return t.Tokens
+	}
+	return &t.ownTokens
 }
 
 type session struct {
@@ -235,11 +251,38 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, t.refuse(&SessionSwapError{Session: sid, Got: got, LastEventID: cursor})
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = t.watch(resp.Body, sid, cursor)
+		first := ""
+		if len(calls) > 0 {
+			first = calls[0].ID
+		}
+		key := StreamKey(req.Method, sid, first)
+		if cursor != "" {
+			t.mu.Lock()
+			if k, ok := t.cursors[sid+"\x00"+cursor]; ok {
+				key = k
+			}
+			t.mu.Unlock()
+		}
+		resp.Body = t.watch(resp.Body, sid, cursor, key)
 	} else if resp.StatusCode == http.StatusOK && len(calls) > 0 {
 		resp.Body = &jsonWatch{body: resp.Body, t: t, sid: sid}
 	}
 	return resp, nil
+}
+
+// noteCursor records that stream's cursor is now id; t.mu held.
+func (t *Transport) noteCursor(sid, id, stream string) {
+	if t.cursors == nil {
+		t.cursors, t.streamCur = map[string]string{}, map[string]string{}
+	}
+	if old, ok := t.streamCur[stream]; ok {
+		delete(t.cursors, old)
+	} else if len(t.streamCur) >= MaxSessions {
+		clear(t.cursors) // bounded; a resume then starts its own key
+		clear(t.streamCur)
+	}
+	c := sid + "\x00" + id
+	t.cursors[c], t.streamCur[stream] = stream, c
 }
 
 // refuse tells OnRefuse and returns err.
@@ -417,13 +460,14 @@ type streamWatch struct {
 	t       *Transport
 	sid     string
 	cursor  string
-	first   bool // the first event with an id is still to come
+	stream  string // its key in the TokenStore
+	first   bool   // the first event with an id is still to come
 	dec     *decode.SSEDecoder
 	refused error
 }
 
-func (t *Transport) watch(body io.ReadCloser, sid, cursor string) io.ReadCloser {
-	w := &streamWatch{body: body, t: t, sid: sid, cursor: cursor, first: cursor != ""}
+func (t *Transport) watch(body io.ReadCloser, sid, cursor, stream string) io.ReadCloser {
+	w := &streamWatch{body: body, t: t, sid: sid, cursor: cursor, stream: stream, first: cursor != ""}
 	w.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, w.event)
 	return w
 }
@@ -453,6 +497,15 @@ func (w *streamWatch) event(e *decode.SSEEvent) {
 	}
 	if len(s.delivered) < MaxEventsPerSession {
 		s.delivered[e.ID] = true
+	}
+	w.t.noteCursor(w.sid, e.ID, w.stream)
+	// The event is complete (SSE dispatches at its blank line): it is the
+	// stream's new cursor. A store that fails is told to OnRefuse, not to
+	// the stream: the client still has its events.
+	if err := w.t.tokens().Save(w.stream, Token{Session: w.sid, LastEventID: e.ID}); err != nil && w.t.OnRefuse != nil {
+		w.t.mu.Unlock()
+		w.t.OnRefuse(fmt.Errorf("mcp guard: saving the resumption token: %w", err))
+		w.t.mu.Lock()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -421,5 +422,32 @@ func TestGuardReissueWithGoSDK(t *testing.T) {
 	}
 	if err := call(SafeToRepeat(ctx), "charge_card"); err != nil {
 		t.Fatalf("a re-issue marked safe: %v", err)
+	}
+}
+
+// TestResumptionTokens: each stream's token is its session and its last
+// complete event id, saved as events complete, and a resume continues the
+// stream it resumes; a file store survives a restart.
+func TestResumptionTokens(t *testing.T) {
+	srv := faultyServer(t, "correct")
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	g := &Transport{Tokens: &FileTokens{Path: path}}
+	if _, err := exchange(t, g, srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	again := &FileTokens{Path: path} // a restarted process
+	tok, ok, err := again.Load(StreamKey(http.MethodPost, "S1", "7"))
+	if err != nil || !ok || tok != (Token{Session: "S1", LastEventID: "e9"}) {
+		t.Fatalf("token after the resume: %+v %v %v, want S1 at e9 (the resume continued the POST's stream)", tok, ok, err)
+	}
+	if _, ok, _ := again.Load(StreamKey(http.MethodGet, "S1", "")); ok {
+		t.Error("the resume was saved as a stream of its own")
+	}
+	var mem MemoryTokens
+	if err := mem.Save("s", Token{"S", "e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if tok, ok, _ := mem.Load("s"); !ok || tok.LastEventID != "e1" {
+		t.Errorf("memory store: %+v %v", tok, ok)
 	}
 }

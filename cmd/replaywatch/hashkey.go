@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/internal/atomicfile"
 )
 
 // HashKeyEnv gives the hash key itself (a Kubernetes Secret shared by every
@@ -107,28 +108,11 @@ func ephemeralKey(cause error) (hashKey, error) {
 		warning: fmt.Sprintf("no hash key could be stored (%v): this run's hashes cannot be compared with other runs'; give --hash-key-file or %s", cause, HashKeyEnv)}, nil
 }
 
-// storeKey writes key to path without ever exposing a partial file: a
-// private temporary file, synced, then linked to path (which fails with
-// os.ErrExist if another process got there first).
+// storeKey writes key to path without ever exposing a partial file; it
+// fails with os.ErrExist if another process got there first.
 func storeKey(path string, key []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".hash.key-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(key, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Link(tmp.Name(), path)
+	return atomicfile.Create(path, append(key, '\n'))
 }
