@@ -476,7 +476,9 @@ func (w *streamWatch) event(e *decode.SSEEvent) {
 	if w.refused != nil {
 		return
 	}
-	if len(e.Data) > 0 && !e.DataTruncated {
+	// Only an answer settles a call; most events are notifications, and
+	// peeking at each cost more than the rest of the guard's work.
+	if !e.DataTruncated && (bytes.Contains(e.Data, []byte(`"result"`)) || bytes.Contains(e.Data, []byte(`"error"`))) {
 		w.t.answered(w.sid, e.Data)
 	}
 	if !e.HasID || e.ID == "" {
