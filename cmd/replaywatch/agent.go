@@ -308,11 +308,17 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	})
 	defer backstop.Stop()
 	tel.NotReady("capture", "stopping")
+	sinkBy := shutdownBy.Add(-cfg.shutdownTimeout / 10)
+	if store != nil {
+		// Before the pipeline drains into it: a hung server's insert must
+		// not hold the detector's last records past the budget.
+		store.ShutdownBy(sinkBy)
+	}
 	live.Close()
 	beat.Stop()
 	var undelivered error
 	if store != nil {
-		closeCtx, cancel := context.WithDeadline(context.Background(), shutdownBy.Add(-cfg.shutdownTimeout/10))
+		closeCtx, cancel := context.WithDeadline(context.Background(), sinkBy)
 		r := store.Close(closeCtx)
 		cancel()
 		log.Info("sink closed", "written", r.Written, "replayed", r.Replayed, "left_in_spool", r.LeftRows, "lost", r.Lost,

@@ -205,6 +205,11 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// The decoder keeps arguments only when they are to be stored.
 		cfg.run.Decode.KeepToolArguments = cfg.clickhouse.sink.StoreArguments
 	}
+	if store != nil {
+		// On a signal the budget starts now, while the pipeline still
+		// drains into the sink.
+		defer context.AfterFunc(ctx, func() { store.ShutdownBy(time.Now().Add(cfg.shutdownTimeout)) })()
+	}
 	summary, err := pipeline.Files(ctx, fs.Args(), cfg.run, out)
 	bar.Done()
 	interrupted := context.Cause(ctx)

@@ -165,7 +165,10 @@ type Sink struct {
 	hurry       context.Context
 	hurryNow    context.CancelFunc
 	cancelHurry context.CancelFunc // hurryNow without the abort
-	closeBy     atomic.Int64       // Close's deadline, Unix nanoseconds; 0 before Close
+	closeBy     atomic.Int64       // the shutdown's deadline, Unix nanoseconds; 0 before ShutdownBy or Close
+	deadlineMu  sync.Mutex         // guards hurryAt and hurryTimer (ShutdownBy)
+	hurryAt     time.Time
+	hurryTimer  *time.Timer
 
 	closing                    atomic.Bool
 	written, spooled, replayed atomic.Int64
@@ -517,6 +520,28 @@ type Report struct {
 	CorruptFiles []string
 }
 
+// ShutdownBy announces the shutdown's deadline before Close: from the last
+// quarter of the budget before it (at most MaxSpoolReserve) inserts and
+// connects are cut and what is unsent goes to the spool. A pipeline
+// draining into the sink at shutdown (the detector closing its sessions)
+// would otherwise wait on the back-pressure of an insert a hung server
+// holds, past the budget. It returns that moment; the earliest deadline
+// announced holds.
+func (s *Sink) ShutdownBy(deadline time.Time) time.Time {
+	s.deadlineMu.Lock()
+	defer s.deadlineMu.Unlock()
+	if by := s.closeBy.Load(); by != 0 && by <= deadline.UnixNano() {
+		return s.hurryAt
+	}
+	s.closeBy.Store(deadline.UnixNano())
+	s.hurryAt = deadline.Add(-min(time.Until(deadline)/4, MaxSpoolReserve))
+	if s.hurryTimer != nil {
+		s.hurryTimer.Stop()
+	}
+	s.hurryTimer = time.AfterFunc(time.Until(s.hurryAt), s.hurryNow)
+	return s.hurryAt
+}
+
 // Close flushes everything, waits for the sender, and tries for up to
 // CloseTimeout to empty the spool, all before ctx's deadline (without one:
 // CloseTimeout plus InsertTimeout). Nothing accepted is lost: what the
@@ -535,10 +560,7 @@ func (s *Sink) Close(ctx context.Context) Report {
 	if !ok {
 		deadline = time.Now().Add(s.cfg.CloseTimeout + s.cfg.InsertTimeout)
 	}
-	hurryAt := deadline.Add(-min(time.Until(deadline)/4, MaxSpoolReserve))
-	s.closeBy.Store(deadline.UnixNano())
-	hurry := time.AfterFunc(time.Until(hurryAt), s.hurryNow)
-	defer hurry.Stop()
+	hurryAt := s.ShutdownBy(deadline)          // an earlier ShutdownBy holds
 	stop := context.AfterFunc(ctx, s.hurryNow) // the caller gave up early
 	defer stop()
 	// Stop the timer before taking the lock again: a tick may be waiting
@@ -560,7 +582,10 @@ func (s *Sink) Close(ctx context.Context) Report {
 			backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
 		}
 	}
-	s.cancelHurry() // nothing more is sent (the caller's connection stays usable)
+	s.deadlineMu.Lock()
+	s.hurryTimer.Stop() // nothing more is sent: the caller's connection stays usable
+	s.deadlineMu.Unlock()
+	s.cancelHurry()
 	s.sp.close()
 	s.m.reg.Unregister()
 	return s.report()
