@@ -405,7 +405,7 @@ func (a *answerWatch) Read(p []byte) (int, error) {
 		if a.sse {
 			if a.dec == nil {
 				a.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, func(e *decode.SSEEvent) {
-					if !e.DataTruncated {
+					if !e.DataTruncated && mayAnswer(e.Data) {
 						a.messages(e.Data)
 					}
 				})
@@ -436,6 +436,13 @@ func (a *answerWatch) end() {
 func (a *answerWatch) Close() error {
 	a.end()
 	return a.body.Close()
+}
+
+// mayAnswer reports whether an event's data can hold an answer (a result,
+// a tools/list among them, or an error): only those are worth peeking at,
+// and most events are notifications.
+func mayAnswer(data []byte) bool {
+	return bytes.Contains(data, []byte(`"result"`)) || bytes.Contains(data, []byte(`"error"`))
 }
 
 // answered removes the calls a message list answers from the session's
@@ -476,9 +483,7 @@ func (w *streamWatch) event(e *decode.SSEEvent) {
 	if w.refused != nil {
 		return
 	}
-	// Only an answer settles a call; most events are notifications, and
-	// peeking at each cost more than the rest of the guard's work.
-	if !e.DataTruncated && (bytes.Contains(e.Data, []byte(`"result"`)) || bytes.Contains(e.Data, []byte(`"error"`))) {
+	if !e.DataTruncated && mayAnswer(e.Data) {
 		w.t.answered(w.sid, e.Data)
 	}
 	if !e.HasID || e.ID == "" {
