@@ -50,3 +50,14 @@ func (d *digester) keyed64(h uint64) uint64 {
 	sum := d.digest(raw[:])
 	return binary.BigEndian.Uint64(sum[:8])
 }
+
+// HashValue is the hex keyed SHA-256 (HashKey) of v as given: for values
+// that arrive already reduced to text, such as a span's hash of an event's
+// data, so that what is stored is keyed like every other hash.
+func (pk *Peeker) HashValue(v []byte) string {
+	return hexDigest(pk.digester().digest(v))
+}
+
+// HashJSON is the hex keyed SHA-256 of the JSON value v in canonical form
+// (the hash of a call's arguments, however they were spelled).
+func (pk *Peeker) HashJSON(v []byte) string { return pk.hash(v) }

@@ -69,6 +69,9 @@ type Violation struct {
 	// what little else the wire offers), or "same exchange" for a swap; the
 	// explanation names the evidence.
 	Confidence string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // ResumeOutcome is how one resume attempt ended.
@@ -99,6 +102,9 @@ type ResumeAttempt struct {
 	Server          string
 	Replayed        int // events delivered on the resumed stream
 	ViolationIDs    []string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // SessionSummary is one session's lifecycle, emitted when it ends (404,
@@ -123,6 +129,9 @@ type SessionSummary struct {
 	// got 404 (or before it), with LinkConfidence.
 	PreviousSession string
 	LinkConfidence  string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // UnknownOutcome is a tools/call that was in flight when its
@@ -145,6 +154,9 @@ type UnknownOutcome struct {
 	Reason    string
 	// Reissued is set when the same call was seen again on a later session.
 	ReissuedInSession string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // Unverifiable is a place where the capture cannot prove either way (lost
@@ -159,6 +171,9 @@ type Unverifiable struct {
 	Reason    string
 	// Check names what could not be verified, e.g. "resume", "event order".
 	Check string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // Sink receives the detector's output. Calls come from one goroutine.
@@ -199,6 +214,9 @@ type StreamEvent struct {
 	DataHash  string
 	Client    string
 	Server    string
+	// Source is the input the record came from: "pcap", "live" or "otlp"
+	// (set by the pipeline, not by the detector).
+	Source string
 }
 
 // EventSink is a Sink that also takes every SSE event of every tracked
@@ -206,3 +224,10 @@ type StreamEvent struct {
 type EventSink interface {
 	StreamEvent(*StreamEvent)
 }
+
+// Inputs a record can come from (its Source).
+const (
+	SourcePcap = "pcap" // capture files (analyze)
+	SourceLive = "live" // live packet capture (agent)
+	SourceOTLP = "otlp" // OpenTelemetry spans
+)

@@ -50,7 +50,7 @@ func Files(ctx context.Context, files []string, cfg Config, out detector.Sink) (
 	// Size decode by the workers capture will really run (zero means one per
 	// core, and there is a cap), so every worker has a factory.
 	cfg.Capture = cfg.Capture.WithDefaults()
-	det := detector.New(cfg.Detect, out)
+	det := detector.New(cfg.Detect, withSource(out, detector.SourcePcap))
 	// last is the detector's clock (every observation); first and end span
 	// the HTTP messages and events decoded, the summary's capture times: a
 	// gap alone is not traffic analysed.

@@ -42,7 +42,7 @@ type Live struct {
 // wires it to a decoder and a detector writing to out.
 func NewLive(cfg LiveConfig, out detector.Sink) (*Live, error) {
 	cfg.Capture.Config = cfg.Capture.Config.WithDefaults()
-	l := &Live{cfg: cfg, det: detector.New(cfg.Detect, out), clockStop: make(chan struct{}), clockDone: make(chan struct{})}
+	l := &Live{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceLive)), clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	l.storeStats()
 	l.pipe = decode.NewPipeline(cfg.Decode, cfg.Capture.WithDefaults().Workers, func(o *decode.Observation) {
 		l.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/replaywatch/replaywatch/sink"
 	"github.com/replaywatch/replaywatch/sink/jsonl"
 	"github.com/replaywatch/replaywatch/test/fixturespec"
 )
@@ -16,9 +17,18 @@ import (
 // analysis that fails fails the test.
 func analyzeJSON(t *testing.T, files ...string) []map[string]any {
 	t.Helper()
+	return recordsOf(t, files, func(w *jsonl.Writer) (*sink.Summary, error) {
+		return Files(context.Background(), files, DefaultConfig(), w)
+	})
+}
+
+// recordsOf runs one analysis into a JSON Lines writer and returns the
+// records it wrote, its summary last.
+func recordsOf(t *testing.T, files []string, run func(*jsonl.Writer) (*sink.Summary, error)) []map[string]any {
+	t.Helper()
 	var out bytes.Buffer
 	w := jsonl.New(&out)
-	s, err := Files(context.Background(), files, DefaultConfig(), w)
+	s, err := run(w)
 	if err != nil {
 		t.Fatalf("analysis of %v failed: %v", files, err)
 	}

@@ -1,0 +1,353 @@
+// The assembler: spans held by trace until they settle, joined to their MCP
+// spans, turned into observations and released in time order.
+
+package otlp
+
+import (
+	"container/heap"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// ErrFull refuses an export that would outgrow MaxBufferedSpans: the
+// receiver answers it with the OTLP retryable status.
+var ErrFull = errors.New("otlp: span buffer full (MaxBufferedSpans); retry later")
+
+// Stats counts what the assembler did. Safe to read through Assembler.Stats.
+type Stats struct {
+	Spans        uint64 // spans received
+	HTTPSpans    uint64 // HTTP spans turned into exchanges
+	MCPSpans     uint64 // MCP spans joined to HTTP spans
+	NestedSpans  uint64 // HTTP spans under another HTTP span of the same trace: another hop of an exchange already counted
+	IgnoredSpans uint64 // spans neither HTTP nor MCP
+	Refused      uint64 // spans of exports refused because the buffer was full
+	Late         uint64 // observations that arrived after newer ones were released
+	EarlyRelease uint64 // observations released before the reorder window (MaxBufferedObservations)
+	Observations uint64 // observations released
+	Buffered     int    // spans held now
+	Pending      int    // observations waiting now
+}
+
+// maxAncestors bounds the walk up a span's parents.
+const maxAncestors = 64
+
+// traceBuf is one trace's spans while it settles.
+type traceBuf struct {
+	id      pcommon.TraceID
+	lastAt  time.Time // wall time of its last span's arrival
+	http    []*httpSpan
+	mcp     []*mcpSpan
+	parents map[pcommon.SpanID]pcommon.SpanID // of the other spans
+	spans   int
+	settled bool
+}
+
+// arrival queues a trace for settling.
+type arrival struct {
+	tb *traceBuf
+	at time.Time
+}
+
+// Assembler turns spans into observations. Consume may be called from any
+// goroutine; out is called from Advance's and Flush's caller only.
+type Assembler struct {
+	cfg Config
+	out func(*decode.Observation)
+
+	mu       sync.Mutex
+	rd       reader
+	traces   map[pcommon.TraceID]*traceBuf
+	arrivals []arrival   // in order of arrival; an entry older than its trace's lastAt is stale
+	forced   []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
+	buffered int
+	stats    Stats
+
+	// Owned by the caller of Advance and Flush.
+	pending  obsHeap
+	seq      uint64
+	newest   time.Time // the newest observation time converted
+	released time.Time // the newest observation time released
+	nextConn uint64
+}
+
+// NewAssembler returns an assembler writing observations to out. key is
+// the deployment's hash key (decode.Config.HashKey).
+func NewAssembler(cfg Config, key []byte, out func(*decode.Observation)) *Assembler {
+	return &Assembler{cfg: cfg, out: out, rd: reader{pk: &decode.Peeker{HashKey: key}}, traces: map[pcommon.TraceID]*traceBuf{}}
+}
+
+// Consume buffers the spans of one export. It refuses the whole export
+// (ErrFull) rather than part of it: the exporter retries it whole.
+func (a *Assembler) Consume(td ptrace.Traces, now time.Time) error {
+	n := td.SpanCount()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.buffered > 0 && a.buffered+n > a.cfg.MaxBufferedSpans {
+		a.stats.Refused += uint64(n)
+		return ErrFull
+	}
+	a.stats.Spans += uint64(n)
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		rs := rss.At(i)
+		res := rs.Resource().Attributes()
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				a.add(res, spans.At(k), now)
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {
+	h, m := a.rd.read(res, sp)
+	tb := a.traces[sp.TraceID()]
+	if tb == nil {
+		tb = &traceBuf{id: sp.TraceID()}
+		a.traces[tb.id] = tb
+	}
+	if !now.Equal(tb.lastAt) {
+		tb.lastAt = now
+		a.arrivals = append(a.arrivals, arrival{tb, now})
+	}
+	switch {
+	case h != nil:
+		tb.http = append(tb.http, h)
+	case m != nil:
+		tb.mcp = append(tb.mcp, m)
+	default:
+		// Kept only as a link in the chain of parents (nestedHop).
+		a.stats.IgnoredSpans++
+		if tb.parents == nil {
+			tb.parents = map[pcommon.SpanID]pcommon.SpanID{}
+		}
+		tb.parents[sp.SpanID()] = sp.ParentSpanID()
+	}
+	tb.spans++
+	a.buffered++
+	if tb.spans >= MaxSpansPerTrace {
+		// Joined at the next Advance; later spans start a new buffer.
+		a.take(tb)
+		a.forced = append(a.forced, tb)
+	}
+}
+
+// Advance joins the traces that settled by now (wall time) and releases
+// the observations older than the reorder window. When idle is set (no
+// span arrived for a settle delay and a reorder window), everything
+// pending goes out.
+func (a *Assembler) Advance(now time.Time) {
+	a.settle(now.Add(-a.cfg.SettleDelay))
+	idle := a.quietSince(now.Add(-a.cfg.SettleDelay - a.cfg.ReorderWindow))
+	a.release(idle)
+}
+
+// Flush joins and releases everything: the input ended.
+func (a *Assembler) Flush() {
+	a.settle(time.Unix(1<<62, 0))
+	a.release(true)
+}
+
+// Stats returns the counters.
+func (a *Assembler) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.Buffered = a.buffered
+	s.Pending = len(a.pending)
+	return s
+}
+
+// quietSince reports whether no span arrived after t.
+func (a *Assembler) quietSince(t time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.arrivals) == 0 || a.arrivals[len(a.arrivals)-1].at.Before(t)
+}
+
+// settle takes the traces whose last span arrived before t (and those cut
+// at MaxSpansPerTrace) and turns them into observations.
+func (a *Assembler) settle(t time.Time) {
+	a.mu.Lock()
+	ready := a.forced
+	a.forced = nil
+	for len(a.arrivals) > 0 {
+		e := a.arrivals[0]
+		if e.tb.settled || !e.at.Equal(e.tb.lastAt) {
+			a.arrivals = a.arrivals[1:] // a later arrival of its trace is queued
+			continue
+		}
+		if !e.at.Before(t) {
+			break
+		}
+		a.arrivals = a.arrivals[1:]
+		a.take(e.tb)
+		ready = append(ready, e.tb)
+	}
+	a.mu.Unlock()
+	for _, tb := range ready {
+		a.convert(tb)
+	}
+}
+
+// take removes tb from the buffer; mu held.
+func (a *Assembler) take(tb *traceBuf) {
+	tb.settled = true
+	delete(a.traces, tb.id)
+	a.buffered -= tb.spans
+}
+
+// convert joins a settled trace's HTTP spans to their MCP spans and queues
+// their observations.
+func (a *Assembler) convert(tb *traceBuf) {
+	byID := make(map[pcommon.SpanID]*httpSpan, len(tb.http))
+	for _, h := range tb.http {
+		byID[h.key.span] = h
+	}
+	mcpByID := make(map[pcommon.SpanID]*mcpSpan, len(tb.mcp))
+	mcpLinks := map[spanKey]*mcpSpan{}
+	for _, m := range tb.mcp {
+		mcpByID[m.key.span] = m
+		for _, l := range m.links {
+			mcpLinks[l] = m
+		}
+	}
+	for _, h := range tb.http {
+		if nestedHop(h, tb, byID, mcpByID) {
+			a.stat(func(s *Stats) { s.NestedSpans++ })
+			continue
+		}
+		if !h.rpc.known() {
+			if m := owner(h, mcpByID, mcpLinks); m != nil {
+				h.rpc = m.rpc
+				if h.protocol == "" {
+					h.protocol = m.rpc.protocol
+				}
+				a.stat(func(s *Stats) { s.MCPSpans++ })
+			}
+		}
+		a.stat(func(s *Stats) { s.HTTPSpans++ })
+		a.queue(h)
+	}
+}
+
+func (a *Assembler) stat(f func(*Stats)) {
+	a.mu.Lock()
+	f(&a.stats)
+	a.mu.Unlock()
+}
+
+// nestedHop reports whether h sits under another HTTP span of its trace,
+// directly or through other spans: a gateway's call to its backend, or a
+// server's span under its client's. The outermost HTTP span is the
+// exchange as its client saw it; counting an inner one too would deliver
+// every event twice.
+func nestedHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) bool {
+	p := h.parent
+	for range maxAncestors {
+		if p.IsEmpty() {
+			return false
+		}
+		if _, ok := byID[p]; ok {
+			return true
+		}
+		if m, ok := mcpByID[p]; ok {
+			p = m.parent
+		} else if q, ok := tb.parents[p]; ok {
+			p = q
+		} else {
+			return false // the chain leaves the spans this trace sent
+		}
+	}
+	return false
+}
+
+// owner is the MCP span of h: its parent, one that links to it, or one it
+// links to.
+func owner(h *httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan, mcpLinks map[spanKey]*mcpSpan) *mcpSpan {
+	if m := mcpByID[h.parent]; m != nil {
+		return m
+	}
+	if m := mcpLinks[h.key]; m != nil {
+		return m
+	}
+	for _, l := range h.links {
+		if m := mcpByID[l.span]; m != nil && l.trace == h.key.trace {
+			return m
+		}
+	}
+	return nil
+}
+
+// pendingObs is one queued observation.
+type pendingObs struct {
+	o   *decode.Observation
+	seq uint64
+}
+
+type obsHeap []pendingObs
+
+func (h obsHeap) Len() int { return len(h) }
+func (h obsHeap) Less(i, j int) bool {
+	if !h[i].o.Time.Equal(h[j].o.Time) {
+		return h[i].o.Time.Before(h[j].o.Time)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h obsHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *obsHeap) Push(x any)   { *h = append(*h, x.(pendingObs)) }
+func (h *obsHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = pendingObs{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// queue turns h into observations (one connection, one exchange) and
+// queues them.
+func (a *Assembler) queue(h *httpSpan) {
+	a.nextConn++
+	for _, o := range observe(h, a.nextConn) {
+		if o.Time.Before(a.released) {
+			// Newer observations already went to the detector.
+			o.Late = decode.LateReorderWindow
+			a.stat(func(s *Stats) { s.Late++ })
+		}
+		if o.Time.After(a.newest) {
+			a.newest = o.Time
+		}
+		a.seq++
+		heap.Push(&a.pending, pendingObs{o, a.seq})
+	}
+	for len(a.pending) > a.cfg.MaxBufferedObservations {
+		a.stat(func(s *Stats) { s.EarlyRelease++ })
+		a.emit(heap.Pop(&a.pending).(pendingObs).o)
+	}
+}
+
+// release sends the observations older than the newest by the reorder
+// window (all when all is set) to out, in time order.
+func (a *Assembler) release(all bool) {
+	limit := a.newest.Add(-a.cfg.ReorderWindow)
+	for len(a.pending) > 0 && (all || !a.pending[0].o.Time.After(limit)) {
+		a.emit(heap.Pop(&a.pending).(pendingObs).o)
+	}
+}
+
+func (a *Assembler) emit(o *decode.Observation) {
+	if o.Time.After(a.released) {
+		a.released = o.Time
+	}
+	a.stat(func(s *Stats) { s.Observations++ })
+	a.out(o)
+}

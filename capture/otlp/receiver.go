@@ -1,0 +1,210 @@
+// The OTLP receiver: gRPC (opentelemetry.proto.collector.trace.v1.TraceService)
+// and HTTP (POST /v1/traces, protobuf or JSON, optionally gzip).
+
+package otlp
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TracesPath is the OTLP/HTTP traces path.
+const TracesPath = "/v1/traces"
+
+// Receiver listens for OTLP exports and hands their spans to an Assembler.
+type Receiver struct {
+	asm      *Assembler
+	grpcSrv  *grpc.Server
+	grpcLn   net.Listener
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	served   chan error
+	nServing int
+}
+
+// Listen opens the listeners cfg names (at least one) for asm. Serve
+// starts answering.
+func Listen(cfg Config, asm *Assembler) (*Receiver, error) {
+	if cfg.GRPCAddr == "" && cfg.HTTPAddr == "" {
+		return nil, errors.New("otlp: no listen address (want a gRPC or an HTTP address)")
+	}
+	r := &Receiver{asm: asm, served: make(chan error, 2)}
+	if cfg.GRPCAddr != "" {
+		ln, err := net.Listen("tcp", cfg.GRPCAddr)
+		if err != nil {
+			return nil, fmt.Errorf("otlp gRPC: %w", err)
+		}
+		r.grpcLn = ln
+		r.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes))
+		ptraceotlp.RegisterGRPCServer(r.grpcSrv, &grpcTraces{r: r})
+	}
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			if r.grpcLn != nil {
+				r.grpcLn.Close()
+			}
+			return nil, fmt.Errorf("otlp HTTP: %w", err)
+		}
+		r.httpLn = ln
+		mux := http.NewServeMux()
+		mux.HandleFunc(TracesPath, r.serveHTTP)
+		r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	}
+	return r, nil
+}
+
+// GRPCAddr and HTTPAddr are the addresses listened on ("" when not).
+func (r *Receiver) GRPCAddr() string { return addrString(r.grpcLn) }
+func (r *Receiver) HTTPAddr() string { return addrString(r.httpLn) }
+
+func addrString(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// Serve answers exports in the background; a listener that fails is
+// reported by Close.
+func (r *Receiver) Serve() {
+	if r.grpcSrv != nil {
+		r.nServing++
+		go func() { r.served <- r.grpcSrv.Serve(r.grpcLn) }()
+	}
+	if r.httpSrv != nil {
+		r.nServing++
+		go func() {
+			err := r.httpSrv.Serve(r.httpLn)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			r.served <- err
+		}()
+	}
+}
+
+// Close stops accepting exports and waits, until ctx ends, for the
+// exports being answered.
+func (r *Receiver) Close(ctx context.Context) error {
+	var errs []error
+	if r.httpSrv != nil {
+		if err := r.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.grpcSrv != nil {
+		done := make(chan struct{})
+		go func() { r.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			r.grpcSrv.Stop()
+		}
+	}
+	for ; r.nServing > 0; r.nServing-- {
+		if err := <-r.served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type grpcTraces struct {
+	ptraceotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+// Export buffers the spans or, when the buffer is full, answers
+// UNAVAILABLE with a retry delay: OTLP's retryable answer, so the exporter
+// keeps the data and sends it again.
+func (g *grpcTraces) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	if err := g.r.asm.Consume(req.Traces(), time.Now()); err != nil {
+		st := status.New(codes.Unavailable, err.Error())
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(RetryAfter)}); derr == nil {
+			st = d
+		}
+		return ptraceotlp.NewExportResponse(), st.Err()
+	}
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+// serveHTTP is OTLP/HTTP: the request's encoding is the answer's.
+func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "OTLP traces are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	ct, _, _ := strings.Cut(req.Header.Get("Content-Type"), ";")
+	ct = strings.TrimSpace(strings.ToLower(ct))
+	if ct != "application/x-protobuf" && ct != "application/json" {
+		http.Error(w, fmt.Sprintf("content type %q: want application/x-protobuf or application/json", ct), http.StatusUnsupportedMediaType)
+		return
+	}
+	var body io.Reader = http.MaxBytesReader(w, req.Body, MaxRequestBytes)
+	switch enc := strings.ToLower(req.Header.Get("Content-Encoding")); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			http.Error(w, "gzip body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = io.LimitReader(zr, MaxRequestBytes+1)
+	default:
+		http.Error(w, fmt.Sprintf("content encoding %q: want gzip or none", enc), http.StatusUnsupportedMediaType)
+		return
+	}
+	raw, err := io.ReadAll(body)
+	if err == nil && len(raw) > MaxRequestBytes {
+		err = fmt.Errorf("body over MaxRequestBytes (%d)", MaxRequestBytes)
+	}
+	if err != nil {
+		http.Error(w, "reading the body: "+err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	ereq := ptraceotlp.NewExportRequest()
+	if ct == "application/json" {
+		err = ereq.UnmarshalJSON(raw)
+	} else {
+		err = ereq.UnmarshalProto(raw)
+	}
+	if err != nil {
+		http.Error(w, "not an OTLP trace export: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := r.asm.Consume(ereq.Traces(), time.Now()); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	resp := ptraceotlp.NewExportResponse()
+	var out []byte
+	if ct == "application/json" {
+		out, err = resp.MarshalJSON()
+	} else {
+		out, err = resp.MarshalProto()
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Write(out)
+}

@@ -1,0 +1,269 @@
+package pipeline
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/capture/otlp"
+	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/sink"
+)
+
+// sourced stamps the input on every record before out sees it.
+type sourced struct {
+	out    detector.Sink
+	source string
+}
+
+// withSource is out stamping source, an EventSink when out is one (the
+// detector makes stream events only for sinks that take them).
+func withSource(out detector.Sink, source string) detector.Sink {
+	s := sourced{out, source}
+	if _, ok := out.(detector.EventSink); ok {
+		return sourcedEvents{s}
+	}
+	return s
+}
+
+func (s sourced) Violation(v *detector.Violation)  { v.Source = s.source; s.out.Violation(v) }
+func (s sourced) Resume(r *detector.ResumeAttempt) { r.Source = s.source; s.out.Resume(r) }
+func (s sourced) Session(x *detector.SessionSummary) {
+	x.Source = s.source
+	s.out.Session(x)
+}
+func (s sourced) UnknownOutcome(u *detector.UnknownOutcome) {
+	u.Source = s.source
+	s.out.UnknownOutcome(u)
+}
+func (s sourced) Unverifiable(u *detector.Unverifiable) {
+	u.Source = s.source
+	s.out.Unverifiable(u)
+}
+
+type sourcedEvents struct{ sourced }
+
+func (s sourcedEvents) StreamEvent(e *detector.StreamEvent) {
+	e.Source = s.source
+	s.out.(detector.EventSink).StreamEvent(e)
+}
+
+// SpansConfig configures the spans pipeline.
+type SpansConfig struct {
+	OTLP   otlp.Config
+	Decode decode.Config // its HashKey keys what spans carry
+	Detect detector.Config
+	// Tick, if set, is called after each clock step with the detector
+	// held: flush an output that buffers.
+	Tick func()
+}
+
+// Spans is the OTLP pipeline: spans received over gRPC and HTTP, settled
+// by trace, turned into observations and judged by a detector of its own
+// (records say "otlp"). Like Live, the detector is single-threaded:
+// the assembler's releases and the clock take turns under mu.
+type Spans struct {
+	cfg  SpansConfig
+	asm  *otlp.Assembler
+	recv *otlp.Receiver
+	det  *detector.Detector
+
+	mu        sync.Mutex
+	detStats  atomic.Pointer[detector.Stats]
+	clockStop chan struct{}
+	clockDone chan struct{}
+	closeOnce sync.Once
+}
+
+// SpansStep is how often the spans pipeline settles traces and moves the
+// detector's clock.
+const SpansStep = 250 * time.Millisecond
+
+// NewSpans listens where cfg.OTLP says and starts answering exports.
+func NewSpans(cfg SpansConfig, out detector.Sink) (*Spans, error) {
+	if err := cfg.OTLP.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Spans{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceOTLP)),
+		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
+	s.storeStats()
+	s.asm = otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, s.det.Observe)
+	recv, err := otlp.Listen(cfg.OTLP, s.asm)
+	if err != nil {
+		return nil, err
+	}
+	s.recv = recv
+	recv.Serve()
+	go s.clock()
+	return s, nil
+}
+
+// GRPCAddr and HTTPAddr are where exports are received.
+func (s *Spans) GRPCAddr() string { return s.recv.GRPCAddr() }
+func (s *Spans) HTTPAddr() string { return s.recv.HTTPAddr() }
+
+// AssemblerStats and DetectorStats are safe to read at any time.
+func (s *Spans) AssemblerStats() otlp.Stats    { return s.asm.Stats() }
+func (s *Spans) DetectorStats() detector.Stats { return *s.detStats.Load() }
+
+func (s *Spans) storeStats() {
+	st := s.det.Stats()
+	s.detStats.Store(&st)
+}
+
+func (s *Spans) clock() {
+	defer close(s.clockDone)
+	tick := time.NewTicker(SpansStep)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.clockStop:
+			return
+		case now := <-tick.C:
+			s.mu.Lock()
+			s.asm.Advance(now)
+			s.storeStats()
+			if s.cfg.Tick != nil {
+				s.cfg.Tick()
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Close stops receiving (exports in flight are answered until ctx ends),
+// releases every span held and closes the detector's sessions.
+func (s *Spans) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		err = s.recv.Close(ctx)
+		close(s.clockStop)
+		<-s.clockDone
+		s.mu.Lock()
+		s.asm.Flush()
+		s.det.Close(time.Now())
+		s.storeStats()
+		if s.cfg.Tick != nil {
+			s.cfg.Tick()
+		}
+		s.mu.Unlock()
+	})
+	return err
+}
+
+// SpanFiles analyses files of OTLP JSON trace exports, one
+// ExportTraceServiceRequest per line (the OpenTelemetry Collector's file
+// exporter writes them so): the offline spans pipeline. Spans settle by
+// their own clock (the newest span end read so far), as if they had
+// arrived when they ended.
+func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detector.Sink) (*sink.Summary, error) {
+	if err := cfg.OTLP.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	det := detector.New(cfg.Detect, withSource(out, detector.SourceOTLP))
+	var last time.Time
+	asm := otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, func(o *decode.Observation) {
+		if o.Time.After(last) {
+			last = o.Time
+		}
+		det.Observe(o)
+	})
+	var problems []string
+	read := 0
+	for _, path := range files {
+		n, err := readSpanFile(ctx, path, asm)
+		read += n
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return nil, err
+			}
+			problems = append(problems, err.Error())
+		}
+	}
+	if read == 0 && len(problems) > 0 {
+		return nil, errors.New(problems[0])
+	}
+	asm.Flush()
+	det.Close(last)
+	st := asm.Stats()
+	s := buildSummary(capture.Stats{Files: len(files)}, decode.Stats{}, det.Stats(), problems)
+	s.HTTPExchanges = st.HTTPSpans
+	s.Elapsed = time.Since(start)
+	s.ElapsedSeconds = s.Elapsed.Seconds()
+	return s, nil
+}
+
+// maxSpanLine bounds one line of a span file.
+const maxSpanLine = otlp.MaxRequestBytes
+
+// readSpanFile feeds one file's exports to asm and returns how many were read.
+func readSpanFile(ctx context.Context, path string, asm *otlp.Assembler) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxSpanLine)
+	var u ptrace.JSONUnmarshaler
+	var clock time.Time
+	n, line := 0, 0
+	for sc.Scan() {
+		line++
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		td, err := u.UnmarshalTraces(sc.Bytes())
+		if err != nil {
+			return n, fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", path, line, err)
+		}
+		clock = later(clock, newestEnd(td))
+		for asm.Consume(td, clock) != nil {
+			// Full: let the oldest traces settle, as a receiver's
+			// exporter would wait and retry.
+			asm.Advance(clock.Add(otlp.DefaultSettleDelay + time.Hour))
+		}
+		asm.Advance(clock)
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return n, fmt.Errorf("%s:%d: %v", path, line+1, err)
+	}
+	return n, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// newestEnd is the latest span end in td.
+func newestEnd(td ptrace.Traces) time.Time {
+	var t time.Time
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		sss := rss.At(i).ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				t = later(t, spans.At(k).EndTimestamp().AsTime())
+			}
+		}
+	}
+	return t
+}
