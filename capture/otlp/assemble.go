@@ -226,7 +226,9 @@ func (a *Assembler) convert(tb *traceBuf) {
 			a.stat(func(s *Stats) { s.NestedSpans++ })
 			continue
 		}
-		if !h.rpc.known() {
+		// Only a POST carries a JSON-RPC request: a resume GET under the
+		// same MCP span (the C# SDK's) sends none.
+		if !h.rpc.known() && h.method == "POST" {
 			if m := owner(h, mcpByID, mcpLinks); m != nil {
 				h.rpc = m.rpc
 				if h.protocol == "" {
