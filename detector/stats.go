@@ -65,3 +65,37 @@ func (d *Detector) Stats() Stats {
 	}
 	return s
 }
+
+// Plus is the sum of two detectors' counters (an agent runs one per
+// input: packets and spans).
+func (s Stats) Plus(o Stats) Stats {
+	r := Stats{
+		Observations: s.Observations + o.Observations, Malformed: s.Malformed + o.Malformed,
+		CaptureLosses: s.CaptureLosses + o.CaptureLosses, MCPExchanges: s.MCPExchanges + o.MCPExchanges,
+		NonMCPExchanges: s.NonMCPExchanges + o.NonMCPExchanges, Sessionless: s.Sessionless + o.Sessionless,
+		SessionsSeen: s.SessionsSeen + o.SessionsSeen, SessionsActive: s.SessionsActive + o.SessionsActive,
+		UnknownOutcomes: s.UnknownOutcomes + o.UnknownOutcomes, HeaderMismatches: s.HeaderMismatches + o.HeaderMismatches,
+		RepeatableReissues: s.RepeatableReissues + o.RepeatableReissues,
+		SessionsEnded:      sum(s.SessionsEnded, o.SessionsEnded), Resumes: sum(s.Resumes, o.Resumes),
+		Violations: sum(s.Violations, o.Violations), Unverifiable: sum(s.Unverifiable, o.Unverifiable),
+		Revisions: sum(s.Revisions, o.Revisions), LimitsHit: sum(s.LimitsHit, o.LimitsHit),
+		PairRevisions: map[string]map[string]int64{},
+	}
+	for _, m := range []map[string]map[string]int64{s.PairRevisions, o.PairRevisions} {
+		for pair, revs := range m {
+			r.PairRevisions[pair] = sum(r.PairRevisions[pair], revs)
+		}
+	}
+	return r
+}
+
+func sum[K comparable](a, b map[K]int64) map[K]int64 {
+	r := make(map[K]int64, len(a)+len(b))
+	for k, n := range a {
+		r[k] += n
+	}
+	for k, n := range b {
+		r[k] += n
+	}
+	return r
+}

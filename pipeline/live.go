@@ -19,6 +19,10 @@ type LiveConfig struct {
 	// Tick, if set, is called once a second after the detector's clock
 	// moved, with the detector held: flush an output that buffers.
 	Tick func()
+	// Lock, if set, is held whenever the detector writes to its sink:
+	// pipelines that share one sink (packets and spans in one agent)
+	// share it.
+	Lock *sync.Mutex
 }
 
 // Live is the live pipeline: packets from AF_PACKET rings, decoded and
@@ -30,8 +34,8 @@ type Live struct {
 	pipe    *decode.Pipeline
 	capture *capture.LiveCapture
 
-	mu        sync.Mutex // the detector's
-	lastDrops uint64     // kernel drops already told to the detector; mu
+	mu        *sync.Mutex // the detector's (LiveConfig.Lock when set)
+	lastDrops uint64      // kernel drops already told to the detector; mu
 	detStats  atomic.Pointer[detector.Stats]
 	clockStop chan struct{}
 	clockDone chan struct{}
@@ -42,7 +46,8 @@ type Live struct {
 // wires it to a decoder and a detector writing to out.
 func NewLive(cfg LiveConfig, out detector.Sink) (*Live, error) {
 	cfg.Capture.Config = cfg.Capture.Config.WithDefaults()
-	l := &Live{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceLive)), clockStop: make(chan struct{}), clockDone: make(chan struct{})}
+	l := &Live{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceLive)), mu: lockOr(cfg.Lock),
+		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	l.storeStats()
 	l.pipe = decode.NewPipeline(cfg.Decode, cfg.Capture.WithDefaults().Workers, func(o *decode.Observation) {
 		l.mu.Lock()
@@ -134,4 +139,12 @@ func (l *Live) Close() {
 		}
 		l.mu.Unlock()
 	})
+}
+
+// lockOr is l, or a lock of the pipeline's own.
+func lockOr(l *sync.Mutex) *sync.Mutex {
+	if l != nil {
+		return l
+	}
+	return &sync.Mutex{}
 }

@@ -65,6 +65,8 @@ type SpansConfig struct {
 	// Tick, if set, is called after each clock step with the detector
 	// held: flush an output that buffers.
 	Tick func()
+	// Lock is LiveConfig.Lock: give both the same one to share a sink.
+	Lock *sync.Mutex
 }
 
 // Spans is the OTLP pipeline: spans received over gRPC and HTTP, settled
@@ -77,7 +79,7 @@ type Spans struct {
 	recv *otlp.Receiver
 	det  *detector.Detector
 
-	mu        sync.Mutex
+	mu        *sync.Mutex
 	detStats  atomic.Pointer[detector.Stats]
 	clockStop chan struct{}
 	clockDone chan struct{}
@@ -93,7 +95,7 @@ func NewSpans(cfg SpansConfig, out detector.Sink) (*Spans, error) {
 	if err := cfg.OTLP.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Spans{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceOTLP)),
+	s := &Spans{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceOTLP)), mu: lockOr(cfg.Lock),
 		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	s.storeStats()
 	s.asm = otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, s.det.Observe)

@@ -11,10 +11,14 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/internal/telemetry"
@@ -56,6 +60,7 @@ type agentConfig struct {
 	shutdownTimeout time.Duration
 	hashKeyFile     string
 	live            capture.LiveConfig
+	otlp            otlp.Config
 	decode          decode.Config
 	detect          detector.Config
 	clickhouse      clickhouseFlags
@@ -66,13 +71,16 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 	c.decode = decode.DefaultConfig()
 	c.detect = detector.DefaultConfig()
 	fs.StringVar(&c.configFile, "config", "", "YAML configuration file (keys: see deploy/README.md)")
-	fs.StringVar(&c.interfaces, "interface", "any", `interfaces to capture on, comma-separated; "any" for all`)
+	fs.StringVar(&c.interfaces, "interface", "any", `interfaces to capture on, comma-separated; "any" for all; "none" for no packet capture (spans only)`)
 	fs.StringVar(&c.ports, "ports", "", "capture TCP traffic on these ports only (comma-separated; compiled to BPF here)")
 	fs.StringVar(&c.filter, "filter", "", "capture filter as a BPF expression instead of --ports (compiled with tcpdump -ddd)")
 	fs.IntVar(&c.live.Workers, "workers", 0, "capture and decode workers, connections sharded by the kernel's flow hash (0: one per core)")
 	fs.IntVar(&c.live.BlockSize, "ring-block-size", capture.DefaultBlockSize, "bytes per block of each packet ring (TPACKET_V3)")
 	fs.IntVar(&c.live.NumBlocks, "ring-blocks", capture.DefaultNumBlocks, "blocks per packet ring; a ring per worker and interface holds ring-blocks x ring-block-size bytes")
 	fs.StringVar(&c.listen, "listen", ":9464", "address of /metrics, /healthz and /readyz")
+	c.otlp = otlp.DefaultConfig()
+	fs.StringVar(&c.otlp.GRPCAddr, "otlp-grpc", "", "receive OpenTelemetry traces over OTLP/gRPC on this address (e.g. :4317; docs/otlp.md)")
+	fs.StringVar(&c.otlp.HTTPAddr, "otlp-http", "", "receive OpenTelemetry traces over OTLP/HTTP (POST /v1/traces) on this address (e.g. :4318)")
 	fs.StringVar(&c.format, "format", "json", "without --clickhouse: print findings on standard output as json (JSON Lines) or text")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (structured logs on standard error)")
 	fs.BoolVar(&c.applySchema, "apply-schema", false, "create or migrate the ClickHouse schema at start")
@@ -96,6 +104,12 @@ func (c *agentConfig) validate() error {
 		return err
 	}
 	c.live.Interfaces = splitList(c.interfaces)
+	if c.capturesNothing() {
+		if !c.receivesSpans() {
+			return errors.New(`--interface none needs --otlp-grpc or --otlp-http: the agent would watch nothing`)
+		}
+		c.live.Interfaces = nil
+	}
 	c.live.Filter = c.filter
 	c.live.Ports = nil
 	for _, p := range splitList(c.ports) {
@@ -114,8 +128,19 @@ func (c *agentConfig) validate() error {
 	if err := validateLimits(&c.live.Config, &c.decode, &c.detect); err != nil {
 		return err
 	}
+	if c.capturesNothing() {
+		return c.otlp.Validate()
+	}
+	if err := c.otlp.Validate(); err != nil {
+		return err
+	}
 	return c.live.Validate()
 }
+
+// capturesNothing: --interface none, spans only.
+func (c *agentConfig) capturesNothing() bool { return strings.TrimSpace(c.interfaces) == "none" }
+
+func (c *agentConfig) receivesSpans() bool { return c.otlp.GRPCAddr != "" || c.otlp.HTTPAddr != "" }
 
 func splitList(s string) []string {
 	var out []string
@@ -256,40 +281,27 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	tel.Ready("output")
 
 	beat := tel.Heartbeat("detector", 30*time.Second)
-	live, err := pipeline.NewLive(pipeline.LiveConfig{Capture: cfg.live, Decode: cfg.decode, Detect: cfg.detect,
-		Tick: func() {
-			if flushOut != nil {
-				flushOut()
-			}
-			beat.Beat()
-		}}, out)
+	in, err := startInputs(cfg, out, func() {
+		if flushOut != nil {
+			flushOut()
+		}
+		beat.Beat()
+	}, tel)
 	if err != nil {
-		beat.Stop()
-		return err // capture says which capability is missing
-	}
-	reg, err := tel.RegisterPipeline(telemetry.PipelineSources{
-		Capture: func() capture.Stats { return live.CaptureStats().Stats },
-		Kernel: func() telemetry.KernelStats {
-			s := live.CaptureStats()
-			return telemetry.KernelStats{Packets: s.Kernel.Packets, Drops: s.Kernel.Drops, Duplicates: s.Duplicates}
-		},
-		Levels: func() telemetry.CaptureLevels {
-			return telemetry.CaptureLevels{Connections: int64(live.CaptureStats().OpenConnections)}
-		},
-		Decode:   live.DecodeStats,
-		Detector: live.DetectorStats,
-	})
-	if err != nil {
-		live.Close()
 		beat.Stop()
 		return err
 	}
-	defer reg.Unregister()
+	defer in.unregister()
 	tel.Ready("capture")
-	log.Info("capturing", "workers", live.Workers())
+	if in.live != nil {
+		log.Info("capturing", "workers", in.live.Workers())
+	}
+	if in.spans != nil {
+		log.Info("receiving OTLP traces", "grpc", in.spans.GRPCAddr(), "http", in.spans.HTTPAddr())
+	}
 
 	runErr := make(chan error, 1)
-	go func() { runErr <- live.Run(ctx) }()
+	go func() { runErr <- in.run(ctx) }()
 	var capErr error
 	select {
 	case capErr = <-runErr:
@@ -314,7 +326,9 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		// not hold the detector's last records past the budget.
 		store.ShutdownBy(sinkBy)
 	}
-	live.Close()
+	if err := in.close(time.Now().Add(time.Until(sinkBy) / 4)); err != nil {
+		log.Warn("OTLP receiver stopped with exports unanswered", "err", err.Error())
+	}
 	beat.Stop()
 	var undelivered error
 	if store != nil {
@@ -338,6 +352,93 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	}
 	log.Info("agent stopped")
 	return nil
+}
+
+// inputs are the agent's pipelines, packets and spans, sharing one sink
+// (and therefore one lock).
+type inputs struct {
+	mu    sync.Mutex
+	live  *pipeline.Live
+	spans *pipeline.Spans
+	reg   metric.Registration
+}
+
+// startInputs starts the inputs cfg asks for, writing to out, and exports
+// their metrics.
+func startInputs(cfg *agentConfig, out detector.Sink, tick func(), tel *telemetry.Telemetry) (*inputs, error) {
+	in := &inputs{}
+	var err error
+	if !cfg.capturesNothing() {
+		in.live, err = pipeline.NewLive(pipeline.LiveConfig{Capture: cfg.live, Decode: cfg.decode, Detect: cfg.detect, Tick: tick, Lock: &in.mu}, out)
+		if err != nil {
+			return nil, err // capture says which capability is missing
+		}
+	}
+	if cfg.receivesSpans() {
+		in.spans, err = pipeline.NewSpans(pipeline.SpansConfig{OTLP: cfg.otlp, Decode: cfg.decode, Detect: cfg.detect, Tick: tick, Lock: &in.mu}, out)
+		if err != nil {
+			in.close(time.Now())
+			return nil, err
+		}
+	}
+	var src telemetry.PipelineSources
+	switch {
+	case in.live != nil && in.spans != nil:
+		src.Detector = func() detector.Stats { return in.live.DetectorStats().Plus(in.spans.DetectorStats()) }
+	case in.live != nil:
+		src.Detector = in.live.DetectorStats
+	default:
+		src.Detector = in.spans.DetectorStats
+	}
+	if l := in.live; l != nil {
+		src.Capture = func() capture.Stats { return l.CaptureStats().Stats }
+		src.Kernel = func() telemetry.KernelStats {
+			s := l.CaptureStats()
+			return telemetry.KernelStats{Packets: s.Kernel.Packets, Drops: s.Kernel.Drops, Duplicates: s.Duplicates}
+		}
+		src.Levels = func() telemetry.CaptureLevels {
+			return telemetry.CaptureLevels{Connections: int64(l.CaptureStats().OpenConnections)}
+		}
+		src.Decode = l.DecodeStats
+	}
+	if in.spans != nil {
+		src.Spans = in.spans.AssemblerStats
+	}
+	if in.reg, err = tel.RegisterPipeline(src); err != nil {
+		in.close(time.Now())
+		return nil, err
+	}
+	return in, nil
+}
+
+// run captures until ctx ends or the capture fails; spans are received
+// in the background meanwhile.
+func (in *inputs) run(ctx context.Context) error {
+	if in.live != nil {
+		return in.live.Run(ctx)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// close shuts the inputs down in pipeline order, answering exports in
+// flight until by.
+func (in *inputs) close(by time.Time) error {
+	if in.live != nil {
+		in.live.Close()
+	}
+	if in.spans == nil {
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), by)
+	defer cancel()
+	return in.spans.Close(ctx)
+}
+
+func (in *inputs) unregister() {
+	if in.reg != nil {
+		in.reg.Unregister()
+	}
 }
 
 // errUndelivered ends an agent whose last rows wait in the spool: not an

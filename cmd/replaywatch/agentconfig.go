@@ -29,6 +29,8 @@ type agentFile struct {
 	RingBlocks *int     `yaml:"ring_blocks"`
 	RingBlock  *int     `yaml:"ring_block_size"`
 	Listen     *string  `yaml:"listen"`
+	OTLPGRPC   *string  `yaml:"otlp_grpc"`
+	OTLPHTTP   *string  `yaml:"otlp_http"`
 	Format     *string  `yaml:"format"`
 	Node       *string  `yaml:"node"`
 	LogLevel   *string  `yaml:"log_level"`
@@ -113,6 +115,7 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 		l, c := &f.Limits, &f.ClickHouse
 		for name, v := range map[string]any{
 			"interface": f.Interfaces, "ports": f.Ports, "filter": f.Filter, "workers": f.Workers, "ring-blocks": f.RingBlocks, "ring-block-size": f.RingBlock, "listen": f.Listen,
+			"otlp-grpc": f.OTLPGRPC, "otlp-http": f.OTLPHTTP,
 			"format": f.Format, "node": f.Node, "log-level": f.LogLevel, "hash-key-file": f.HashKeyFile,
 			"clickhouse": c.DSN, "clickhouse-password-file": c.PasswordFile, "clickhouse-cluster": c.Cluster,
 			"apply-schema": c.ApplySchema, "retention-days": c.RetentionDays, "spool-dir": c.SpoolDir,

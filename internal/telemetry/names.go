@@ -41,6 +41,9 @@ var metricNames = []string{
 	"replaywatch_decode_observations_total",
 	"replaywatch_decode_late_observations_total",
 	// detector
+	"replaywatch_otlp_spans_total",
+	"replaywatch_otlp_observations_total",
+	"replaywatch_otlp_buffered_spans",
 	"replaywatch_detector_observations_total",
 	"replaywatch_detector_malformed_observations_total",
 	"replaywatch_detector_sessionless_exchanges_total",

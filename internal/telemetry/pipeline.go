@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
 )
@@ -48,6 +49,9 @@ type PipelineSources struct {
 	Levels   func() CaptureLevels
 	Decode   func() decode.Stats
 	Detector func() detector.Stats
+	// Spans is the OTLP input's assembler (otlp.Assembler.Stats is safe
+	// to call at any time).
+	Spans func() otlp.Stats
 }
 
 // Latest holds the most recent copy of a value another goroutine published:
@@ -213,8 +217,10 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		ended, resumes, violations metric.Int64ObservableCounter
 		unverifiable, revisions    metric.Int64ObservableCounter
 		openConns, sessions        metric.Int64ObservableGauge
+		spans, spanObs             metric.Int64ObservableCounter
+		spansHeld                  metric.Int64ObservableGauge
 	)
-	if src.Capture != nil || src.Decode != nil || src.Detector != nil {
+	if src.Capture != nil || src.Decode != nil || src.Detector != nil || src.Spans != nil {
 		limits = b.counter("replaywatch.limit_hits", "{hit}", "Times a named limit was reached (limit = package.ConfigField); see the packages' READMEs for what each does")
 	}
 	if src.Capture != nil {
@@ -241,6 +247,11 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		violations = b.counter("replaywatch.detector.violations", "{violation}", "Violations of the resume contract, by kind and severity")
 		unverifiable = b.counter("replaywatch.detector.unverifiable", "{check}", "Checks that could not be made, by reason")
 		revisions = b.counter("replaywatch.detector.requests", "{request}", "MCP requests by the protocol revision they spoke (the mix of 2025-11-25 and 2026-07-28 clients)")
+	}
+	if src.Spans != nil {
+		spans = b.counter("replaywatch.otlp.spans", "{span}", "Spans received over OTLP, by what became of them: http (an exchange), mcp (joined to its HTTP spans), nested (another hop of an exchange counted), ignored (neither), refused (the buffer was full: the exporter was told to retry)")
+		spanObs = b.counter("replaywatch.otlp.observations", "{observation}", "Observations made from spans, by delivery: in_order, late (after newer ones: order not trusted), early (released before the reorder window at MaxBufferedObservations)")
+		spansHeld = b.gauge("replaywatch.otlp.buffered_spans", "{span}", "Spans held while their traces settle (bounded by MaxBufferedSpans)")
 	}
 	if b.err != nil {
 		return nil, b.err
@@ -283,6 +294,21 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			limit(o, "decode.MaxEventBytes", s.EventLimitHits)
 			limit(o, "decode.MaxPipelinedRequests", s.PipelineOverflows)
 			limit(o, "decode.MaxBufferedObservations", s.EarlyReleases)
+		}
+		if src.Spans != nil {
+			s := src.Spans()
+			for _, r := range []struct {
+				result string
+				n      uint64
+			}{{"http", s.HTTPSpans}, {"mcp", s.MCPSpans}, {"nested", s.NestedSpans}, {"ignored", s.IgnoredSpans}, {"refused", s.Refused}} {
+				o.ObserveInt64(spans, u64(r.n), attrs(attribute.String("result", r.result)))
+			}
+			o.ObserveInt64(spanObs, u64(s.Observations-s.Late-s.EarlyRelease), attrs(attribute.String("delivery", "in_order")))
+			o.ObserveInt64(spanObs, u64(s.Late), attrs(attribute.String("delivery", "late")))
+			o.ObserveInt64(spanObs, u64(s.EarlyRelease), attrs(attribute.String("delivery", "early")))
+			o.ObserveInt64(spansHeld, int64(s.Buffered))
+			limit(o, "otlp.MaxBufferedSpans", u64(s.Refused))
+			limit(o, "otlp.MaxBufferedObservations", u64(s.EarlyRelease))
 		}
 		if src.Detector != nil {
 			s := src.Detector()

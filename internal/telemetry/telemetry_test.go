@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
@@ -269,6 +270,10 @@ func fakeSources() PipelineSources {
 			}
 		},
 		Detector: det.Load,
+		Spans: func() otlp.Stats {
+			return otlp.Stats{Spans: 30, HTTPSpans: 20, MCPSpans: 5, NestedSpans: 2, IgnoredSpans: 3, Refused: 4,
+				Observations: 90, Late: 2, EarlyRelease: 1, Buffered: 7}
+		},
 	}
 }
 
