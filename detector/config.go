@@ -28,6 +28,14 @@ const (
 // are capture time (the observations' timestamps), never wall clock, so an
 // offline analysis gives the same answer as the live agent.
 type Config struct {
+	// PartialHistory says the input may miss whole exchanges without a
+	// trace of the loss (OpenTelemetry spans: an exporter drops what its
+	// queue cannot hold and tells no one). Checks that rest on something
+	// never having been seen (an event id the session never issued; a
+	// tool whose tools/list answer was not seen) then report unverifiable
+	// instead of a violation. Packet capture sees its losses (gaps), so
+	// it leaves this off.
+	PartialHistory bool
 	// SessionIdleTimeout: a session with no traffic for this long is dropped
 	// and summarised as "expired". That is our bookkeeping, not the
 	// server's: it is never reported as if the server had answered 404.

@@ -236,12 +236,15 @@ const (
 	// whether it is annotated read-only or idempotent is unknown.
 	ReasonToolsNotListed   = "tool annotations not seen"
 	ReasonStartNotCaptured = "session start not captured"
-	ReasonCaptureEnded     = "capture ended with the stream open"
-	ReasonStreamCut        = "stream cut before the outcome was shown"
-	ReasonOwedNotReplayed  = "stream closed before the owed events were replayed"
-	ReasonLimitPrefix      = "limit hit: "
-	ReasonSessionEvicted   = "session evicted (limit hit: MaxSessions)"
-	ReasonSessionDeleted   = "session deleted before the request"
+	// ReasonPartialHistory: the input may miss whole exchanges
+	// (Config.PartialHistory) and the check rests on one not being seen.
+	ReasonPartialHistory  = "input may miss whole exchanges"
+	ReasonCaptureEnded    = "capture ended with the stream open"
+	ReasonStreamCut       = "stream cut before the outcome was shown"
+	ReasonOwedNotReplayed = "stream closed before the owed events were replayed"
+	ReasonLimitPrefix     = "limit hit: "
+	ReasonSessionEvicted  = "session evicted (limit hit: MaxSessions)"
+	ReasonSessionDeleted  = "session deleted before the request"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
 	// on the first "_" and finds no stream), so it answers 200 and replays

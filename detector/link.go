@@ -467,6 +467,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			c.reissueFlagged = true
 			switch {
 			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
+			case d.cfg.PartialHistory && !l.toolsListed && !s.toolsListed:
+				// The tools/list answer may be among the exchanges the
+				// input missed.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonToolsNotListed, "form2", c.id)
 			case l.gap || s.gap:
 				// The tools/list answer that annotated the tool read-only
 				// or idempotent may be in the lost bytes.
@@ -483,6 +487,7 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 // Message.Tools) annotated read-only or idempotent, at most
 // decode.MaxAnnotatedTools.
 func (s *session) noteRepeatable(tools string) {
+	s.toolsListed = true
 	for line := range strings.SplitSeq(tools, "\n") {
 		if line == "" || line[0] != decode.ToolRepeatable {
 			continue

@@ -189,6 +189,8 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
 		rs.unverifiable = "resume answered without a stream"
+	case d.cfg.PartialHistory:
+		rs.unverifiable = ReasonPartialHistory
 	default:
 		d.violation(&Violation{
 			Kind: KindUnknownLastEventIDAccepted, Time: o.Time, LastEventID: ex.cursor,

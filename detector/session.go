@@ -145,8 +145,10 @@ type sessionState struct {
 	// repeatable are the tools a tools/list result in this session
 	// annotated read-only or idempotent (decode.Message.Tools).
 	repeatable map[string]struct{}
-	progress   smallMap[string, float64]
-	streamSlab slab[stream]
+	// toolsListed: a tools/list answer of this session was seen.
+	toolsListed bool
+	progress    smallMap[string, float64]
+	streamSlab  slab[stream]
 	// redelivered counts deliveries beyond the first per event id; only
 	// an EventSink needs it, and only replays and duplicates create it.
 	redelivered map[string]int

@@ -95,6 +95,7 @@ func NewSpans(cfg SpansConfig, out detector.Sink) (*Spans, error) {
 	if err := cfg.OTLP.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Detect.PartialHistory = true // an exporter drops spans silently
 	s := &Spans{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceOTLP)), mu: lockOr(cfg.Lock),
 		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	s.storeStats()
@@ -172,6 +173,7 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 		return nil, err
 	}
 	start := time.Now()
+	cfg.Detect.PartialHistory = true // an exporter drops spans silently
 	det := detector.New(cfg.Detect, withSource(out, detector.SourceOTLP))
 	var last time.Time
 	asm := otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, func(o *decode.Observation) {

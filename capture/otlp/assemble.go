@@ -26,12 +26,40 @@ type Stats struct {
 	MCPSpans     uint64 // MCP spans joined to HTTP spans
 	NestedSpans  uint64 // HTTP spans under another HTTP span of the same trace: another hop of an exchange already counted
 	IgnoredSpans uint64 // spans neither HTTP nor MCP
+	Duplicates   uint64 // spans received again (an exporter's retry), dropped
 	Refused      uint64 // spans of exports refused because the buffer was full
 	Late         uint64 // observations that arrived after newer ones were released
 	EarlyRelease uint64 // observations released before the reorder window (MaxBufferedObservations)
 	Observations uint64 // observations released
 	Buffered     int    // spans held now
 	Pending      int    // observations waiting now
+}
+
+// recentSpans remembers the last RememberedSpans span ids received, to
+// drop a span sent twice.
+type recentSpans struct {
+	set  map[spanKey]struct{}
+	ring []spanKey
+	next int
+}
+
+// add records k and reports whether it was new.
+func (r *recentSpans) add(k spanKey) bool {
+	if r.set == nil {
+		r.set = make(map[spanKey]struct{}, 1024)
+	}
+	if _, dup := r.set[k]; dup {
+		return false
+	}
+	if len(r.ring) < RememberedSpans {
+		r.ring = append(r.ring, k)
+	} else {
+		delete(r.set, r.ring[r.next])
+		r.ring[r.next] = k
+		r.next = (r.next + 1) % RememberedSpans
+	}
+	r.set[k] = struct{}{}
+	return true
 }
 
 // maxAncestors bounds the walk up a span's parents.
@@ -66,6 +94,7 @@ type Assembler struct {
 	arrivals []arrival   // in order of arrival; an entry older than its trace's lastAt is stale
 	forced   []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
 	buffered int
+	seen     recentSpans
 	stats    Stats
 
 	// Owned by the caller of Advance and Flush.
@@ -109,6 +138,13 @@ func (a *Assembler) Consume(td ptrace.Traces, now time.Time) error {
 }
 
 func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {
+	if !a.seen.add(spanKey{sp.TraceID(), sp.SpanID()}) {
+		// An exporter that retried an export the receiver had taken
+		// sends its spans again: counting them twice would deliver every
+		// event twice.
+		a.stats.Duplicates++
+		return
+	}
 	h, m := a.rd.read(res, sp)
 	tb := a.traces[sp.TraceID()]
 	if tb == nil {

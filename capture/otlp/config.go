@@ -35,6 +35,10 @@ const (
 	// a new buffer starts for its later spans (an agent's long-lived trace
 	// must not hold memory until it settles).
 	MaxSpansPerTrace = 10_000
+	// RememberedSpans is how many span ids are remembered to drop a span
+	// received twice (an exporter retrying an export that was taken): a
+	// duplicate arriving after more new spans than this is counted again.
+	RememberedSpans = 100_000
 	// MaxRequestBytes bounds one OTLP/HTTP request body.
 	MaxRequestBytes = 16 << 20
 	// RetryAfter is what a refused export is told to wait.

@@ -156,6 +156,11 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 		}
 		return nil, nil
 	}
+	if sp.DroppedAttributesCount() > 0 {
+		// An attribute limit dropped some: a header that is absent may
+		// have been dropped, and absent means "not sent" here.
+		return nil, nil
+	}
 	h = &httpSpan{
 		key: key, parent: sp.ParentSpanID(), links: links(sp),
 		server: sp.Kind() == mcpServerKind,
@@ -184,6 +189,11 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 		h.protocol = h.rpc.protocol
 	}
 	r.readEvents(h, sp.Events())
+	if sp.DroppedEventsCount() > 0 {
+		// The SDK's span limits dropped events: the stream's record has
+		// holes, so its content is unknown.
+		h.recorded = false
+	}
 	return h, nil
 }
 

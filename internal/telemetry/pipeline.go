@@ -249,7 +249,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		revisions = b.counter("replaywatch.detector.requests", "{request}", "MCP requests by the protocol revision they spoke (the mix of 2025-11-25 and 2026-07-28 clients)")
 	}
 	if src.Spans != nil {
-		spans = b.counter("replaywatch.otlp.spans", "{span}", "Spans received over OTLP, by what became of them: http (an exchange), mcp (joined to its HTTP spans), nested (another hop of an exchange counted), ignored (neither), refused (the buffer was full: the exporter was told to retry)")
+		spans = b.counter("replaywatch.otlp.spans", "{span}", "Spans received over OTLP, by what became of them: http (an exchange), mcp (joined to its HTTP spans), nested (another hop of an exchange counted), ignored (neither), duplicate (received again: an exporter's retry; dropped), refused (the buffer was full: the exporter was told to retry)")
 		spanObs = b.counter("replaywatch.otlp.observations", "{observation}", "Observations made from spans, by delivery: in_order, late (after newer ones: order not trusted), early (released before the reorder window at MaxBufferedObservations)")
 		spansHeld = b.gauge("replaywatch.otlp.buffered_spans", "{span}", "Spans held while their traces settle (bounded by MaxBufferedSpans)")
 	}
@@ -300,7 +300,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			for _, r := range []struct {
 				result string
 				n      uint64
-			}{{"http", s.HTTPSpans}, {"mcp", s.MCPSpans}, {"nested", s.NestedSpans}, {"ignored", s.IgnoredSpans}, {"refused", s.Refused}} {
+			}{{"http", s.HTTPSpans}, {"mcp", s.MCPSpans}, {"nested", s.NestedSpans}, {"ignored", s.IgnoredSpans}, {"duplicate", s.Duplicates}, {"refused", s.Refused}} {
 				o.ObserveInt64(spans, u64(r.n), attrs(attribute.String("result", r.result)))
 			}
 			o.ObserveInt64(spanObs, u64(s.Observations-s.Late-s.EarlyRelease), attrs(attribute.String("delivery", "in_order")))
