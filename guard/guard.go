@@ -17,6 +17,12 @@
 //     or the caller marked the call safe to repeat (SafeToRepeat).
 //
 // Correct traffic passes untouched: the guard only reads what flows.
+//
+// With a TracerProvider every round trip is also an HTTP CLIENT span in the
+// shape replaywatch's OTLP input reads (docs/otlp.md): the request's and
+// response's MCP headers, the JSON-RPC request, one span event per SSE event
+// and how the stream ended. ObserveOnly records refusals (spans, OnRefuse)
+// without making them.
 package guard
 
 import (
@@ -28,6 +34,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/replaywatch/replaywatch/decode"
 )
@@ -131,6 +139,19 @@ type Transport struct {
 	// Tokens keeps each stream's resumption token (session and last
 	// complete event id); nil means a MemoryTokens of the Transport's own.
 	Tokens TokenStore
+	// TracerProvider, if set, gets one HTTP CLIENT span per round trip,
+	// a child of the request context's span, ended when the body ends
+	// (EOF, a read error, Close) or at once without one; see
+	// docs/otlp.md. A stream's span holds one event per SSE event: the
+	// SDK keeps 128 per span unless told more (sdktrace.WithSpanLimits,
+	// OTEL_SPAN_EVENT_COUNT_LIMIT). Nil: no spans, at no cost.
+	TracerProvider trace.TracerProvider
+	// ObserveOnly makes the guard record without enforcing: every refusal
+	// is still told to OnRefuse and to the span (status Error), but the
+	// request is sent and the response or stream reaches the client
+	// untouched. To shadow a deployment before enforcing, or to compare
+	// the spans with a packet capture of the same traffic.
+	ObserveOnly bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -191,6 +212,7 @@ func (t *Transport) session(id string) *session {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	sp := t.startSpan(req)
 	sid := req.Header.Get("Mcp-Session-Id")
 	cursor := req.Header.Get("Last-Event-ID")
 	var calls []Call
@@ -198,15 +220,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
 		req.Body.Close()
 		if err != nil {
+			sp.fail(err)
 			return nil, err
 		}
-		calls = requestCalls(body)
+		var pk decode.Peeker
+		msgs, batch, _ := pk.PeekJSONRPC(body)
+		calls = requestCalls(msgs)
+		sp.request(msgs, batch)
 		req = req.Clone(req.Context())
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	if sid == "" {
-		if err := t.checkReissue(req.Context(), calls); err != nil {
+		if err := t.refuse(sp, t.checkReissue(req.Context(), calls)); err != nil {
+			sp.end()
 			return nil, err
 		}
 	} else {
@@ -222,16 +249,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if sid == "" {
 			t.broke(calls)
 		}
+		sp.fail(err)
 		return resp, err
 	}
-	if sid == "" {
-		if len(calls) > 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-			resp.Body = &answerWatch{body: resp.Body, t: t, pending: calls, sse: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")}
+	sp.response(resp)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	var w watcher // what the guard reads in the body; nil: nothing
+	switch {
+	case sid == "":
+		if len(calls) > 0 || sse {
+			w = &answerWatch{t: t, pending: calls}
 		}
-		return resp, nil
-	}
-	if resp.StatusCode == http.StatusNotFound {
-		resp.Body.Close()
+	case resp.StatusCode == http.StatusNotFound:
 		t.mu.Lock()
 		s := t.session(sid)
 		s.lost = true
@@ -244,29 +273,47 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.mu.Unlock()
 		slices.SortFunc(lost.InFlight, func(a, b Call) int { return strings.Compare(a.ID, b.ID) })
-		return nil, t.refuse(lost)
-	}
-	if got := resp.Header.Get("Mcp-Session-Id"); cursor != "" && resp.StatusCode == http.StatusOK && got != "" && got != sid {
-		resp.Body.Close()
-		return nil, t.refuse(&SessionSwapError{Session: sid, Got: got, LastEventID: cursor})
-	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		first := ""
-		if len(calls) > 0 {
-			first = calls[0].ID
+		if err := t.refuse(sp, lost); err != nil {
+			resp.Body.Close()
+			sp.end()
+			return nil, err
 		}
-		key := StreamKey(req.Method, sid, first)
-		if cursor != "" {
-			t.mu.Lock()
-			if k, ok := t.cursors[sid+"\x00"+cursor]; ok {
-				key = k
+	default:
+		if got := resp.Header.Get("Mcp-Session-Id"); cursor != "" && resp.StatusCode == http.StatusOK && got != "" && got != sid {
+			if err := t.refuse(sp, &SessionSwapError{Session: sid, Got: got, LastEventID: cursor}); err != nil {
+				resp.Body.Close()
+				sp.end()
+				return nil, err
 			}
-			t.mu.Unlock()
 		}
-		resp.Body = t.watch(resp.Body, sid, cursor, key)
-	} else if resp.StatusCode == http.StatusOK && len(calls) > 0 {
-		resp.Body = &jsonWatch{body: resp.Body, t: t, sid: sid}
+		if sse {
+			first := ""
+			if len(calls) > 0 {
+				first = calls[0].ID
+			}
+			key := StreamKey(req.Method, sid, first)
+			if cursor != "" {
+				t.mu.Lock()
+				if k, ok := t.cursors[sid+"\x00"+cursor]; ok {
+					key = k
+				}
+				t.mu.Unlock()
+			}
+			w = &streamWatch{t: t, sid: sid, cursor: cursor, stream: key, first: cursor != ""}
+		} else if resp.StatusCode == http.StatusOK && len(calls) > 0 {
+			w = &jsonWatch{t: t, sid: sid}
+		}
 	}
+	if w == nil && (sp == nil || resp.Body == http.NoBody) {
+		sp.end()
+		return resp, nil
+	}
+	b := &body{rc: resp.Body, t: t, w: w, sp: sp}
+	if sse {
+		b.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, b.event)
+		sp.recordSSE()
+	}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -285,18 +332,24 @@ func (t *Transport) noteCursor(sid, id, stream string) {
 	t.cursors[c], t.streamCur[stream] = stream, c
 }
 
-// refuse tells OnRefuse and returns err.
-func (t *Transport) refuse(err error) error {
+// refuse tells OnRefuse and the span of a refusal (err non-nil) and
+// returns it, or nil in ObserveOnly mode: then the exchange goes on.
+func (t *Transport) refuse(sp *span, err error) error {
+	if err == nil {
+		return nil
+	}
 	if t.OnRefuse != nil {
 		t.OnRefuse(err)
+	}
+	sp.refused(err)
+	if t.ObserveOnly {
+		return nil
 	}
 	return err
 }
 
-// requestCalls returns the JSON-RPC requests (with an id) in a body.
-func requestCalls(body []byte) []Call {
-	var pk decode.Peeker
-	msgs, _, _ := pk.PeekJSONRPC(body)
+// requestCalls returns the JSON-RPC requests (with an id) among msgs.
+func requestCalls(msgs []decode.Message) []Call {
 	var calls []Call
 	for _, m := range msgs {
 		if m.Type == decode.MsgRequest && m.ID != "" {
@@ -310,8 +363,8 @@ func requestCalls(body []byte) []Call {
 	return calls
 }
 
-// checkReissue refuses a tools/call identical to one whose stream broke
-// before its answer, unless it is repeatable or marked safe.
+// checkReissue returns the refusal of a tools/call identical to one whose
+// stream broke before its answer, unless it is repeatable or marked safe.
 func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
 	safe, _ := ctx.Value(safeKey{}).(bool)
 	t.mu.Lock()
@@ -328,11 +381,7 @@ func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
 		if safe || t.repeatable[c.Tool] {
 			continue
 		}
-		err := &ReissueError{Tool: c.Tool, FirstID: first.ID}
-		t.mu.Unlock()
-		t.refuse(err)
-		t.mu.Lock()
-		return err
+		return &ReissueError{Tool: c.Tool, FirstID: first.ID}
 	}
 	return nil
 }
@@ -375,22 +424,114 @@ func (t *Transport) learnTools(msgs []decode.Message) {
 	}
 }
 
+// body hands the client a response body as the server sent it and reads
+// it on the way: an SSE body's events, or a JSON body (up to MaxBodyBytes)
+// at its end, go to the guard's watcher and to the span; its end (EOF, a
+// read error, a refusal or Close) settles both, once.
+type body struct {
+	rc  io.ReadCloser
+	t   *Transport
+	w   watcher // nil: only the span reads
+	sp  *span   // nil: no spans
+	dec *decode.SSEDecoder
+	pk  decode.Peeker
+	buf bytes.Buffer // a JSON body
+	// over: the JSON body outgrew MaxBodyBytes and is not peeked.
+	over bool
+	// mu: a client may Close the body while a Read runs.
+	mu      sync.Mutex
+	refused error
+	done    bool
+}
+
+// watcher is what the guard checks in one kind of response body.
+type watcher interface {
+	// event sees an SSE event and the JSON-RPC messages it carried (nil
+	// unless it may answer a call, or the span wants them); an error
+	// refuses it.
+	event(e *decode.SSEEvent, msgs []decode.Message) error
+	// end settles the body: msgs of a JSON body, eof whether it was read
+	// to its end.
+	end(msgs []decode.Message, eof bool)
+}
+
+func (b *body) event(e *decode.SSEEvent) {
+	if b.refused != nil {
+		return // the client gets no event after a refused one
+	}
+	var msgs []decode.Message
+	if !e.DataTruncated && (b.sp != nil || mayAnswer(e.Data)) {
+		msgs, _, _ = b.pk.PeekJSONRPC(e.Data)
+	}
+	b.sp.event(e, msgs)
+	if b.w != nil {
+		b.refused = b.t.refuse(b.sp, b.w.event(e, msgs))
+	}
+}
+
+// Read hands the client the bytes the server sent, up to an event the
+// guard refuses: from then on Read returns the refusal. The bytes of the
+// refused event itself may already be in the client's buffer, but the
+// error reaches it before the event is complete there: an SSE event is
+// dispatched only at its blank line, which is in this very read.
+func (b *body) Read(p []byte) (int, error) {
+	if b.refused != nil {
+		return 0, b.refused
+	}
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > 0 {
+		if b.dec != nil {
+			b.dec.Write(p[:n])
+		} else if !b.over && b.buf.Len()+n <= MaxBodyBytes {
+			b.buf.Write(p[:n])
+		} else {
+			b.over = true
+		}
+	}
+	if b.refused != nil {
+		b.finish(nil, true) // the guard, in the client, gave the stream up
+		return 0, b.refused
+	}
+	if err != nil {
+		b.finish(err, false)
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	b.mu.Lock()
+	b.finish(nil, true)
+	b.mu.Unlock()
+	return b.rc.Close()
+}
+
+// finish settles the body once; b.mu held.
+func (b *body) finish(err error, closed bool) {
+	if b.done {
+		return
+	}
+	b.done = true
+	var msgs []decode.Message
+	if b.dec == nil && !b.over {
+		msgs, _, _ = b.pk.PeekJSONRPC(b.buf.Bytes())
+	}
+	if b.w != nil {
+		b.w.end(msgs, err == io.EOF)
+	}
+	b.sp.finish(b.dec, msgs, err, closed)
+}
+
 // answerWatch reads a response to sessionless requests: the answers it
 // carries settle their calls, tools/list answers teach which tools are
 // repeatable, and calls still unanswered when the body ends broke.
 type answerWatch struct {
-	body    io.ReadCloser
 	t       *Transport
 	pending []Call
-	sse     bool
-	dec     *decode.SSEDecoder
-	buf     bytes.Buffer // a JSON body, up to MaxBodyBytes
-	done    bool
 }
 
-func (a *answerWatch) messages(data []byte) {
-	var pk decode.Peeker
-	msgs, _, _ := pk.PeekJSONRPC(data)
+func (a *answerWatch) messages(msgs []decode.Message) {
 	a.t.learnTools(msgs)
 	for _, m := range msgs {
 		if m.Type == decode.MsgResponse || m.Type == decode.MsgError {
@@ -399,43 +540,15 @@ func (a *answerWatch) messages(data []byte) {
 	}
 }
 
-func (a *answerWatch) Read(p []byte) (int, error) {
-	n, err := a.body.Read(p)
-	if n > 0 {
-		if a.sse {
-			if a.dec == nil {
-				a.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, func(e *decode.SSEEvent) {
-					if !e.DataTruncated && mayAnswer(e.Data) {
-						a.messages(e.Data)
-					}
-				})
-			}
-			a.dec.Write(p[:n])
-		} else if a.buf.Len()+n <= MaxBodyBytes {
-			a.buf.Write(p[:n])
-		}
-	}
-	if err != nil {
-		a.end()
-	}
-	return n, err
+func (a *answerWatch) event(_ *decode.SSEEvent, msgs []decode.Message) error {
+	a.messages(msgs)
+	return nil
 }
 
 // end settles the body: what is still pending broke.
-func (a *answerWatch) end() {
-	if a.done {
-		return
-	}
-	a.done = true
-	if !a.sse {
-		a.messages(a.buf.Bytes())
-	}
+func (a *answerWatch) end(msgs []decode.Message, _ bool) {
+	a.messages(msgs)
 	a.t.broke(a.pending)
-}
-
-func (a *answerWatch) Close() error {
-	a.end()
-	return a.body.Close()
 }
 
 // mayAnswer reports whether an event's data can hold an answer (a result,
@@ -445,11 +558,11 @@ func mayAnswer(data []byte) bool {
 	return bytes.Contains(data, []byte(`"result"`)) || bytes.Contains(data, []byte(`"error"`))
 }
 
-// answered removes the calls a message list answers from the session's
-// in-flight set.
-func (t *Transport) answered(sid string, data []byte) {
-	var pk decode.Peeker
-	msgs, _, _ := pk.PeekJSONRPC(data)
+// answered removes the calls msgs answer from the session's in-flight set.
+func (t *Transport) answered(sid string, msgs []decode.Message) {
+	if len(msgs) == 0 {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.session(sid)
@@ -460,46 +573,33 @@ func (t *Transport) answered(sid string, data []byte) {
 	}
 }
 
-// streamWatch reads an SSE body as the client does, checking a resumed
-// stream's first event and recording every event's id and answers.
+// streamWatch reads an SSE body of a session as the client does, checking
+// a resumed stream's first event and recording every event's id and
+// answers.
 type streamWatch struct {
-	body    io.ReadCloser
-	t       *Transport
-	sid     string
-	cursor  string
-	stream  string // its key in the TokenStore
-	first   bool   // the first event with an id is still to come
-	dec     *decode.SSEDecoder
-	refused error
+	t      *Transport
+	sid    string
+	cursor string
+	stream string // its key in the TokenStore
+	first  bool   // the first event with an id is still to come
 }
 
-func (t *Transport) watch(body io.ReadCloser, sid, cursor, stream string) io.ReadCloser {
-	w := &streamWatch{body: body, t: t, sid: sid, cursor: cursor, stream: stream, first: cursor != ""}
-	w.dec = decode.NewSSEDecoder(maxSSELine, MaxBodyBytes, w.event)
-	return w
-}
-
-func (w *streamWatch) event(e *decode.SSEEvent) {
-	if w.refused != nil {
-		return
-	}
-	if !e.DataTruncated && mayAnswer(e.Data) {
-		w.t.answered(w.sid, e.Data)
-	}
+func (w *streamWatch) event(e *decode.SSEEvent, msgs []decode.Message) error {
+	w.t.answered(w.sid, msgs)
 	if !e.HasID || e.ID == "" {
-		return
+		return nil
 	}
 	w.t.mu.Lock()
-	defer w.t.mu.Unlock()
 	s := w.t.session(w.sid)
+	var replayed error
 	if w.first {
 		w.first = false
 		if e.ID == w.cursor || s.delivered[e.ID] {
-			w.refused = &ReplayedEventError{Session: w.sid, LastEventID: w.cursor, EventID: e.ID}
-			w.t.mu.Unlock() // OnRefuse may call into the Transport
-			w.t.refuse(w.refused)
-			w.t.mu.Lock()
-			return
+			replayed = &ReplayedEventError{Session: w.sid, LastEventID: w.cursor, EventID: e.ID}
+			if !w.t.ObserveOnly {
+				w.t.mu.Unlock()
+				return replayed // never delivered: not a cursor either
+			}
 		}
 	}
 	if len(s.delivered) < MaxEventsPerSession {
@@ -509,51 +609,27 @@ func (w *streamWatch) event(e *decode.SSEEvent) {
 	// The event is complete (SSE dispatches at its blank line): it is the
 	// stream's new cursor. A store that fails is told to OnRefuse, not to
 	// the stream: the client still has its events.
-	if err := w.t.tokens().Save(w.stream, Token{Session: w.sid, LastEventID: e.ID}); err != nil && w.t.OnRefuse != nil {
-		w.t.mu.Unlock()
+	err := w.t.tokens().Save(w.stream, Token{Session: w.sid, LastEventID: e.ID})
+	w.t.mu.Unlock()
+	if err != nil && w.t.OnRefuse != nil {
 		w.t.OnRefuse(fmt.Errorf("mcp guard: saving the resumption token: %w", err))
-		w.t.mu.Lock()
 	}
+	return replayed
 }
 
-// Read hands the client the bytes the server sent, up to an event the
-// guard refuses: from then on Read returns the refusal. The bytes of the
-// refused event itself may already be in the client's buffer, but the
-// error reaches it before the event is complete there: an SSE event is
-// dispatched only at its blank line, which is in this very read.
-func (w *streamWatch) Read(p []byte) (int, error) {
-	if w.refused != nil {
-		return 0, w.refused
-	}
-	n, err := w.body.Read(p)
-	if n > 0 {
-		w.dec.Write(p[:n])
-		if w.refused != nil {
-			return 0, w.refused
-		}
-	}
-	return n, err
-}
+func (w *streamWatch) end([]decode.Message, bool) {}
 
-func (w *streamWatch) Close() error { return w.body.Close() }
-
-// jsonWatch reads a JSON response body and clears the calls it answers.
+// jsonWatch reads a JSON response of a session and clears the calls it
+// answers.
 type jsonWatch struct {
-	body io.ReadCloser
-	t    *Transport
-	sid  string
-	buf  bytes.Buffer
+	t   *Transport
+	sid string
 }
 
-func (j *jsonWatch) Read(p []byte) (int, error) {
-	n, err := j.body.Read(p)
-	if j.buf.Len()+n <= MaxBodyBytes {
-		j.buf.Write(p[:n])
-	}
-	if err == io.EOF {
-		j.t.answered(j.sid, j.buf.Bytes())
-	}
-	return n, err
-}
+func (j *jsonWatch) event(*decode.SSEEvent, []decode.Message) error { return nil }
 
-func (j *jsonWatch) Close() error { return j.body.Close() }
+func (j *jsonWatch) end(msgs []decode.Message, eof bool) {
+	if eof {
+		j.t.answered(j.sid, msgs)
+	}
+}

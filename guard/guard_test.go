@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // faultyServer answers a tools/call POST of session S1 with a stream of
@@ -46,9 +49,9 @@ func faultyServer(t *testing.T, fault string) *httptest.Server {
 	return srv
 }
 
-// exchange sends the tools/call and the resume through a guard and returns
-// the resume's body and error.
-func exchange(t *testing.T, g *Transport, url string) (string, error) {
+// exchange sends the tools/call and the resume through g (a guard, or
+// passThrough) and returns the resume's body and error.
+func exchange(t *testing.T, g http.RoundTripper, url string) (string, error) {
 	t.Helper()
 	post, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge_card","arguments":{"order":"o-1"}}}`))
 	post.Header.Set("Mcp-Session-Id", "S1")
@@ -73,7 +76,9 @@ func exchange(t *testing.T, g *Transport, url string) (string, error) {
 }
 
 // TestGuardTurnsCorruptionIntoErrors: each corrupted resume gives its typed
-// error; a correct one passes untouched, byte for byte.
+// error; a correct one passes untouched, byte for byte. ObserveOnly passes
+// every one byte for byte, telling OnRefuse and the resume's span (status
+// Error) the same typed error.
 func TestGuardTurnsCorruptionIntoErrors(t *testing.T) {
 	for _, tc := range []struct {
 		fault string
@@ -104,11 +109,32 @@ func TestGuardTurnsCorruptionIntoErrors(t *testing.T) {
 			if !tc.check(err) {
 				t.Fatalf("error %v (%T)", err, err)
 			}
+			direct, _ := exchange(t, passThrough{}, srv.URL)
 			if tc.fault == "correct" {
-				direct, _ := exchange(t, &Transport{Base: passThrough{}}, srv.URL)
 				if body != direct || !strings.Contains(body, "id: e3") {
 					t.Errorf("the guard changed a correct stream:\n%q\nwant\n%q", body, direct)
 				}
+			}
+
+			var r refusals
+			sr, tp := recorder()
+			observed, err := exchange(t, &Transport{ObserveOnly: true, OnRefuse: r.add, TracerProvider: tp}, srv.URL)
+			if err != nil || observed != direct {
+				t.Errorf("observe-only: %v\n%q\nwant\n%q", err, observed, direct)
+			}
+			got := r.all()
+			resume := endedSpans(t, sr)[1]
+			if tc.fault == "correct" {
+				if len(got) != 0 || resume.Status().Code != codes.Unset {
+					t.Errorf("observe-only refused a correct resume: %v, span %v", got, resume.Status())
+				}
+				return
+			}
+			if len(got) != 1 || !tc.check(got[0]) {
+				t.Errorf("observe-only told %v", got)
+			}
+			if resume.Status().Code != codes.Error || resume.Status().Description != got[0].Error() {
+				t.Errorf("the resume's span: %v", resume.Status())
 			}
 		})
 	}
@@ -127,7 +153,7 @@ func (passThrough) RoundTrip(r *http.Request) (*http.Response, error) {
 // session (404), the client's next call fails with the guard's
 // SessionLostError instead of a bare status (naming no call in flight:
 // the calls answered before are settled, and the one the 404 refused did
-// not run).
+// not run). A new session through the same guard then runs clean.
 func TestGuardWithGoSDK(t *testing.T) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "charge_card"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
@@ -149,8 +175,9 @@ func TestGuardWithGoSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"}, nil)
-	hc := &http.Client{Transport: New(nil)}
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, nil)
+	var r refusals
+	hc := &http.Client{Transport: &Transport{OnRefuse: r.add}}
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, session2025)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +195,37 @@ func TestGuardWithGoSDK(t *testing.T) {
 		t.Fatalf("after the session was lost the client got %v (%T), want the guard's SessionLostError", err, err)
 	}
 	t.Logf("go-sdk client got: %v", err)
+
+	fresh, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, session2025)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	res, err := fresh.CallTool(ctx, &mcp.CallToolParams{Name: "charge_card", Arguments: map[string]any{"order": "o-3"}})
+	if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "charged o-3" || fresh.ID() == cs.ID() {
+		t.Fatalf("a new session after the lost one: %v %+v", err, res)
+	}
+	if got := r.all(); len(got) != 1 {
+		t.Errorf("refusals %v, want only the lost session's", got)
+	}
 }
 
 // resumeFault wraps a go-sdk server's handler: the first tools/call
-// stream is cut after two events (the connection dropped, as a drained
-// backend does), and the client's resume is then answered as fault says:
-// "correct" passes it on, "swap" answers under another session id (a
-// backend that minted a session), "replay" asks the event store for events
-// after the one before the cursor (a store that replays the cursor).
+// stream is cut after three events (its priming event and two progress
+// notifications: the connection dropped, as a drained backend does), and
+// the client's resume is then answered as fault says:
+//
+//   - "correct" passes it on;
+//   - "swap" answers under another session id (a backend that minted one);
+//   - "replay" asks the event store for events after the one before the
+//     cursor (a store that replays the cursor);
+//   - "replay-earlier" asks for events after the one two before the cursor
+//     (the first resumed event was delivered before the cursor);
+//   - "reset-delivered" renumbers the resumed events from the stream's _0
+//     (an event store that lost its count: the first id was delivered);
+//   - "reset-unknown" renumbers them under ids never seen (a new store):
+//     the guard cannot order opaque ids, so this one passes;
+//   - "404" answers that the session is gone.
 type resumeFault struct {
 	next  http.Handler
 	fault string
@@ -189,24 +239,58 @@ func (f *resumeFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 		if strings.Contains(string(body), `"tools/call"`) {
 			f.cut.Store(true)
-			f.next.ServeHTTP(&cutAfter{ResponseWriter: w, events: 2, conn: r.Context().Value(connKey{}).(net.Conn)}, r)
+			f.next.ServeHTTP(&cutAfter{ResponseWriter: w, events: 3, retry: "10", conn: r.Context().Value(connKey{}).(net.Conn)}, r)
 			return
 		}
 	case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
+		// go-sdk's event ids are <stream>_<index>.
+		id := r.Header.Get("Last-Event-ID")
+		stream, n := id, 0
+		if i := strings.LastIndexByte(id, '_'); i >= 0 {
+			stream = id[:i]
+			fmt.Sscan(id[i+1:], &n)
+		}
 		switch f.fault {
+		case "404":
+			http.NotFound(w, r)
+			return
 		case "swap":
 			w = &swapSession{ResponseWriter: w}
 		case "replay":
-			id := r.Header.Get("Last-Event-ID")
-			if i := strings.LastIndexByte(id, '_'); i >= 0 {
-				var n int
-				fmt.Sscan(id[i+1:], &n)
-				r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", id[:i], n-1))
-			}
+			r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", stream, n-1))
+		case "replay-earlier":
+			r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", stream, n-2))
+		case "reset-delivered":
+			w = &renumber{ResponseWriter: w, prefix: stream + "_"}
+		case "reset-unknown":
+			w = &renumber{ResponseWriter: w, prefix: "NEWSTORE_"}
 		}
 	}
 	f.next.ServeHTTP(w, r)
 }
+
+// renumber gives the events of a response ids prefix0, prefix1, ...
+// (go-sdk writes one event per Write).
+type renumber struct {
+	http.ResponseWriter
+	prefix string
+	n      int
+}
+
+var idLine = regexp.MustCompile(`(?m)^id: .*$`)
+
+func (r *renumber) Write(p []byte) (int, error) {
+	out := idLine.ReplaceAllStringFunc(string(p), func(string) string {
+		r.n++
+		return fmt.Sprintf("id: %s%d", r.prefix, r.n-1)
+	})
+	if _, err := r.ResponseWriter.Write([]byte(out)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (r *renumber) Flush() { r.ResponseWriter.(http.Flusher).Flush() }
 
 // connKey holds a request's connection in its context (ConnContext).
 type connKey struct{}
@@ -230,16 +314,24 @@ func progressClient() *mcp.Client {
 // cutAfter closes the connection once the response has carried events
 // complete SSE events: the stream breaks mid-call. (The SDK writes events
 // from its session's goroutine, not the handler's, so aborting the handler
-// would not do.)
+// would not do.) A retry (milliseconds) is sent in the first event, so
+// that the client resumes at once, not after go-sdk's default backoff.
 type cutAfter struct {
 	http.ResponseWriter
 	events int
+	retry  string
 	conn   net.Conn
 }
 
 func (c *cutAfter) Write(p []byte) (int, error) {
 	if c.events <= 0 {
 		return 0, net.ErrClosed
+	}
+	if c.retry != "" {
+		if _, err := io.WriteString(c.ResponseWriter, "retry: "+c.retry+"\n"); err != nil {
+			return 0, err
+		}
+		c.retry = ""
 	}
 	n, err := c.ResponseWriter.Write(p)
 	if c.events -= strings.Count(string(p), "\n\n"); c.events <= 0 {
@@ -275,63 +367,119 @@ func (s *swapSession) Flush() {
 	s.ResponseWriter.(http.Flusher).Flush()
 }
 
+// session2025 pins a go-sdk client to revision 2025-11-25, the last with
+// sessions and resumption (go-sdk v1.8 would otherwise try 2026-07-28's
+// server/discover first).
+var session2025 = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// resumeCall makes one tools/call ("steps": four progress notifications,
+// then "done") from a go-sdk client whose HTTP goes through rt, against a
+// go-sdk server with an event store behind resumeFault: the call's stream
+// is cut and the client's resume answered as fault says. It returns the
+// result's text.
+func resumeCall(t *testing.T, fault string, rt http.RoundTripper) (string, error) {
+	t.Helper()
+	server := mcp.NewServer(&mcp.Implementation{Name: "steps", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "steps"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct{}) (*mcp.CallToolResult, any, error) {
+		for i := 1; i <= 4; i++ {
+			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 4})
+			time.Sleep(20 * time.Millisecond)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+	})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	srv := cuttableServer(t, &resumeFault{next: handler, fault: fault})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := progressClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: rt}, DisableStandaloneSSE: true, MaxRetries: 1}, session2025)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	p := &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}
+	p.SetProgressToken("tok")
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	return res.Content[0].(*mcp.TextContent).Text, nil
+}
+
+// refusals collects what a Transport tells OnRefuse.
+type refusals struct {
+	mu  sync.Mutex
+	got []error
+}
+
+func (r *refusals) add(err error) { r.mu.Lock(); r.got = append(r.got, err); r.mu.Unlock() }
+
+func (r *refusals) all() []error { r.mu.Lock(); defer r.mu.Unlock(); return slices.Clone(r.got) }
+
+// goSDKResumeFaults are resumeFault's faults and the refusal each must
+// give (nil: none).
+var goSDKResumeFaults = []struct {
+	fault string
+	check func(error) bool
+}{
+	{"correct", nil},
+	{"swap", func(err error) bool {
+		var e *SessionSwapError
+		return errors.As(err, &e) && e.Got == "MINTED-BY-ANOTHER-BACKEND"
+	}},
+	{"replay", func(err error) bool {
+		var e *ReplayedEventError
+		return errors.As(err, &e) && e.EventID == e.LastEventID
+	}},
+	{"replay-earlier", func(err error) bool {
+		var e *ReplayedEventError
+		return errors.As(err, &e) && e.EventID != e.LastEventID && strings.HasSuffix(e.EventID, "_1")
+	}},
+	{"reset-delivered", func(err error) bool {
+		var e *ReplayedEventError
+		return errors.As(err, &e) && strings.HasSuffix(e.EventID, "_0")
+	}},
+	{"reset-unknown", nil},
+	{"404", func(err error) bool {
+		var e *SessionLostError
+		return errors.As(err, &e) && len(e.InFlight) == 1 && e.InFlight[0].Method == "tools/call" && e.InFlight[0].Tool == "steps"
+	}},
+}
+
 // TestGuardOnGoSDKResumes: a go-sdk client resumes a broken tools/call
-// stream from a go-sdk server with an event store. A correct resume
-// completes the call through the guard, refusing nothing; a swapped session
-// and a replayed cursor event each end the call with an error, the guard's
-// typed error told to OnRefuse (go-sdk v1.8 reports a failed stream read
-// without its cause).
+// stream from a go-sdk server with an event store. A correct resume, and
+// one from a reset store whose ids were never seen (nothing the guard can
+// prove), complete the call through the guard, refusing nothing; every
+// other fault ends the call with an error, the guard's typed error told to
+// OnRefuse (go-sdk v1.8 reports a failed stream read without its cause).
+// ObserveOnly tells the same refusals but leaves the call as it goes
+// without the guard.
 func TestGuardOnGoSDKResumes(t *testing.T) {
-	for _, tc := range []struct {
-		fault string
-		check func(error) bool
-	}{
-		{"correct", func(err error) bool { return err == nil }},
-		{"swap", func(err error) bool {
-			var e *SessionSwapError
-			return errors.As(err, &e) && e.Got == "MINTED-BY-ANOTHER-BACKEND"
-		}},
-		{"replay", func(err error) bool { var e *ReplayedEventError; return errors.As(err, &e) }},
-	} {
+	for _, tc := range goSDKResumeFaults {
 		t.Run(tc.fault, func(t *testing.T) {
-			server := mcp.NewServer(&mcp.Implementation{Name: "steps", Version: "1"}, nil)
-			mcp.AddTool(server, &mcp.Tool{Name: "steps"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct{}) (*mcp.CallToolResult, any, error) {
-				for i := 1; i <= 4; i++ {
-					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 4})
-					time.Sleep(20 * time.Millisecond)
+			t.Parallel() // each waits out go-sdk's reconnect delay
+			var r refusals
+			text, err := resumeCall(t, tc.fault, &Transport{OnRefuse: r.add})
+			refused := r.all()
+			if tc.check == nil {
+				if err != nil || len(refused) != 0 || text != "done" {
+					t.Fatalf("a resume the guard must pass: %v, refused %v, result %q", err, refused, text)
 				}
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
-			})
-			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-				&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-			srv := cuttableServer(t, &resumeFault{next: handler, fault: tc.fault})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			client := progressClient()
-			var refused []error
-			var mu sync.Mutex
-			g := &Transport{OnRefuse: func(err error) { mu.Lock(); refused = append(refused, err); mu.Unlock() }}
-			hc := &http.Client{Transport: g}
-			cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 2}, nil)
-			if err != nil {
-				t.Fatal(err)
+			} else if err == nil || len(refused) == 0 || !tc.check(refused[0]) {
+				t.Fatalf("call: %v, result %q; the guard refused %v", err, text, refused)
+			} else {
+				t.Logf("%s: the call failed (%v); the guard: %v", tc.fault, err, refused[0])
 			}
-			defer cs.Close()
-			p := &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}
-			p.SetProgressToken("tok")
-			res, err := cs.CallTool(ctx, p)
-			mu.Lock()
-			defer mu.Unlock()
-			if tc.fault == "correct" {
-				if err != nil || len(refused) != 0 || res.Content[0].(*mcp.TextContent).Text != "done" {
-					t.Fatalf("a correct resume: %v, refused %v, result %+v", err, refused, res)
-				}
-				return
+
+			var o refusals
+			otext, oerr := resumeCall(t, tc.fault, &Transport{OnRefuse: o.add, ObserveOnly: true})
+			btext, berr := resumeCall(t, tc.fault, passThrough{})
+			if otext != btext || (oerr == nil) != (berr == nil) {
+				t.Errorf("observe-only: %q, %v; without the guard: %q, %v", otext, oerr, btext, berr)
 			}
-			if err == nil || len(refused) == 0 || !tc.check(refused[0]) {
-				t.Fatalf("call: %v, result %+v; the guard refused %v", err, res, refused)
+			if orefused := o.all(); (tc.check == nil) != (len(orefused) == 0) || (tc.check != nil && !tc.check(orefused[0])) {
+				t.Errorf("observe-only told %v", orefused)
 			}
-			t.Logf("%s: the call failed (%v); the guard: %v", tc.fault, err, refused[0])
 		})
 	}
 }

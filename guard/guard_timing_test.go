@@ -1,12 +1,16 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // sseEvents is a stream of n progress events, as a long tool call sends.
@@ -19,10 +23,13 @@ func sseEvents(n int) string {
 }
 
 // BenchmarkStream reads a 1,000-event SSE response of a session through
-// the bare transport and through the guard: the difference is the guard's
-// cost per event (SSE parsing, the delivered-id set, the token).
+// the bare transport, through the guard, and through the guard with spans
+// (an SDK TracerProvider keeping every event, exporting to nowhere): the
+// differences are the guard's cost per event (SSE parsing, the
+// delivered-id set, the token) and the spans' (peeking every event, one
+// span event each).
 //
-//	go test -run '^$' -bench BenchmarkStream -benchtime 2s -count 6 ./guard
+//	go test -run '^$' -bench BenchmarkStream -benchtime 2s -count 3 ./guard
 func BenchmarkStream(b *testing.B) {
 	const events = 1000
 	body := sseEvents(events)
@@ -31,10 +38,18 @@ func BenchmarkStream(b *testing.B) {
 		io.WriteString(w, body)
 	}))
 	defer srv.Close()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()),
+		sdktrace.WithSpanLimits(sdktrace.SpanLimits{EventCountLimit: 2 * events, AttributeCountLimit: 128,
+			AttributeValueLengthLimit: -1, AttributePerEventCountLimit: 128, AttributePerLinkCountLimit: 128, LinkCountLimit: 128}))
+	defer tp.Shutdown(context.Background())
 	for _, tc := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"bare", http.DefaultTransport}, {"guard", New(http.DefaultTransport)}} {
+	}{
+		{"bare", http.DefaultTransport},
+		{"guard", New(http.DefaultTransport)},
+		{"guard+spans", &Transport{TracerProvider: tp}},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
