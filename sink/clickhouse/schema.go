@@ -12,7 +12,7 @@ import (
 // SchemaVersion is the schema this build writes. Each migration below moves
 // a database one version up; Apply records every one it ran in the
 // schema_migrations table.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migration is one step of the schema's history. Its statements are
 // idempotent (IF NOT EXISTS, or guarded by a look at system.columns), so a
@@ -27,6 +27,7 @@ var migrations = []migration{
 	{1, "findings tables: violations, resumes, sessions, unknown_outcomes, unverifiable"},
 	{2, "stream_events: one row per SSE event, payload as a hash"},
 	{3, "unknown_outcomes.arguments: tool arguments, stored only on opt-in"},
+	{4, "source_kind: which input a row came from"},
 }
 
 // Execer is what schema changes need of a connection: the native

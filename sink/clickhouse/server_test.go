@@ -118,8 +118,84 @@ func TestMigrationsOnDebianServer(t *testing.T) {
 				if n := count(t, c, "SELECT count() FROM "+d.Database+".unknown_outcomes WHERE session_id = 'OLD' AND arguments = ''"); n != 1 {
 					t.Errorf("row written at v%d: %d after the migration", from, n)
 				}
+				// Before version 4 no row said which input it came from.
+				for _, tb := range tables {
+					if tb.since <= from {
+						if n := count(t, c, "SELECT count() FROM "+d.Database+"."+tb.name+" FINAL WHERE session_id = 'OLD' AND source_kind = ''"); n != 1 {
+							t.Errorf("%s: row written at v%d: %d with an empty source_kind after the migration", tb.name, from, n)
+						}
+					}
+				}
+			}
+			// Rows written now carry their source_kind, in the same parts
+			// as the old rows once merged (an added LowCardinality column
+			// on 18.16 included).
+			s, err := New(ctx, c, fastConfig(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := sampleRecords("NEW", time.Now())
+			feed(s, recs)
+			if r := s.Close(context.Background()); r.LeftRows != 0 {
+				t.Fatalf("writing at v%d: %s", SchemaVersion, r)
+			}
+			for _, rec := range recs {
+				tb, want := recordSource(rec)
+				if err := c.Exec(ctx, "OPTIMIZE TABLE "+d.Database+"."+tb.name+" FINAL"); err != nil {
+					t.Fatal(err)
+				}
+				rows, err := c.QueryStrings(ctx, "SELECT source_kind FROM "+d.Database+"."+tb.name+" WHERE session_id = 'NEW'")
+				if err != nil || len(rows) != 1 || rows[0][0] != want {
+					t.Errorf("%s: source_kind of a row written at v%d: %q %v, want %q", tb.name, SchemaVersion, rows, err, want)
+				}
 			}
 		})
+	}
+}
+
+// TestSpoolOfAnOlderSchemaAfterUpgrade: rows an earlier build spooled at
+// schema version 3 (no source_kind) are sent by this build once the
+// database is migrated, next to rows of its own; the old rows read back
+// with an empty source_kind.
+func TestSpoolOfAnOlderSchemaAfterUpgrade(t *testing.T) {
+	srv := chtest.Shared(t)
+	c := connect(t, srv, chtest.NewDatabase(t, srv), "")
+	d := c.Dialect()
+	ctx := context.Background()
+	if _, err := Apply(ctx, c, d, 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t)
+	old := sourceKindColumn.since - 1
+	sp, err := openSpool(cfg.SpoolDir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := map[*table]*batch{}
+	for _, rec := range sampleRecords("OLD", time.Now()) {
+		appendRecord(batches, old, rec, false)
+	}
+	for _, tb := range tables {
+		if err := sp.put(batches[tb]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp.close() // the earlier build's run ends with its rows spooled
+	s, err := New(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := sampleRecords("NEW", time.Now())
+	feed(s, recs)
+	if r := s.Close(context.Background()); r.LeftRows != 0 || r.Replayed != int64(len(tables)) || r.Written != int64(len(tables)+len(recs)) {
+		t.Fatalf("report: %s (%+v)", r, r)
+	}
+	for _, rec := range recs {
+		tb, want := recordSource(rec)
+		rows, err := c.QueryStrings(ctx, "SELECT session_id, source_kind FROM "+d.Database+"."+tb.name+" FINAL ORDER BY session_id")
+		if err != nil || len(rows) != 2 || rows[0][0] != "NEW" || rows[0][1] != want || rows[1][0] != "OLD" || rows[1][1] != "" {
+			t.Errorf("%s: %q %v; want NEW with source_kind %q and OLD (spooled at v%d) with none", tb.name, rows, err, want, old)
+		}
 	}
 }
 

@@ -57,10 +57,18 @@ type column struct {
 }
 
 // Meta columns close every table: which agent wrote the row (node) and what
-// it was reading (source: a file name or an interface). They are not part of
-// any sorting key, so the same finding seen by two agents, or by two runs
-// over one file, collapses into one row.
+// it was reading (source: a file name or an interface, the sink's
+// Config.Source). They are not part of any sorting key, so the same finding
+// seen by two agents, or by two runs over one file, collapses into one row.
+// Which kind of input that was (pcap, live, otlp) is the record's own
+// source_kind column (sourceKindColumn), not a meta column: the pipeline sets
+// it on each record, and one agent reads both packets and spans.
 var metaColumns = []column{{name: "node", typ: tLowCard}, {name: "source", typ: tString}}
+
+// sourceKindColumn closes every table's record columns: the input the record
+// came from, detector.SourcePcap, SourceLive or SourceOTLP (few values, so
+// LowCardinality). Rows written before schema version 4 have "".
+var sourceKindColumn = column{name: "source_kind", typ: tLowCard, since: 4}
 
 // table describes one table of the schema: its columns in insert order, and
 // the keys chosen for the queries the dashboards run (see the comments on
@@ -123,6 +131,7 @@ var (
 			{name: "protocol_version", typ: tLowCard}, {name: "client", typ: tString}, {name: "server", typ: tLowCard},
 			{name: "jsonrpc_ids", typ: tArrayString}, {name: "tool", typ: tLowCard}, {name: "explanation", typ: tString},
 			{name: "evidence", typ: tString}, {name: "confidence", typ: tLowCard},
+			sourceKindColumn,
 		},
 		// Violations are few; kind first serves "by kind" panels and
 		// alert queries, session_id next serves the session dashboard.
@@ -137,6 +146,7 @@ var (
 			{name: "outcome", typ: tLowCard}, {name: "reason", typ: tString}, {name: "protocol_version", typ: tLowCard},
 			{name: "client", typ: tString}, {name: "server", typ: tLowCard}, {name: "replayed", typ: tUInt32},
 			{name: "violation_ids", typ: tArrayString},
+			sourceKindColumn,
 		},
 		orderBy: "session_id, id", partitionBy: "toYYYYMMDD(time)", timeColumn: "time", shardBy: "sipHash64(session_id)",
 	}
@@ -148,6 +158,7 @@ var (
 			{name: "start_seen", typ: tUInt8}, {name: "requests", typ: tUInt32}, {name: "events", typ: tUInt32},
 			{name: "streams", typ: tUInt32}, {name: "resumes", typ: tUInt32}, {name: "violations", typ: tUInt32},
 			{name: "ended", typ: tLowCard}, {name: "previous_session_id", typ: tString}, {name: "link_confidence", typ: tLowCard},
+			sourceKindColumn,
 		},
 		// One row per session and server; a later summary of the same
 		// session (an agent that saw more of it) replaces an earlier one.
@@ -164,6 +175,7 @@ var (
 			// Tool arguments in clear, only when the operator opted in
 			// (--store-arguments); empty otherwise.
 			{name: "arguments", typ: tString, since: 3},
+			sourceKindColumn,
 		},
 		orderBy: "session_id, id", partitionBy: "toYYYYMMDD(time)", timeColumn: "time", shardBy: "sipHash64(session_id)",
 	}
@@ -173,6 +185,7 @@ var (
 			{name: "id", typ: tString}, {name: "time", typ: tTime}, {name: "session_id", typ: tString},
 			{name: "client", typ: tString}, {name: "server", typ: tLowCard}, {name: "reason", typ: tString},
 			{name: "check_name", typ: tLowCard},
+			sourceKindColumn,
 		},
 		orderBy: "session_id, id", partitionBy: "toYYYYMMDD(time)", timeColumn: "time", shardBy: "sipHash64(session_id)",
 	}
@@ -187,6 +200,7 @@ var (
 			{name: "method", typ: tLowCard}, {name: "jsonrpc_id", typ: tString}, {name: "messages", typ: tUInt16},
 			{name: "data_bytes", typ: tUInt32}, {name: "data_hash", typ: tString}, {name: "client", typ: tString},
 			{name: "server", typ: tLowCard},
+			sourceKindColumn,
 		},
 		orderBy: "session_id, id", partitionBy: "toYYYYMMDD(time)", timeColumn: "time", shardBy: "sipHash64(session_id)",
 	}
@@ -305,6 +319,15 @@ func (w *rowWriter) strs(v []string) {
 	w.i++
 }
 
+// sourceKind writes the source_kind column (sourceKindColumn) where the
+// batch's schema version has it: a batch spooled by a build before version 4
+// is sent without it, and the server fills "".
+func (w *rowWriter) sourceKind(kind string) {
+	if w.b.version >= sourceKindColumn.since {
+		w.str(kind)
+	}
+}
+
 // done closes the row: the meta columns, and the row count.
 func (w *rowWriter) done(node, source string) {
 	w.str(node)
@@ -339,6 +362,7 @@ func appendViolation(b *batch, v *detector.Violation, node, source string) {
 	w.str(v.Explanation)
 	w.str(evidenceJSON(v.Evidence))
 	w.str(v.Confidence)
+	w.sourceKind(v.Source)
 	w.done(node, source)
 }
 
@@ -359,6 +383,7 @@ func appendResume(b *batch, a *detector.ResumeAttempt, node, source string) {
 	w.str(a.Server)
 	w.u32(a.Replayed)
 	w.strs(a.ViolationIDs)
+	w.sourceKind(a.Source)
 	w.done(node, source)
 }
 
@@ -379,6 +404,7 @@ func appendSession(b *batch, s *detector.SessionSummary, node, source string) {
 	w.str(s.Ended)
 	w.str(s.PreviousSession)
 	w.str(s.LinkConfidence)
+	w.sourceKind(s.Source)
 	w.done(node, source)
 }
 
@@ -405,6 +431,7 @@ func appendUnknownOutcome(b *batch, u *detector.UnknownOutcome, storeArguments b
 		}
 		w.str(args)
 	}
+	w.sourceKind(u.Source)
 	w.done(node, source)
 }
 
@@ -417,6 +444,7 @@ func appendUnverifiable(b *batch, u *detector.Unverifiable, node, source string)
 	w.str(u.Server)
 	w.str(u.Reason)
 	w.str(u.Check)
+	w.sourceKind(u.Source)
 	w.done(node, source)
 }
 
@@ -438,6 +466,7 @@ func appendStreamEvent(b *batch, e *detector.StreamEvent, node, source string) {
 	w.str(e.DataHash)
 	w.str(e.Client)
 	w.str(e.Server)
+	w.sourceKind(e.Source)
 	w.done(node, source)
 }
 

@@ -1,10 +1,12 @@
 package clickhouse
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,28 +16,29 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden DDL files in testdata")
 
-// sampleRecords is one record of every table, with every field set.
+// sampleRecords is one record of every table, with every field set; the
+// sources vary so that a column read back from the wrong record shows.
 func sampleRecords(session string, at time.Time) []any {
 	return []any{
 		&detector.Violation{ID: "v-" + session, Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, Time: at,
 			SessionID: session, NewSessionID: session + "-new", LastEventID: "0_4", FirstEventID: "0_5", StreamID: "0",
 			ProtocolVersion: "2025-11-25", Client: "10.0.0.1:5000", Server: "10.0.0.2:8080", JSONRPCIDs: []string{"2", `"a"`},
-			Tool: "slow_write", Explanation: "swapped", Confidence: "same connection",
+			Tool: "slow_write", Explanation: "swapped", Confidence: "same connection", Source: detector.SourcePcap,
 			Evidence: []detector.Evidence{{Time: at, Conn: "10.0.0.1:5000->10.0.0.2:8080", Exchange: 3, What: "response header", Detail: "Mcp-Session-Id: " + session}}},
 		&detector.ResumeAttempt{ID: "r-" + session, Time: at, SessionID: session, ResponseSession: session, LastEventID: "0_4",
 			FirstEventID: "0_5", StreamID: "0", Status: 200, Outcome: detector.ResumeViolated, Reason: "replayed", ProtocolVersion: "2025-11-25",
-			Client: "10.0.0.1:5001", Server: "10.0.0.2:8080", Replayed: 3, ViolationIDs: []string{"v-" + session}},
+			Client: "10.0.0.1:5001", Server: "10.0.0.2:8080", Replayed: 3, ViolationIDs: []string{"v-" + session}, Source: detector.SourceLive},
 		&detector.SessionSummary{SessionID: session, ProtocolVersion: "2025-11-25", Client: "10.0.0.1:5000", Server: "10.0.0.2:8080",
 			FirstSeen: at.Add(-time.Minute), LastSeen: at, StartSeen: true, Requests: 7, Events: 12, Streams: 2, Resumes: 1, Violations: 1,
-			Ended: "404", PreviousSession: "S0", LinkConfidence: "same client address"},
+			Ended: "404", PreviousSession: "S0", LinkConfidence: "same client address", Source: detector.SourceOTLP},
 		&detector.UnknownOutcome{ID: "u-" + session, Time: at, SessionID: session, JSONRPCID: "2", Method: "tools/call", Tool: "slow_write",
 			ArgsHash: strings.Repeat("ab", 32), Arguments: `{"path":"/tmp/x"}`, CalledAt: at.Add(-time.Second), Client: "10.0.0.1:5000",
-			Server: "10.0.0.2:8080", Reason: "session lost", ReissuedInSession: session + "-new"},
+			Server: "10.0.0.2:8080", Reason: "session lost", ReissuedInSession: session + "-new", Source: detector.SourceLive},
 		&detector.Unverifiable{ID: "x-" + session, Time: at, SessionID: session, Client: "10.0.0.1:5000", Server: "10.0.0.2:8080",
-			Reason: "capture gap", Check: "resume"},
+			Reason: "capture gap", Check: "resume", Source: detector.SourceOTLP},
 		&detector.StreamEvent{ID: "e-" + session, Time: at, SessionID: session, StreamID: "0", EventID: "0_5", Position: 5, Delivery: 2,
 			Resumed: true, Method: "notifications/progress", JSONRPCID: "", Messages: 1, DataBytes: 120, DataHash: "0123456789abcdef",
-			Client: "10.0.0.1:5001", Server: "10.0.0.2:8080"},
+			Client: "10.0.0.1:5001", Server: "10.0.0.2:8080", Source: detector.SourcePcap},
 	}
 }
 
@@ -113,6 +116,126 @@ func TestArgumentsStoredOnlyOnOptIn(t *testing.T) {
 		if want := map[bool]string{false: "", true: u.Arguments}[store]; got != want {
 			t.Errorf("store=%v: arguments column %q, want %q", store, got, want)
 		}
+	}
+}
+
+// recordSource is a sample record's table and Source.
+func recordSource(rec any) (*table, string) {
+	switch r := rec.(type) {
+	case *detector.Violation:
+		return violationsTable, r.Source
+	case *detector.ResumeAttempt:
+		return resumesTable, r.Source
+	case *detector.SessionSummary:
+		return sessionsTable, r.Source
+	case *detector.UnknownOutcome:
+		return unknownOutcomesTable, r.Source
+	case *detector.Unverifiable:
+		return unverifiableTable, r.Source
+	case *detector.StreamEvent:
+		return streamEventsTable, r.Source
+	}
+	panic(rec)
+}
+
+// TestSourceKindColumn: from schema version 4 every table stores the
+// record's Source in source_kind, last of the record columns (before the
+// meta columns); a batch of an older version, as an earlier build spooled
+// it, has no such column.
+func TestSourceKindColumn(t *testing.T) {
+	for _, v := range []int{sourceKindColumn.since - 1, SchemaVersion} {
+		batches := map[*table]*batch{}
+		recs := sampleRecords("S1", time.Now())
+		for _, rec := range recs {
+			appendRecord(batches, v, rec, false)
+		}
+		for _, rec := range recs {
+			tb, want := recordSource(rec)
+			cols := tb.insertColumns(v)
+			idx := slices.IndexFunc(cols, func(c column) bool { return c.name == sourceKindColumn.name })
+			if v < sourceKindColumn.since {
+				if idx >= 0 {
+					t.Errorf("v%d %s: has source_kind", v, tb.name)
+				}
+				continue
+			}
+			if idx != len(cols)-len(metaColumns)-1 {
+				t.Errorf("v%d %s: source_kind is column %d of %d, want the last before the meta columns", v, tb.name, idx, len(cols))
+				continue
+			}
+			if got := batches[tb].column(idx).([]string)[0]; got != want || got == "" {
+				t.Errorf("v%d %s: source_kind %q, want the record's %q", v, tb.name, got, want)
+			}
+		}
+	}
+}
+
+// fakeColumns is an Execer whose system.columns holds the "table.column"
+// names set, for seeing what a migration runs without a server.
+type fakeColumns map[string]bool
+
+func (f fakeColumns) Exec(context.Context, string, ...any) error { return nil }
+
+// QueryStrings answers hasColumn's query (database, table, column).
+func (f fakeColumns) QueryStrings(_ context.Context, _ string, args ...any) ([][]string, error) {
+	if f[args[1].(string)+"."+args[2].(string)] {
+		return [][]string{{args[2].(string)}}, nil
+	}
+	return nil, nil
+}
+
+// TestSourceKindMigration pins what migration 4 runs on each dialect: an
+// ADD COLUMN on every table, typed as the other LowCardinality columns are
+// (String on an 18.16 cluster, whose DDL worker drops the experimental
+// setting), after the last record column so that node and source still
+// close the table; in cluster mode the Distributed tables are made again.
+// Run again after a crash, when the columns are there, it does nothing.
+func TestSourceKindMigration(t *testing.T) {
+	after := map[string]string{"violations": "confidence", "resumes": "violation_ids", "sessions": "link_confidence",
+		"unknown_outcomes": "arguments", "unverifiable": "check_name", "stream_events": "server"}
+	for _, c := range []struct {
+		name    string
+		d       Dialect
+		typ     string
+		setting bool // the DDL runs with allow_experimental_low_cardinality_type
+	}{
+		{"18.16", Dialect{Version: Version{18, 16, 1}, Database: "rw"}, "LowCardinality(String)", true},
+		{"18.16 cluster", Dialect{Version: Version{18, 16, 1}, Database: "rw", Cluster: "c"}, "String", false},
+		{"26.7", Dialect{Version: Version{26, 7, 3}, Database: "rw"}, "LowCardinality(String)", false},
+		{"26.7 cluster", Dialect{Version: Version{26, 7, 3}, Database: "rw", Cluster: "c"}, "LowCardinality(String)", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if typ := c.d.sqlType(sourceKindColumn.typ); typ != c.d.sqlType(tLowCard) || typ != c.typ {
+				t.Errorf("source_kind is %s, want %s as every LowCardinality column here", typ, c.typ)
+			}
+			if got := c.d.ddlSettings() != nil; got != c.setting {
+				t.Errorf("experimental LowCardinality setting: %v, want %v", got, c.setting)
+			}
+			stmts, err := c.d.migrationStatements(context.Background(), fakeColumns{}, sourceKindColumn.since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, tb := range tables {
+				if c.d.Cluster == "" {
+					want = append(want, "ALTER TABLE rw."+tb.name+" ADD COLUMN source_kind "+c.typ+" AFTER "+after[tb.name])
+					continue
+				}
+				want = append(want, "ALTER TABLE rw."+tb.name+"_local ON CLUSTER c ADD COLUMN source_kind "+c.typ+" AFTER "+after[tb.name],
+					"DROP TABLE IF EXISTS rw."+tb.name+" ON CLUSTER c", c.d.distributedTable(tb))
+			}
+			if !slices.Equal(stmts, want) {
+				t.Errorf("migration 4:\n%s\nwant:\n%s", strings.Join(stmts, "\n"), strings.Join(want, "\n"))
+			}
+			done := fakeColumns{}
+			for _, tb := range tables {
+				done[c.d.storageTable(tb.name)+".source_kind"] = true
+				done[tb.name+".source_kind"] = true
+			}
+			if again, err := c.d.migrationStatements(context.Background(), done, sourceKindColumn.since); err != nil || len(again) != 0 {
+				t.Errorf("with the columns there: %q %v", again, err)
+			}
+		})
 	}
 }
 

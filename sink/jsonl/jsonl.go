@@ -1,7 +1,8 @@
 // Package jsonl writes the detector's output as JSON Lines: one record per
-// line, each with a "type". The format is a contract other tools parse
-// (README "Output format"): field names never change meaning, empty values are
-// null rather than omitted, times are RFC 3339 with nanoseconds in UTC.
+// line, each with a "type" and, but for the summary, the "source" it came
+// from. The format is a contract other tools parse (README "Output format"):
+// field names never change meaning, empty values are null rather than
+// omitted, times are RFC 3339 with nanoseconds in UTC.
 //
 // Records are encoded by hand (appendString and friends) rather than through
 // encoding/json: a large capture yields a resume and a session record per
@@ -62,6 +63,18 @@ func (w *Writer) begin(typ string) line {
 	l := line{b: append(w.buf[:0], `{"type":"`...)}
 	l.b = append(l.b, typ...)
 	l.b = append(l.b, '"')
+	return l
+}
+
+// record begins a line of one of the detector's records: "type", then
+// "source", the input the record came from (detector.SourcePcap, SourceLive,
+// SourceOTLP; null when the pipeline did not say). Source comes second on
+// every record type, so a reader that splits one stream by input finds it in
+// the same place whatever the type. The summary line has none: it describes
+// the run.
+func (w *Writer) record(typ, source string) line {
+	l := w.begin(typ)
+	l.str("source", source)
 	return l
 }
 
@@ -190,7 +203,7 @@ func appendString(b []byte, s string) []byte {
 
 // Violation implements detector.Sink.
 func (w *Writer) Violation(v *detector.Violation) {
-	l := w.begin(TypeViolation)
+	l := w.record(TypeViolation, v.Source)
 	l.str("id", v.ID)
 	l.str("kind", string(v.Kind))
 	l.str("severity", string(v.Severity))
@@ -227,7 +240,7 @@ func (w *Writer) Violation(v *detector.Violation) {
 
 // Resume implements detector.Sink.
 func (w *Writer) Resume(r *detector.ResumeAttempt) {
-	l := w.begin(TypeResume)
+	l := w.record(TypeResume, r.Source)
 	l.str("id", r.ID)
 	l.time("time", r.Time)
 	l.str("session_id", r.SessionID)
@@ -248,7 +261,7 @@ func (w *Writer) Resume(r *detector.ResumeAttempt) {
 
 // Session implements detector.Sink.
 func (w *Writer) Session(s *detector.SessionSummary) {
-	l := w.begin(TypeSession)
+	l := w.record(TypeSession, s.Source)
 	l.str("session_id", s.SessionID)
 	l.str("protocol_version", s.ProtocolVersion)
 	l.str("client", s.Client)
@@ -269,7 +282,7 @@ func (w *Writer) Session(s *detector.SessionSummary) {
 
 // UnknownOutcome implements detector.Sink.
 func (w *Writer) UnknownOutcome(u *detector.UnknownOutcome) {
-	l := w.begin(TypeUnknownOutcome)
+	l := w.record(TypeUnknownOutcome, u.Source)
 	l.str("id", u.ID)
 	l.time("time", u.Time)
 	l.str("session_id", u.SessionID)
@@ -287,7 +300,7 @@ func (w *Writer) UnknownOutcome(u *detector.UnknownOutcome) {
 
 // Unverifiable implements detector.Sink.
 func (w *Writer) Unverifiable(u *detector.Unverifiable) {
-	l := w.begin(TypeUnverifiable)
+	l := w.record(TypeUnverifiable, u.Source)
 	l.str("id", u.ID)
 	l.time("time", u.Time)
 	l.str("session_id", u.SessionID)

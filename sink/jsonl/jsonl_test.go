@@ -48,7 +48,7 @@ func TestEmptyValuesAreNullNotOmitted(t *testing.T) {
 		}
 	}
 	v := recs[0]
-	for _, f := range []string{"session_id", "new_session_id", "last_event_id", "first_event_id", "stream_id",
+	for _, f := range []string{"source", "session_id", "new_session_id", "last_event_id", "first_event_id", "stream_id",
 		"protocol_version", "client", "server", "jsonrpc_ids", "tool", "explanation", "time"} {
 		val, ok := v[f]
 		if !ok {
@@ -68,6 +68,50 @@ func TestEmptyValuesAreNullNotOmitted(t *testing.T) {
 		if val, ok := recs[5][f]; !ok || val != nil {
 			t.Errorf("empty summary field %q = %v (present %v), want null", f, val, ok)
 		}
+	}
+}
+
+// TestSourceFollowsType: every record type carries the input it came from
+// as "source", right after "type", so a reader splitting one stream by input
+// finds it in the same place; the summary describes the run and has none.
+func TestSourceFollowsType(t *testing.T) {
+	cases := []struct {
+		typ   string
+		write func(w *Writer, source string)
+	}{
+		{TypeViolation, func(w *Writer, src string) { w.Violation(&detector.Violation{ID: "v", Source: src}) }},
+		{TypeResume, func(w *Writer, src string) { w.Resume(&detector.ResumeAttempt{ID: "r", Source: src}) }},
+		{TypeSession, func(w *Writer, src string) { w.Session(&detector.SessionSummary{SessionID: "S1", Source: src}) }},
+		{TypeUnknownOutcome, func(w *Writer, src string) { w.UnknownOutcome(&detector.UnknownOutcome{ID: "u", Source: src}) }},
+		{TypeUnverifiable, func(w *Writer, src string) { w.Unverifiable(&detector.Unverifiable{ID: "x", Source: src}) }},
+	}
+	for _, c := range cases {
+		for _, src := range []string{detector.SourcePcap, detector.SourceLive, detector.SourceOTLP, ""} {
+			var buf bytes.Buffer
+			w := New(&buf)
+			c.write(w, src)
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			want := `{"type":"` + c.typ + `","source":null,`
+			if src != "" {
+				want = `{"type":"` + c.typ + `","source":"` + src + `",`
+			}
+			if !bytes.HasPrefix(buf.Bytes(), []byte(want)) {
+				t.Errorf("%s from %q: %s, want it to start %s", c.typ, src, buf.Bytes(), want)
+			}
+			rec := decodeLines(t, buf.Bytes())[0]
+			if got, ok := rec["source"]; !ok || (src == "" && got != nil) || (src != "" && got != src) {
+				t.Errorf("%s from %q: source %v (present %v)", c.typ, src, got, ok)
+			}
+		}
+	}
+	var buf bytes.Buffer
+	w := New(&buf)
+	w.Summary(&sink.Summary{Packets: 1})
+	w.Flush()
+	if _, ok := decodeLines(t, buf.Bytes())[0]["source"]; ok {
+		t.Errorf("summary has a source: %s", buf.Bytes())
 	}
 }
 

@@ -30,7 +30,7 @@ func (s *Stream) Violation(v *detector.Violation) {
 
 // UnknownOutcome implements detector.Sink.
 func (s *Stream) UnknownOutcome(u *detector.UnknownOutcome) {
-	fmt.Fprintf(s.w, "\nUNKNOWN OUTCOME  %s  session %s  %s id %s tool %s: %s\n", stamp(u.Time), orDash(u.SessionID), orDash(u.Method), orDash(u.JSONRPCID), orDash(u.Tool), visibleWords(u.Reason))
+	fmt.Fprintf(s.w, "\nUNKNOWN OUTCOME  %s  session %s  %s id %s tool %s: %s%s\n", stamp(u.Time), orDash(u.SessionID), orDash(u.Method), orDash(u.JSONRPCID), orDash(u.Tool), visibleWords(u.Reason), sourceTag(u.Source))
 }
 
 // Resume implements detector.Sink; the stream prints findings only.

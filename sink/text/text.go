@@ -78,13 +78,14 @@ func (w *Writer) Finish(s *sink.Summary) error {
 			if u.ReissuedInSession != "" {
 				fmt.Fprintf(&b, " (re-issued in session %s)", visible(u.ReissuedInSession))
 			}
+			b.WriteString(sourceTag(u.Source))
 			b.WriteByte('\n')
 		}
 	}
 	if len(w.unverifiable) > 0 {
 		fmt.Fprintf(&b, "\nNot verifiable from this capture (%d): not violations, the evidence is incomplete\n", len(w.unverifiable))
 		for _, u := range w.unverifiable {
-			fmt.Fprintf(&b, "  %s  session %s  %s: %s\n", stamp(u.Time), orDash(u.SessionID), visible(u.Check), visibleWords(u.Reason))
+			fmt.Fprintf(&b, "  %s  session %s  %s: %s%s\n", stamp(u.Time), orDash(u.SessionID), visible(u.Check), visibleWords(u.Reason), sourceTag(u.Source))
 		}
 	}
 	if w.dropped > 0 {
@@ -168,6 +169,9 @@ func writeViolation(b *strings.Builder, number string, v *detector.Violation) {
 	}
 	fmt.Fprintf(b, "  session   %s\n", sess)
 	fmt.Fprintf(b, "  client    %s   server %s   protocol %s\n", orDash(v.Client), orDash(v.Server), orDash(v.ProtocolVersion))
+	if src := sourceShown(v.Source); src != "" {
+		fmt.Fprintf(b, "  source    %s\n", src)
+	}
 	var ids []string
 	if v.LastEventID != "" {
 		ids = append(ids, "Last-Event-ID "+visible(v.LastEventID))
@@ -198,6 +202,26 @@ func writeViolation(b *strings.Builder, number string, v *detector.Violation) {
 		}
 	}
 	fmt.Fprintf(b, "  id        %s\n", v.ID)
+}
+
+// sourceShown is the input a record came from as the report shows it: ""
+// for capture files (pcap), the input a report is about unless it says
+// otherwise, and for a record whose pipeline did not say; "live" or "otlp"
+// otherwise. The agent, which reads packets and spans at once, shows every
+// finding's.
+func sourceShown(source string) string {
+	if source == "" || source == detector.SourcePcap {
+		return ""
+	}
+	return visible(source)
+}
+
+// sourceTag is sourceShown at the end of a one-line entry.
+func sourceTag(source string) string {
+	if src := sourceShown(source); src != "" {
+		return "  [source " + src + "]"
+	}
+	return ""
 }
 
 func stamp(t time.Time) string {

@@ -82,6 +82,53 @@ func TestStreamPrintsAtOnce(t *testing.T) {
 	}
 }
 
+// TestSourceShownUnlessPcap: a finding, an unknown outcome and an
+// unverifiable check say which input they came from when it is not a
+// capture file (what a report of files is about), in the report and in the
+// agent's stream alike.
+func TestSourceShownUnlessPcap(t *testing.T) {
+	for _, c := range []struct {
+		source string
+		want   []string // nil: nothing is shown
+	}{
+		{"", nil},
+		{detector.SourcePcap, nil},
+		{detector.SourceLive, []string{"  source    live\n", "session lost  [source live]\n", "capture gap  [source live]\n"}},
+		{detector.SourceOTLP, []string{"  source    otlp\n", "session lost  [source otlp]\n", "capture gap  [source otlp]\n"}},
+	} {
+		v := &detector.Violation{ID: "f00d", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, SessionID: "S1", Source: c.source}
+		u := &detector.UnknownOutcome{SessionID: "S1", Method: "tools/call", JSONRPCID: "7", Tool: "pay", Reason: "session lost", Source: c.source}
+		var report, stream bytes.Buffer
+		w := New(&report)
+		w.Violation(v)
+		w.UnknownOutcome(u)
+		w.Unverifiable(&detector.Unverifiable{SessionID: "S9", Check: "resume", Reason: "capture gap", Source: c.source})
+		if err := w.Finish(&sink.Summary{Violations: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s := NewStream(&stream)
+		s.Violation(v)
+		s.UnknownOutcome(u)
+		for name, out := range map[string]string{"report": report.String(), "stream": stream.String()} {
+			if c.want == nil {
+				if strings.Contains(out, "source") {
+					t.Errorf("%s of a record from %q names a source:\n%s", name, c.source, out)
+				}
+				continue
+			}
+			want := c.want
+			if name == "stream" {
+				want = want[:2] // the stream prints no unverifiable checks
+			}
+			for _, line := range want {
+				if !strings.Contains(out, line) {
+					t.Errorf("%s of a record from %q lacks %q:\n%s", name, c.source, line, out)
+				}
+			}
+		}
+	}
+}
+
 // TestSummaryCoverage: how much was analysed, times never printed as year 1,
 // and no "every resume kept its contract" for a capture mostly lost.
 func TestSummaryCoverage(t *testing.T) {

@@ -728,6 +728,8 @@ func field(name string, dateTime64 bool) func(*detector.StreamEvent, []byte) []b
 		return str(func(e *detector.StreamEvent) string { return e.Client })
 	case "server":
 		return str(func(e *detector.StreamEvent) string { return e.Server })
+	case "source_kind":
+		return str(func(e *detector.StreamEvent) string { return e.Source })
 	case "node", "source":
 		return str(func(*detector.StreamEvent) string { return "chbench" })
 	}

@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.violations_local ON CLUSTER rw (
     explanation String,
     evidence String,
     confidence String,
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.resumes_local ON CLUSTER rw (
     server String,
     replayed UInt32,
     violation_ids Array(String),
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()
@@ -77,6 +79,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.sessions_local ON CLUSTER rw (
     ended String,
     previous_session_id String,
     link_confidence String,
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()
@@ -101,6 +104,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unknown_outcomes_local ON CLUSTER rw (
     reason String,
     reissued_in_session String,
     arguments String,
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()
@@ -119,6 +123,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unverifiable_local ON CLUSTER rw (
     server String,
     reason String,
     check_name String,
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()
@@ -146,6 +151,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.stream_events_local ON CLUSTER rw (
     data_hash String,
     client String,
     server String,
+    source_kind String,
     node String,
     source String,
     inserted_at DateTime DEFAULT now()

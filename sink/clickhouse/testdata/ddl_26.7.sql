@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.violations (
     explanation String,
     evidence String,
     confidence LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.resumes (
     server LowCardinality(String),
     replayed UInt32,
     violation_ids Array(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -73,6 +75,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.sessions (
     ended LowCardinality(String),
     previous_session_id String,
     link_confidence LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -95,6 +98,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unknown_outcomes (
     reason String,
     reissued_in_session String,
     arguments String,
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -111,6 +115,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unverifiable (
     server LowCardinality(String),
     reason String,
     check_name LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -136,6 +141,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.stream_events (
     data_hash String,
     client String,
     server LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()

@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.violations_local ON CLUSTER rw (
     explanation String,
     evidence String,
     confidence LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -52,6 +53,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.resumes_local ON CLUSTER rw (
     server LowCardinality(String),
     replayed UInt32,
     violation_ids Array(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -79,6 +81,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.sessions_local ON CLUSTER rw (
     ended LowCardinality(String),
     previous_session_id String,
     link_confidence LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -104,6 +107,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unknown_outcomes_local ON CLUSTER rw (
     reason String,
     reissued_in_session String,
     arguments String,
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -123,6 +127,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.unverifiable_local ON CLUSTER rw (
     server LowCardinality(String),
     reason String,
     check_name LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
@@ -151,6 +156,7 @@ CREATE TABLE IF NOT EXISTS replaywatch.stream_events_local ON CLUSTER rw (
     data_hash String,
     client String,
     server LowCardinality(String),
+    source_kind LowCardinality(String),
     node LowCardinality(String),
     source String,
     inserted_at DateTime DEFAULT now()
