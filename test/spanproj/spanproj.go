@@ -63,6 +63,9 @@ type exchange struct {
 
 // Projector gathers observations into exchanges. Not safe for concurrent use.
 type Projector struct {
+	// Seed makes the span ids of this projection differ from another's
+	// (FromPcap seeds with the file names).
+	Seed  string
 	shape Shape
 	exs   map[exKey]*exchange
 	n     int
@@ -147,7 +150,7 @@ func (p *Projector) Traces() ptrace.Traces {
 }
 
 func (p *Projector) span(sp ptrace.Span, ex *exchange) {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%d/%d", ex.conn.ID, ex.first)))
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%d/%d", p.Seed, ex.conn.ID, ex.first)))
 	sp.SetTraceID(pcommon.TraceID(sum[:16]))
 	sp.SetSpanID(pcommon.SpanID(sum[16:24]))
 	sp.SetKind(ptrace.SpanKindClient)
@@ -315,6 +318,7 @@ func endHow(h decode.EndHow) string {
 // FromPcap decodes capture files and projects them.
 func FromPcap(ctx context.Context, files []string, shape Shape) (ptrace.Traces, error) {
 	p := New(shape)
+	p.Seed = strings.Join(files, "\x00")
 	ccfg := capture.DefaultConfig().WithDefaults()
 	pipe := decode.NewPipeline(decode.DefaultConfig(), ccfg.Workers, p.Observe)
 	_, err := capture.ReadFiles(ctx, files, ccfg, func(w int) decode.StreamFactory { return pipe.Factory(w) })

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/replaywatch/replaywatch/guard"
+	"github.com/replaywatch/replaywatch/test/faultsrv"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+)
+
+// TestOTLPMatchesPcap drives a real go-sdk client through a recording proxy
+// against a real go-sdk server behind each fault of test/faultsrv (a cut
+// tools/call stream resumed correctly, under another session, from a
+// replayed cursor, renumbered, or answered 404). The client's HTTP goes
+// through the guard in ObserveOnly mode, exporting its spans with the OTel
+// Go SDK's OTLP exporters (gRPC for half the faults, HTTP for the others)
+// to a real `replaywatch agent --interface none`, while the proxy records
+// the same traffic to a pcap that `replaywatch analyze` reads. Both paths
+// must report the same violations (kind and session), and each fault its
+// own.
+func TestOTLPMatchesPcap(t *testing.T) {
+	bin := buildBinary(t)
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	agent := &liveAgent{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	agent.cmd = exec.Command(bin, "agent", "--interface", "none", "--otlp-grpc", grpcAddr, "--otlp-http", httpAddr,
+		"--format", "json", "--listen", "127.0.0.1:0", "--hash-key-file", filepath.Join(t.TempDir(), "key"))
+	agent.cmd.Stdout, agent.cmd.Stderr = agent.stdout, agent.stderr
+	if err := agent.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.cmd.Process.Kill() })
+	waitForLog(t, agent.stderr, `"msg":"receiving OTLP traces"`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pcap := filepath.Join(t.TempDir(), "faults.pcap")
+	rec, err := pcaprec.Create(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		faultsrv.Correct: nil, faultsrv.NotFound: nil,
+		faultsrv.Swap: {"session_swap"}, faultsrv.Replay: {"replayed_event"},
+		faultsrv.ReplayEarlier: {"replayed_event"}, faultsrv.ResetDelivered: {"event_id_reset"},
+	}
+	sessionOf := map[string]string{} // session id -> fault
+	for i, fault := range faultsrv.All {
+		var exp sdktrace.SpanExporter
+		if i%2 == 0 {
+			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(grpcAddr), otlptracegrpc.WithInsecure())
+		} else {
+			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(httpAddr), otlptracehttp.WithInsecure())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		srv := faultsrv.Start(fault)
+		proxy, err := pcaprec.NewProxy(rec, func(int) string { return srv.Listener.Addr().String() }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &guard.Transport{Base: &http.Transport{}, ObserveOnly: true, TracerProvider: tp}
+		hc := &http.Client{Transport: &sessionSpy{next: g, fault: fault, seen: sessionOf}}
+		text, err := faultsrv.Call(ctx, proxy.URL("/mcp"), hc)
+		t.Logf("%s: result %q, error %v", fault, text, err)
+		proxy.Close()
+		srv.Close()
+		if err := tp.Shutdown(ctx); err != nil { // flushes the exporter
+			t.Fatalf("%s: exporting spans: %v", fault, err)
+		}
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	spans := violationsBySession(t, agent.stop(t))
+	out, _ := exec.Command(bin, "analyze", "--format", "json", pcap).Output()
+	packets := violationsBySession(t, string(out))
+	if !slices.Equal(spans, packets) {
+		t.Errorf("spans and packets differ:\nspans:   %v\npackets: %v", spans, packets)
+	}
+	// Each fault's own findings, in its own session.
+	got := map[string][]string{}
+	for _, v := range packets {
+		kind, session, _ := strings.Cut(v, " ")
+		got[sessionOf[session]] = append(got[sessionOf[session]], kind)
+	}
+	for fault, kinds := range want {
+		if !slices.Equal(slices.Compact(got[fault]), kinds) {
+			t.Errorf("%s: violations %v, want %v", fault, got[fault], kinds)
+		}
+	}
+	t.Logf("%d violations on both paths: %v", len(packets), packets)
+}
+
+// violationsBySession is the "kind session" of every violation in JSON
+// Lines, sorted.
+func violationsBySession(t *testing.T, out string) []string {
+	t.Helper()
+	var keys []string
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSON line %q: %v", line, err)
+		}
+		if r["type"] == "violation" {
+			keys = append(keys, fmt.Sprintf("%v %v", r["kind"], r["session_id"]))
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// sessionSpy notes which fault each session id the server minted belongs to.
+type sessionSpy struct {
+	next  http.RoundTripper
+	fault string
+	seen  map[string]string
+}
+
+var sessionHeader = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (s *sessionSpy) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.next.RoundTrip(r)
+	if err == nil {
+		for _, id := range []string{resp.Header.Get("Mcp-Session-Id"), r.Header.Get("Mcp-Session-Id")} {
+			if id != "" && sessionHeader.MatchString(id) {
+				s.seen[id] = s.fault
+			}
+		}
+	}
+	return resp, err
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
