@@ -175,10 +175,17 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 	start := time.Now()
 	cfg.Detect.PartialHistory = true // an exporter drops spans silently
 	det := detector.New(cfg.Detect, withSource(out, detector.SourceOTLP))
-	var last time.Time
+	var first, last time.Time
+	var events uint64
 	asm := otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, func(o *decode.Observation) {
+		if first.IsZero() || o.Time.Before(first) {
+			first = o.Time
+		}
 		if o.Time.After(last) {
 			last = o.Time
+		}
+		if o.Kind == decode.KindEvent {
+			events++
 		}
 		det.Observe(o)
 	})
@@ -201,7 +208,11 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 	det.Close(last)
 	st := asm.Stats()
 	s := buildSummary(capture.Stats{Files: len(files)}, decode.Stats{}, det.Stats(), problems)
-	s.HTTPExchanges = st.HTTPSpans
+	s.Spans, s.HTTPExchanges, s.SSEEvents = st.Spans, st.HTTPSpans, events
+	if !first.IsZero() {
+		first, last = first.UTC(), last.UTC()
+		s.CaptureStart, s.CaptureEnd = &first, &last
+	}
 	s.Elapsed = time.Since(start)
 	s.ElapsedSeconds = s.Elapsed.Seconds()
 	return s, nil

@@ -12,8 +12,11 @@ import (
 // understood, and what was found. JSON field names are part of the output
 // contract (README "Output format").
 type Summary struct {
-	Files           int    `json:"files"`
-	Packets         uint64 `json:"packets"`
+	Files   int    `json:"files"`
+	Packets uint64 `json:"packets"`
+	// Spans is how many OpenTelemetry spans were read (analyze --spans);
+	// 0 for captures.
+	Spans           uint64 `json:"spans"`
 	Bytes           uint64 `json:"bytes"`
 	TCPConnections  uint64 `json:"tcp_connections"`
 	HTTPExchanges   uint64 `json:"http_exchanges"`

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/capture"
+	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
 	"github.com/replaywatch/replaywatch/internal/progress"
@@ -29,6 +30,8 @@ const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
 Reads pcap or pcapng captures (several files are read in order as one
 capture; "-" reads standard input), rebuilds the HTTP/SSE exchanges of MCP
 Streamable HTTP traffic and reports every resume that broke its contract.
+With --spans it reads OpenTelemetry traces instead: OTLP JSON files, one
+export per line, as the Collector's file exporter writes them (docs/otlp.md).
 
 With --clickhouse, everything found (violations, resume attempts, sessions,
 unknown outcomes, unverifiable places and every SSE event) is also stored in
@@ -66,6 +69,8 @@ type analyzeConfig struct {
 	// else to the spool.
 	shutdownTimeout time.Duration
 	hashKeyFile     string
+	// spans: the files are OTLP JSON trace exports, not captures.
+	spans bool
 	// run configures the pipeline's stages (pipeline.Files).
 	run        pipeline.Config
 	clickhouse clickhouseFlags
@@ -76,6 +81,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	c.run.Decode = decode.DefaultConfig()
 	c.run.Detect = detector.DefaultConfig()
 	fs.StringVar(&c.format, "format", "text", "output format: text or json (JSON Lines)")
+	fs.BoolVar(&c.spans, "spans", false, "the files are OpenTelemetry traces, not captures: OTLP JSON, one ExportTraceServiceRequest per line (the Collector's file exporter; docs/otlp.md)")
 	fs.BoolVar(&c.allowPartial, "allow-partial", false, "report a capture that could not be analysed (less than half of its TCP payload analysed, or most packets undecodable) with exit 0 or 1 and a warning, instead of exit 2")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on standard error: auto (when it is a terminal), always or never")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the analysis to this file (for performance work)")
@@ -210,7 +216,12 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// drains into the sink.
 		defer context.AfterFunc(ctx, func() { store.ShutdownBy(time.Now().Add(cfg.shutdownTimeout)) })()
 	}
-	summary, err := pipeline.Files(ctx, fs.Args(), cfg.run, out)
+	var summary *sink.Summary
+	if cfg.spans {
+		summary, err = pipeline.SpanFiles(ctx, fs.Args(), pipeline.SpansConfig{OTLP: otlp.DefaultConfig(), Decode: cfg.run.Decode, Detect: cfg.run.Detect}, out)
+	} else {
+		summary, err = pipeline.Files(ctx, fs.Args(), cfg.run, out)
+	}
 	bar.Done()
 	interrupted := context.Cause(ctx)
 	stop() // a second signal now ends the process at once
@@ -251,7 +262,7 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", e)
 	}
 	if interrupted != nil {
-		fmt.Fprintf(stderr, "replaywatch analyze: stopped by %v: the report covers the %d packets read before it\n", interrupted, summary.Packets)
+		fmt.Fprintf(stderr, "replaywatch analyze: stopped by %v: the report covers what was read before it\n", interrupted)
 		return exitError
 	}
 	switch {
@@ -260,6 +271,10 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitError
 	case summary.PartialReason != nil:
 		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s (reported anyway: --allow-partial)\n", *summary.PartialReason)
+	case cfg.spans:
+		if summary.Spans == 0 {
+			fmt.Fprintf(stderr, "replaywatch analyze: warning: the files hold no spans: nothing was analysed\n")
+		}
 	case summary.Packets == 0:
 		fmt.Fprintf(stderr, "replaywatch analyze: warning: the capture holds no packets: nothing was analysed\n")
 	case summary.AnalysedShare == nil:
@@ -294,6 +309,9 @@ func (c *analyzeConfig) validate(files []string) error {
 		if f == "-" {
 			stdin++
 		}
+	}
+	if stdin > 0 && c.spans {
+		return errors.New(`--spans reads files, not standard input ("-")`)
 	}
 	if stdin > 1 {
 		return errors.New(`standard input ("-") can be given only once`)

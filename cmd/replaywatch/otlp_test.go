@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 	"github.com/replaywatch/replaywatch/guard"
 	"github.com/replaywatch/replaywatch/test/faultsrv"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
+	"github.com/replaywatch/replaywatch/test/spanproj"
 )
 
 // TestOTLPMatchesPcap drives a real go-sdk client through a recording proxy
@@ -156,4 +158,65 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestAnalyzeSpans runs `analyze --spans` on a fixture's traffic as the
+// guard would have exported it (OTLP JSON lines): the same session swap as
+// the capture, marked otlp; and the errors a user can make, each with its
+// message and exit 2.
+func TestAnalyzeSpans(t *testing.T) {
+	bin := buildBinary(t)
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join(fixtureDir, "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := filepath.Join(t.TempDir(), "spans.json")
+	if err := spanproj.WriteJSONLines(spans, td, 4); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "key")
+	cmd := exec.Command(bin, "analyze", "--spans", "--format", "json", "--hash-key-file", key, spans)
+	out, err := cmd.Output()
+	if code := cmd.ProcessState.ExitCode(); code != exitViolations {
+		t.Fatalf("exit %d (%v), want %d", code, err, exitViolations)
+	}
+	var summary map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		switch r["type"] {
+		case "violation":
+			if r["kind"] != "session_swap" || r["source"] != "otlp" {
+				t.Errorf("violation %v %v from %v, want session_swap from otlp", r["kind"], r["session_id"], r["source"])
+			}
+		case "summary":
+			summary = r
+		}
+	}
+	if summary == nil || summary["spans"].(float64) != float64(td.SpanCount()) || summary["violations"].(float64) != 1 {
+		t.Errorf("summary %v, want %d spans and 1 violation", summary, td.SpanCount())
+	}
+
+	notSpans := filepath.Join(t.TempDir(), "capture.json")
+	if err := os.WriteFile(notSpans, []byte("{\"resourceSpans\": 7}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--spans", "-"}, "--spans reads files"},
+		{[]string{"--spans", notSpans}, "not an OTLP JSON trace export"},
+		{[]string{"--spans", filepath.Join(t.TempDir(), "missing.json")}, "no such file"},
+	} {
+		cmd := exec.Command(bin, append([]string{"analyze", "--hash-key-file", key}, tc.args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != exitError || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("analyze %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), exitError, tc.want)
+		}
+	}
 }

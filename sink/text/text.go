@@ -96,9 +96,18 @@ func (w *Writer) Finish(s *sink.Summary) error {
 }
 
 func writeSummary(b *strings.Builder, s *sink.Summary) {
-	fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanize.Bytes(int64(s.Bytes)))
+	spans := s.Spans > 0
+	if spans {
+		fmt.Fprintf(b, "replaywatch: %d file(s), %d spans", s.Files, s.Spans)
+	} else {
+		fmt.Fprintf(b, "replaywatch: %d file(s), %d packets, %s", s.Files, s.Packets, humanize.Bytes(int64(s.Bytes)))
+	}
 	if s.CaptureStart != nil && s.CaptureEnd != nil {
-		fmt.Fprintf(b, ", capture %s .. %s (%s)", s.CaptureStart.UTC().Format(time.RFC3339),
+		label := "capture"
+		if spans {
+			label = "traffic"
+		}
+		fmt.Fprintf(b, ", %s %s .. %s (%s)", label, s.CaptureStart.UTC().Format(time.RFC3339),
 			s.CaptureEnd.UTC().Format(time.RFC3339), s.CaptureEnd.Sub(*s.CaptureStart).Round(time.Millisecond))
 	} else {
 		b.WriteString(", capture times none (no HTTP decoded)")
@@ -107,7 +116,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	row := func(name string, format string, args ...any) {
 		fmt.Fprintf(b, "  %-18s %s\n", name, fmt.Sprintf(format, args...))
 	}
-	row("TCP connections", "%d", s.TCPConnections)
+	if !spans {
+		row("TCP connections", "%d", s.TCPConnections)
+	}
 	row("HTTP exchanges", "%d (%d MCP, %d other, ignored)", s.HTTPExchanges, s.MCPExchanges, s.NonMCPExchanges)
 	row("SSE events", "%d", s.SSEEvents)
 	row("MCP sessions", "%d", s.MCPSessions)
@@ -121,18 +132,23 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	row("Findings", "%s", counts(s.Findings))
 	row("Unknown outcomes", "%d", s.UnknownOutcomes)
 	row("Unverifiable", "%d", s.Unverifiable)
-	if s.SnaplenBytes > 0 {
+	switch {
+	case spans:
+		// Spans carry no bytes to lose: what they lack is said per check.
+	case s.SnaplenBytes > 0:
 		row("Capture gaps", "%d (%s lost, %s of it cut by the snap length)", s.CaptureGaps,
 			humanize.Bytes(int64(s.CaptureGapBytes)), humanize.Bytes(int64(s.SnaplenBytes)))
-	} else {
+	default:
 		row("Capture gaps", "%d (%s lost)", s.CaptureGaps, humanize.Bytes(int64(s.CaptureGapBytes)))
 	}
 	if s.UnreadFileBytes > 0 {
 		row("Unread", "%s of damaged files", humanize.Bytes(int64(s.UnreadFileBytes)))
 	}
-	if s.AnalysedShare != nil {
+	switch {
+	case spans:
+	case s.AnalysedShare != nil:
 		row("Analysed", "%s of TCP payload bytes (%s)", s.AnalysedPercent(), humanize.Bytes(int64(s.PayloadBytes)))
-	} else {
+	default:
 		row("Analysed", "- (no TCP payload captured)")
 	}
 	if len(s.LimitsHit) > 0 {
@@ -150,6 +166,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		if s.Violations == 0 {
 			b.WriteString("No violations in the part that could be analysed.\n")
 		}
+	case spans && s.Violations == 0:
+		b.WriteString("\nNo violations in the spans: every resume they show kept its contract.\n")
+	case spans:
 	case s.Packets == 0:
 		b.WriteString("\nNothing analysed: the capture holds no packets.\n")
 	case s.AnalysedShare == nil:
