@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/codes"
+
+	"github.com/replaywatch/replaywatch/test/faultsrv"
 )
 
 // faultyServer answers a tools/call POST of session S1 with a stream of
@@ -45,6 +45,7 @@ func faultyServer(t *testing.T, fault string) *httptest.Server {
 		fmt.Fprintf(w, ": keep-alive\n\nid: %s\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":3}}\n\n", first)
 		fmt.Fprint(w, "id: e9\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}\n\n")
 	}))
+	t.Cleanup(srv.Close)
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -210,200 +211,24 @@ func TestGuardWithGoSDK(t *testing.T) {
 	}
 }
 
-// resumeFault wraps a go-sdk server's handler: the first tools/call
-// stream is cut after three events (its priming event and two progress
-// notifications: the connection dropped, as a drained backend does), and
-// the client's resume is then answered as fault says:
-//
-//   - "correct" passes it on;
-//   - "swap" answers under another session id (a backend that minted one);
-//   - "replay" asks the event store for events after the one before the
-//     cursor (a store that replays the cursor);
-//   - "replay-earlier" asks for events after the one two before the cursor
-//     (the first resumed event was delivered before the cursor);
-//   - "reset-delivered" renumbers the resumed events from the stream's _0
-//     (an event store that lost its count: the first id was delivered);
-//   - "reset-unknown" renumbers them under ids never seen (a new store):
-//     the guard cannot order opaque ids, so this one passes;
-//   - "404" answers that the session is gone.
-type resumeFault struct {
-	next  http.Handler
-	fault string
-	cut   atomic.Bool
-}
-
-func (f *resumeFault) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.Method == http.MethodPost && !f.cut.Load():
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		if strings.Contains(string(body), `"tools/call"`) {
-			f.cut.Store(true)
-			f.next.ServeHTTP(&cutAfter{ResponseWriter: w, events: 3, retry: "10", conn: r.Context().Value(connKey{}).(net.Conn)}, r)
-			return
-		}
-	case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
-		// go-sdk's event ids are <stream>_<index>.
-		id := r.Header.Get("Last-Event-ID")
-		stream, n := id, 0
-		if i := strings.LastIndexByte(id, '_'); i >= 0 {
-			stream = id[:i]
-			fmt.Sscan(id[i+1:], &n)
-		}
-		switch f.fault {
-		case "404":
-			http.NotFound(w, r)
-			return
-		case "swap":
-			w = &swapSession{ResponseWriter: w}
-		case "replay":
-			r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", stream, n-1))
-		case "replay-earlier":
-			r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", stream, n-2))
-		case "reset-delivered":
-			w = &renumber{ResponseWriter: w, prefix: stream + "_"}
-		case "reset-unknown":
-			w = &renumber{ResponseWriter: w, prefix: "NEWSTORE_"}
-		}
-	}
-	f.next.ServeHTTP(w, r)
-}
-
-// renumber gives the events of a response ids prefix0, prefix1, ...
-// (go-sdk writes one event per Write).
-type renumber struct {
-	http.ResponseWriter
-	prefix string
-	n      int
-}
-
-var idLine = regexp.MustCompile(`(?m)^id: .*$`)
-
-func (r *renumber) Write(p []byte) (int, error) {
-	out := idLine.ReplaceAllStringFunc(string(p), func(string) string {
-		r.n++
-		return fmt.Sprintf("id: %s%d", r.prefix, r.n-1)
-	})
-	if _, err := r.ResponseWriter.Write([]byte(out)); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (r *renumber) Flush() { r.ResponseWriter.(http.Flusher).Flush() }
-
-// connKey holds a request's connection in its context (ConnContext).
-type connKey struct{}
-
-// cuttableServer serves h with each request's connection in its context,
-// so that cutAfter can drop it.
-func cuttableServer(t *testing.T, h http.Handler) *httptest.Server {
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
+// session2025 pins a go-sdk client to revision 2025-11-25.
+var session2025 = faultsrv.Revision2025
 
 // progressClient is a go-sdk client that accepts progress notifications.
-func progressClient() *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"},
-		&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {}})
-}
+func progressClient() *mcp.Client { return faultsrv.Client() }
 
-// cutAfter closes the connection once the response has carried events
-// complete SSE events: the stream breaks mid-call. (The SDK writes events
-// from its session's goroutine, not the handler's, so aborting the handler
-// would not do.) A retry (milliseconds) is sent in the first event, so
-// that the client resumes at once, not after go-sdk's default backoff.
-type cutAfter struct {
-	http.ResponseWriter
-	events int
-	retry  string
-	conn   net.Conn
-}
-
-func (c *cutAfter) Write(p []byte) (int, error) {
-	if c.events <= 0 {
-		return 0, net.ErrClosed
-	}
-	if c.retry != "" {
-		if _, err := io.WriteString(c.ResponseWriter, "retry: "+c.retry+"\n"); err != nil {
-			return 0, err
-		}
-		c.retry = ""
-	}
-	n, err := c.ResponseWriter.Write(p)
-	if c.events -= strings.Count(string(p), "\n\n"); c.events <= 0 {
-		c.ResponseWriter.(http.Flusher).Flush()
-		c.conn.Close()
-	}
-	return n, err
-}
-
-func (c *cutAfter) Flush() { c.ResponseWriter.(http.Flusher).Flush() }
-
-// swapSession answers under another session id.
-type swapSession struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (s *swapSession) WriteHeader(code int) {
-	if !s.wrote {
-		s.wrote = true
-		s.Header().Set("Mcp-Session-Id", "MINTED-BY-ANOTHER-BACKEND")
-		s.ResponseWriter.WriteHeader(code)
-	}
-}
-
-func (s *swapSession) Write(p []byte) (int, error) {
-	s.WriteHeader(http.StatusOK)
-	return s.ResponseWriter.Write(p)
-}
-
-func (s *swapSession) Flush() {
-	s.WriteHeader(http.StatusOK)
-	s.ResponseWriter.(http.Flusher).Flush()
-}
-
-// session2025 pins a go-sdk client to revision 2025-11-25, the last with
-// sessions and resumption (go-sdk v1.8 would otherwise try 2026-07-28's
-// server/discover first).
-var session2025 = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
-
-// resumeCall makes one tools/call ("steps": four progress notifications,
+// resumeCall makes one tools/call (faultsrv.Tool: progress notifications,
 // then "done") from a go-sdk client whose HTTP goes through rt, against a
-// go-sdk server with an event store behind resumeFault: the call's stream
-// is cut and the client's resume answered as fault says. It returns the
-// result's text.
+// go-sdk server with an event store behind test/faultsrv's fault: the
+// call's stream is cut and the client's resume answered as fault says. It
+// returns the result's text.
 func resumeCall(t *testing.T, fault string, rt http.RoundTripper) (string, error) {
 	t.Helper()
-	server := mcp.NewServer(&mcp.Implementation{Name: "steps", Version: "1"}, nil)
-	mcp.AddTool(server, &mcp.Tool{Name: "steps"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct{}) (*mcp.CallToolResult, any, error) {
-		for i := 1; i <= 4; i++ {
-			req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 4})
-			time.Sleep(20 * time.Millisecond)
-		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
-	})
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-	srv := cuttableServer(t, &resumeFault{next: handler, fault: fault})
+	srv := faultsrv.Start(fault)
+	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cs, err := progressClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: rt}, DisableStandaloneSSE: true, MaxRetries: 1}, session2025)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	p := &mcp.CallToolParams{Name: "steps", Arguments: map[string]any{}}
-	p.SetProgressToken("tok")
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		return "", err
-	}
-	return res.Content[0].(*mcp.TextContent).Text, nil
+	return faultsrv.Call(ctx, srv.URL, &http.Client{Transport: rt})
 }
 
 // refusals collects what a Transport tells OnRefuse.
@@ -416,31 +241,31 @@ func (r *refusals) add(err error) { r.mu.Lock(); r.got = append(r.got, err); r.m
 
 func (r *refusals) all() []error { r.mu.Lock(); defer r.mu.Unlock(); return slices.Clone(r.got) }
 
-// goSDKResumeFaults are resumeFault's faults and the refusal each must
+// goSDKResumeFaults are test/faultsrv's faults and the refusal each must
 // give (nil: none).
 var goSDKResumeFaults = []struct {
 	fault string
 	check func(error) bool
 }{
-	{"correct", nil},
-	{"swap", func(err error) bool {
+	{faultsrv.Correct, nil},
+	{faultsrv.Swap, func(err error) bool {
 		var e *SessionSwapError
 		return errors.As(err, &e) && e.Got == "MINTED-BY-ANOTHER-BACKEND"
 	}},
-	{"replay", func(err error) bool {
+	{faultsrv.Replay, func(err error) bool {
 		var e *ReplayedEventError
 		return errors.As(err, &e) && e.EventID == e.LastEventID
 	}},
-	{"replay-earlier", func(err error) bool {
+	{faultsrv.ReplayEarlier, func(err error) bool {
 		var e *ReplayedEventError
 		return errors.As(err, &e) && e.EventID != e.LastEventID && strings.HasSuffix(e.EventID, "_1")
 	}},
-	{"reset-delivered", func(err error) bool {
+	{faultsrv.ResetDelivered, func(err error) bool {
 		var e *ReplayedEventError
 		return errors.As(err, &e) && strings.HasSuffix(e.EventID, "_0")
 	}},
-	{"reset-unknown", nil},
-	{"404", func(err error) bool {
+	{faultsrv.ResetUnknown, nil},
+	{faultsrv.NotFound, func(err error) bool {
 		var e *SessionLostError
 		return errors.As(err, &e) && len(e.InFlight) == 1 && e.InFlight[0].Method == "tools/call" && e.InFlight[0].Tool == "steps"
 	}},
@@ -506,7 +331,7 @@ func TestGuardReissueWithGoSDK(t *testing.T) {
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
 	cut := map[string]bool{}
 	var mu sync.Mutex
-	srv := cuttableServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := faultsrv.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 		mu.Lock()
@@ -518,7 +343,7 @@ func TestGuardReissueWithGoSDK(t *testing.T) {
 		}
 		mu.Unlock()
 		if first != "" {
-			handler.ServeHTTP(&cutAfter{ResponseWriter: w, events: 1, conn: r.Context().Value(connKey{}).(net.Conn)}, r)
+			handler.ServeHTTP(faultsrv.Cut(w, r, 1, 0), r)
 			return
 		}
 		handler.ServeHTTP(w, r)

@@ -26,11 +26,12 @@ const (
 	Replay         = "replay"          // the stream restarts at the cursor's event
 	ReplayEarlier  = "replay-earlier"  // ... at the event before the cursor's
 	ResetDelivered = "reset-delivered" // events renumbered from the stream's _0 (a store that lost its count)
+	ResetUnknown   = "reset-unknown"   // events renumbered under ids never seen (a new store)
 	NotFound       = "404"             // the session is gone
 )
 
 // All is every fault.
-var All = []string{Correct, Swap, Replay, ReplayEarlier, ResetDelivered, NotFound}
+var All = []string{Correct, Swap, Replay, ReplayEarlier, ResetDelivered, ResetUnknown, NotFound}
 
 // Tool is the server's one tool: Steps progress notifications EventPace
 // apart, then "done".
@@ -41,9 +42,13 @@ const (
 	// CutAfter is how many SSE events the first tools/call stream carries
 	// before its connection is dropped.
 	CutAfter = 3
+	// ResumeRetry is the SSE retry (milliseconds) the cut stream asks
+	// for, so that a client resumes at once rather than after its backoff.
+	ResumeRetry = 10
 )
 
-// Start serves a go-sdk server behind fault; Close it when done.
+// Start serves a go-sdk server with the Tool behind fault (Front); Close
+// it when done.
 func Start(fault string) *httptest.Server {
 	server := mcp.NewServer(&mcp.Implementation{Name: "steps", Version: "1"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: Tool}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
@@ -55,10 +60,35 @@ func Start(fault string) *httptest.Server {
 	})
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-	srv := httptest.NewUnstartedServer(&front{next: handler, fault: fault})
+	return Serve(Front(handler, fault))
+}
+
+// Serve serves h (started; Close it when done) with each request's
+// connection in its context, so that Cut can drop it.
+func Serve(h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
 	srv.Start()
 	return srv
+}
+
+// Front wraps a go-sdk server's handler (served by Serve): the first
+// tools/call stream is cut after CutAfter events (the connection dropped,
+// as a drained backend does), and the client's resume is answered as
+// fault says.
+func Front(next http.Handler, fault string) http.Handler { return &front{next: next, fault: fault} }
+
+// Cut is w dropping r's connection (served by Serve) once the response
+// carried events complete SSE events; retry, when not 0, is sent first
+// (milliseconds). The stream breaks mid-call: the SDK writes events from
+// its session's goroutine, not the handler's, so aborting the handler
+// would not do.
+func Cut(w http.ResponseWriter, r *http.Request, events, retry int) http.ResponseWriter {
+	c := &cutAfter{ResponseWriter: w, events: events, conn: r.Context().Value(connKey{}).(net.Conn)}
+	if retry > 0 {
+		c.retry = fmt.Sprintf("retry: %d\n", retry)
+	}
+	return c
 }
 
 // front applies the fault.
@@ -77,7 +107,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 		if strings.Contains(string(body), `"tools/call"`) {
 			f.cut.Store(true)
-			f.next.ServeHTTP(&cutAfter{ResponseWriter: w, events: CutAfter, conn: r.Context().Value(connKey{}).(net.Conn)}, r)
+			f.next.ServeHTTP(Cut(w, r, CutAfter, ResumeRetry), r)
 			return
 		}
 	case r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "":
@@ -101,23 +131,30 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Last-Event-ID", fmt.Sprintf("%s_%d", stream, n-2))
 		case ResetDelivered:
 			w = &renumber{ResponseWriter: w, prefix: stream + "_"}
+		case ResetUnknown:
+			w = &renumber{ResponseWriter: w, prefix: "NEWSTORE_"}
 		}
 	}
 	f.next.ServeHTTP(w, r)
 }
 
-// cutAfter closes the connection once the response carried events complete
-// SSE events. (The SDK writes events from its session's goroutine, not the
-// handler's, so aborting the handler would not do.)
+// cutAfter is Cut's writer.
 type cutAfter struct {
 	http.ResponseWriter
 	events int
+	retry  string
 	conn   net.Conn
 }
 
 func (c *cutAfter) Write(p []byte) (int, error) {
 	if c.events <= 0 {
 		return 0, net.ErrClosed
+	}
+	if c.retry != "" {
+		if _, err := io.WriteString(c.ResponseWriter, c.retry); err != nil {
+			return 0, err
+		}
+		c.retry = ""
 	}
 	n, err := c.ResponseWriter.Write(p)
 	if c.events -= strings.Count(string(p), "\n\n"); c.events <= 0 {
@@ -176,13 +213,22 @@ func (r *renumber) Write(p []byte) (int, error) {
 
 func (r *renumber) Flush() { r.ResponseWriter.(http.Flusher).Flush() }
 
-// Call makes the tool call from a go-sdk client (revision 2025-11-25)
-// whose HTTP goes through hc, against url, and returns the result's text.
-func Call(ctx context.Context, url string, hc *http.Client) (string, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "faultsrv-client", Version: "1"},
+// Client is a go-sdk client that accepts progress notifications.
+func Client() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "faultsrv-client", Version: "1"},
 		&mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {}})
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 2},
-		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+}
+
+// Revision2025 pins a go-sdk client to revision 2025-11-25, the last with
+// sessions and resumption (go-sdk v1.8 would otherwise try 2026-07-28's
+// server/discover first).
+var Revision2025 = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+
+// Call makes the tool call from a go-sdk client (revision 2025-11-25, one
+// resume attempt) whose HTTP goes through hc, against url, and returns the
+// result's text.
+func Call(ctx context.Context, url string, hc *http.Client) (string, error) {
+	cs, err := Client().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, Revision2025)
 	if err != nil {
 		return "", err
 	}
