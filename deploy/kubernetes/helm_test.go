@@ -162,6 +162,69 @@ var helmCases = []helmCase{
 				{"objects: ConfigMap, DaemonSet, ServiceAccount named " + helmRelease, func() error {
 					return objectKeys(r, "ConfigMap/"+helmRelease, "DaemonSet/"+helmRelease, "ServiceAccount/"+helmRelease)
 				}},
+				{"no OTLP keys, only the metrics port", func() error {
+					return otlpRendered(t, r, "", "", "metrics")
+				}},
+			}
+		},
+	},
+	{
+		name: "OTLP spans in",
+		values: `
+config:
+  otlp:
+    grpc: ":14317"
+    http: "127.0.0.1:14318"
+`,
+		want:     defaultAgent,
+		existing: map[string]string{"replaywatch-clickhouse": "password"},
+		checks: func(t *testing.T, r *rendering) []check {
+			return []check{
+				{"otlp_grpc and otlp_http, ports otlp-grpc 14317 and otlp-http 14318", func() error {
+					return otlpRendered(t, r, ":14317", "127.0.0.1:14318", "metrics", "otlp-grpc", "otlp-http")
+				}},
+				{"packet capture unchanged", func() error {
+					cfg := agentConfigFile(t, r.manifests)
+					if !slices.Equal(cfg.Interfaces, []string{"any"}) || !slices.Equal(cfg.Ports, []int{80, 3000, 8000, 8080}) {
+						return fmt.Errorf("interfaces %q ports %v", cfg.Interfaces, cfg.Ports)
+					}
+					return nil
+				}},
+				{"NOTES.txt names the listeners", func() error {
+					for _, s := range []string{"OTLP/gRPC  :14317", "OTLP/HTTP  127.0.0.1:14318"} {
+						if !strings.Contains(r.notes, s) {
+							return fmt.Errorf("NOTES.txt does not say %q:\n%s", s, r.notes)
+						}
+					}
+					return nil
+				}},
+			}
+		},
+	},
+	{
+		name: "spans only",
+		values: `
+config:
+  interfaces: [none]
+  otlp:
+    grpc: ":14317"
+`,
+		want:     defaultAgent,
+		existing: map[string]string{"replaywatch-clickhouse": "password"},
+		checks: func(t *testing.T, r *rendering) []check {
+			return []check{
+				{"interfaces [none], otlp_grpc alone", func() error {
+					if cfg := agentConfigFile(t, r.manifests); !slices.Equal(cfg.Interfaces, []string{"none"}) {
+						return fmt.Errorf("interfaces %q, want [none]", cfg.Interfaces)
+					}
+					return otlpRendered(t, r, ":14317", "", "metrics", "otlp-grpc")
+				}},
+				{"NOTES.txt says spans only", func() error {
+					if !strings.Contains(r.notes, "without packet capture (spans only)") || strings.Contains(r.notes, "capturing TCP ports") {
+						return fmt.Errorf("NOTES.txt:\n%s", r.notes)
+					}
+					return nil
+				}},
 			}
 		},
 	},
@@ -552,6 +615,16 @@ func TestHelmSchema(t *testing.T) {
 		{"port 0 in listen", "config:\n  listen: \":0\"\n", "the port must be 1 to 65535"},
 		{"no ClickHouse password source", "clickhouse:\n  existingSecret: \"\"\n", "clickhouse.existingSecret or clickhouse.password"},
 		{"existing ServiceAccount without a name", "serviceAccount:\n  create: false\n", "serviceAccount.name"},
+		{"OTLP address without a port", "config:\n  otlp:\n    grpc: collector\n", "/config/otlp/grpc"},
+		{"OTLP port 0", "config:\n  otlp:\n    http: \":0\"\n", "/config/otlp/http"},
+		{"OTLP port over 65535", "config:\n  otlp:\n    grpc: \":70000\"\n", "/config/otlp/grpc"},
+		{"OTLP address as a URL", "config:\n  otlp:\n    http: http://0.0.0.0:4318\n", "/config/otlp/http"},
+		{"OTLP port as a number", "config:\n  otlp:\n    grpc: 14317\n", "/config/otlp/grpc"},
+		{"misspelt OTLP key", "config:\n  otlp:\n    gprc: \":14317\"\n", "/config/otlp"},
+		{"OTLP on the metrics port", "config:\n  otlp:\n    grpc: \":9464\"\n", "port 9464 is already config.listen's"},
+		{"OTLP gRPC and HTTP on one port", "config:\n  otlp:\n    grpc: \":14317\"\n    http: \"127.0.0.1:14317\"\n", "port 14317 is already config.otlp.grpc's"},
+		{"interfaces none without OTLP", "config:\n  interfaces: [none]\n", "config.interfaces [none]"},
+		{"interfaces none beside another", "config:\n  interfaces: [none, eth0]\n  otlp:\n    grpc: \":14317\"\n", "config.interfaces [none]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, helmRelease, tc.values)
@@ -693,6 +766,9 @@ func TestHelmConfigChecksum(t *testing.T) {
 	if got := sum("clickhouse:\n  dsn: clickhouse://rw@ch:9000/db\n"); got == base {
 		t.Error("dsn changed, checksum/config did not")
 	}
+	if got := sum("config:\n  otlp:\n    http: \":14318\"\n"); got == base {
+		t.Error("config.otlp changed, checksum/config did not")
+	}
 	if got := sum("resources:\n  requests: {cpu: 200m, memory: 256Mi}\n  limits: {cpu: \"1\", memory: 768Mi}\n"); got != base {
 		t.Error("resources changed checksum/config")
 	}
@@ -726,6 +802,25 @@ func TestHelmNames(t *testing.T) {
 			return nil
 		}},
 	})
+}
+
+// otlpRendered checks agent.yaml's otlp_grpc and otlp_http ("" for
+// absent) and the names of the agent container's ports, in order; the
+// numbers are otlpPort's concern (agentConfigChecks).
+func otlpRendered(t *testing.T, r *rendering, grpc, http string, ports ...string) error {
+	cfg := agentConfigFile(t, r.manifests)
+	var errs []error
+	if cfg.OTLPGRPC != grpc || cfg.OTLPHTTP != http {
+		errs = append(errs, fmt.Errorf("otlp_grpc %q otlp_http %q, want %q and %q", cfg.OTLPGRPC, cfg.OTLPHTTP, grpc, http))
+	}
+	var names []string
+	for _, p := range agentOf(t, r).Ports {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, ports) {
+		errs = append(errs, fmt.Errorf("container ports %q, want %q", names, ports))
+	}
+	return errors.Join(errs...)
 }
 
 // agentOf returns the agent container of the rendered DaemonSet.

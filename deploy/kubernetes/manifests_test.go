@@ -68,6 +68,8 @@ type agentConfig struct {
 	Filter      string   `json:"filter,omitempty"`
 	Workers     *int     `json:"workers,omitempty"`
 	Listen      string   `json:"listen,omitempty"`
+	OTLPGRPC    string   `json:"otlp_grpc,omitempty"`
+	OTLPHTTP    string   `json:"otlp_http,omitempty"`
 	Node        string   `json:"node,omitempty"`
 	HashKeyFile string   `json:"hash_key_file,omitempty"`
 	ClickHouse  struct {
@@ -508,8 +510,75 @@ func agentConfigChecks(t *testing.T, m *manifests, want agentExpect) []check {
 			}
 			return nil
 		}},
+		{"OTLP listeners are the container ports otlp-grpc and otlp-http", func() error {
+			return errors.Join(otlpPort(c, "otlp-grpc", cfg.OTLPGRPC), otlpPort(c, "otlp-http", cfg.OTLPHTTP))
+		}},
 	}
 }
+
+// otlpPort: an OTLP listen address of agent.yaml is the container's port
+// of that name, on the host (hostPort = containerPort, as the metrics
+// port); without the address, the container has no port of that name.
+func otlpPort(c *corev1.Container, name, addr string) error {
+	var found *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].Name == name {
+			found = &c.Ports[i]
+		}
+	}
+	if addr == "" {
+		if found != nil {
+			return fmt.Errorf("container port %s (%d) without its agent.yaml key", name, found.ContainerPort)
+		}
+		return nil
+	}
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s address %q: %v", name, addr, err)
+	}
+	port, err := strconv.ParseInt(p, 10, 32)
+	if err != nil || port < 1 || port > 65535 {
+		return fmt.Errorf("%s address %q: want a port 1 to 65535", name, addr)
+	}
+	switch {
+	case found == nil:
+		return fmt.Errorf("agent.yaml listens on %s, the container has no port %s", addr, name)
+	case found.ContainerPort != int32(port) || found.HostPort != found.ContainerPort || found.Protocol != corev1.ProtocolTCP:
+		return fmt.Errorf("port %s: containerPort %d hostPort %d %s, want %d on the host, TCP", name, found.ContainerPort, found.HostPort, found.Protocol, port)
+	}
+	return nil
+}
+
+// TestAgentConfigOTLPExample: the commented-out otlp_grpc and otlp_http of
+// agent/configmap.yaml, uncommented, are keys the agent reads, with ports
+// off the metrics port and off 4317/4318 (a node-local Collector's).
+func TestAgentConfigOTLPExample(t *testing.T) {
+	cm := get[*corev1.ConfigMap](t, loadManifests(t), "ConfigMap", agentConfigMap)
+	text := otlpExampleRE.ReplaceAllString(cm.Data[configKey], "$1")
+	var cfg agentConfig
+	if err := yaml.UnmarshalStrict([]byte(text), &cfg); err != nil {
+		t.Fatalf("agent.yaml with the OTLP keys uncommented: %v", err)
+	}
+	_, metrics, _ := net.SplitHostPort(cfg.Listen)
+	seen := map[string]string{metrics: "listen"}
+	for key, addr := range map[string]string{"otlp_grpc": cfg.OTLPGRPC, "otlp_http": cfg.OTLPHTTP} {
+		_, port, err := net.SplitHostPort(addr)
+		switch {
+		case addr == "":
+			t.Errorf("no commented-out %s example", key)
+		case err != nil:
+			t.Errorf("%s %q: %v", key, addr, err)
+		case port == "4317" || port == "4318":
+			t.Errorf("%s %q: a node-local OpenTelemetry Collector often holds that port", key, addr)
+		case seen[port] != "":
+			t.Errorf("%s %q: port %s is already %s's", key, addr, port, seen[port])
+		default:
+			seen[port] = key
+		}
+	}
+}
+
+var otlpExampleRE = regexp.MustCompile(`(?m)^# (otlp_(grpc|http): )`)
 
 // TestPodSecurity checks every container of every workload: locked down,
 // non-root unless listed in rootAllowed, capabilities only as listed in

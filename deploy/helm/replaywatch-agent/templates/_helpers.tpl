@@ -103,6 +103,28 @@ The metrics port, from config.listen (":PORT").
 {{- end }}
 
 {{/*
+The OTLP listeners that are set (config.otlp), as JSON {"otlp-grpc": PORT,
+"otlp-http": PORT}: the container ports' names and numbers.
+values.schema.json checks each address; this refuses two listeners on one
+port (the pod could not declare both hostPorts, the agent not bind both).
+*/}}
+{{- define "replaywatch-agent.otlpPorts" -}}
+{{- $ports := dict }}
+{{- $taken := dict (include "replaywatch-agent.port" .) "listen" }}
+{{- range $name, $addr := dict "grpc" .Values.config.otlp.grpc "http" .Values.config.otlp.http }}
+{{- if $addr }}
+{{- $port := regexFind "[0-9]+$" $addr }}
+{{- with get $taken $port }}
+{{- fail (printf "config.otlp.%s %q: port %s is already config.%s's" $name $addr $port .) }}
+{{- end }}
+{{- $_ := set $taken $port (printf "otlp.%s" $name) }}
+{{- $_ := set $ports (printf "otlp-%s" $name) (atoi $port) }}
+{{- end }}
+{{- end }}
+{{- toJson $ports }}
+{{- end }}
+
+{{/*
 The Secret the chart creates when clickhouse.password or hashKey.value is
 set, and whether it is created.
 */}}
@@ -126,6 +148,10 @@ agent.yaml, from the values. Decoded strictly by the agent (an unknown key
 is an error): only keys of cmd/replaywatch/agentconfig.go.
 */}}
 {{- define "replaywatch-agent.config" -}}
+{{- $otlp := .Values.config.otlp }}
+{{- if and (has "none" .Values.config.interfaces) (or (gt (len .Values.config.interfaces) 1) (not (or $otlp.grpc $otlp.http))) }}
+{{- fail "config.interfaces [none] (no packet capture) stands alone and needs config.otlp.grpc or config.otlp.http: the agent would watch nothing" }}
+{{- end }}
 # Rendered by the replaywatch-agent chart from its values (config,
 # clickhouse). Flags and REPLAYWATCH_* variables win over this file.
 interfaces:
@@ -138,6 +164,15 @@ ports:
 {{- end }}
 workers: {{ int64 .Values.config.workers }}
 listen: {{ toJson .Values.config.listen }}
+{{- if or $otlp.grpc $otlp.http }}
+# OpenTelemetry traces in (docs/otlp.md).
+{{- end }}
+{{- with $otlp.grpc }}
+otlp_grpc: {{ toJson . }}
+{{- end }}
+{{- with $otlp.http }}
+otlp_http: {{ toJson . }}
+{{- end }}
 clickhouse:
   # The password comes from REPLAYWATCH_CLICKHOUSE_PASSWORD, never from here.
   dsn: {{ toJson .Values.clickhouse.dsn }}
