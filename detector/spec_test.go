@@ -235,6 +235,8 @@ func (r *specRun) configLine(args []string) error {
 			r.cfg.MaxResponsesPerSession, _ = strconv.Atoi(v)
 		case "max_progress":
 			r.cfg.MaxProgressTokensPerSession, _ = strconv.Atoi(v)
+		case "partial_history":
+			r.cfg.PartialHistory = v == "true"
 		case "idle":
 			d, err := time.ParseDuration(v)
 			if err != nil {
