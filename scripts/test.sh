@@ -119,7 +119,8 @@ go test -count=1 -timeout 15m ./...
 # decode's workers and merger, the detector, the sinks' sender) and the
 # end-to-end tests: analyze in process over every fixture, and the real
 # binary, built with -race (buildBinary), as analyze and as the agent
-# against ClickHouse paused, refusing and slow, sharing a spool. capture
+# against ClickHouse paused, refusing and slow, sharing a spool, and
+# receiving spans; the spans path over every fixture. capture
 # runs alone: its live tests pace two rings against each other. The soak
 # test is left out: it bounds the agent's memory, which the race
 # detector's shadow memory multiplies.
@@ -132,9 +133,9 @@ log "go test -race (capture)"
 # detector's slowdown of the two readers breaks (seen in CI: a 1-byte gap).
 go test -race -count=1 -timeout 5m -skip 'TestLiveMissedOnOneInterface' ./capture/...
 log "go test -race (end to end)"
-go test -race -count=1 -timeout 10m -run 'TestFixtureSpecs|TestCrowdSDKDoubleCharges$|TestSharedStoreLeaks' ./pipeline
+go test -race -count=1 -timeout 10m -run 'TestFixtureSpecs|TestCrowdSDKDoubleCharges$|TestSharedStoreLeaks|Spans' ./pipeline
 go test -race -count=1 -timeout 10m -skip 'TestAgentSoak' \
-	-run 'TestBinary|TestAgent|TestSpoolShared|TestAnalyzeStops|TestAnalyzeExit|TestHostile' ./cmd/replaywatch
+	-run 'TestBinary|TestAgent|TestSpoolShared|TestAnalyzeStops|TestAnalyzeExit|TestHostile|TestOTLPMatchesPcap|TestAnalyzeSpans' ./cmd/replaywatch
 
 if [ "$FUZZTIME" != 0 ]; then
 	# Every fuzz target, briefly: the seed corpora always run in go test above;
