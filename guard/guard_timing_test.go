@@ -39,7 +39,7 @@ func BenchmarkStream(b *testing.B) {
 	}))
 	defer srv.Close()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()),
-		sdktrace.WithSpanLimits(sdktrace.SpanLimits{EventCountLimit: 2 * events, AttributeCountLimit: 128,
+		sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{EventCountLimit: 2 * events, AttributeCountLimit: 128,
 			AttributeValueLengthLimit: -1, AttributePerEventCountLimit: 128, AttributePerLinkCountLimit: 128, LinkCountLimit: 128}))
 	defer tp.Shutdown(context.Background())
 	for _, tc := range []struct {

@@ -51,7 +51,7 @@ func endedSpans(t *testing.T, sr *tracetest.SpanRecorder) []sdktrace.ReadOnlySpa
 func attrs(kvs []attribute.KeyValue) map[string]string {
 	m := map[string]string{}
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

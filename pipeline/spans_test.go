@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 
 	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/sink"
@@ -200,5 +202,66 @@ func TestCrowdedSpansGainNothing(t *testing.T) {
 			t.Errorf("stagger %v: findings the fixtures alone do not show: %v", stagger, extra)
 		}
 		t.Logf("stagger %v: %d of %d findings kept", stagger, len(alone)-len(missing(alone, got)), len(alone))
+	}
+}
+
+// TestSpansPipelineLive runs the agent's spans pipeline: a fixture's
+// traffic as the guard's spans, exported by the OTel Go SDK's gRPC exporter
+// while metrics are read as a scrape would, then Close releases every span
+// to the detector. (Under -race in scripts/test.sh: the assembler's
+// counters are read from another goroutine than the one that joins.)
+func TestSpansPipelineLive(t *testing.T) {
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	w := jsonl.New(&out)
+	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+	cfg.OTLP.GRPCAddr = "127.0.0.1:0"
+	s, err := NewSpans(cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	scraped := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				scraped <- n
+				return
+			default:
+				_ = s.AssemblerStats()
+				_ = s.DetectorStats()
+				n++
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	ctx := context.Background()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(s.GRPCAddr()), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range spanproj.Split(td, 3) {
+		if err := exp.ExportSpans(ctx, spanproj.SDKSpans(part)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp.Shutdown(ctx)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-scraped
+	w.Flush()
+	st := s.AssemblerStats()
+	if st.Spans != uint64(td.SpanCount()) || st.HTTPSpans != uint64(td.SpanCount()) || st.Buffered != 0 || st.Pending != 0 {
+		t.Errorf("assembler stats %+v, want all %d spans received, joined and released", st, td.SpanCount())
+	}
+	if d := s.DetectorStats(); d.Violations["session_swap"] != 1 || !strings.Contains(out.String(), `"source":"otlp"`) {
+		t.Errorf("detector: %v violations; output:\n%s", d.Violations, out.String())
 	}
 }

@@ -126,11 +126,12 @@ func (*nullTraces) Export(context.Context, ptraceotlp.ExportRequest) (ptraceotlp
 // The pipeline's time includes releasing and judging every span (Close).
 func BenchmarkOTLPExport(b *testing.B) {
 	tds, per := benchSpans(b)
-	// 64 rounds of every fixture from other clients, in exports of at most
-	// exportBatch spans (the SDK batch processor's default).
-	const rounds, exportBatch = 64, 512
-	var sdk [][][]sdktrace.ReadOnlySpan // per round, its exports
-	for i := range rounds {
+	// Round i is every fixture's traffic from other clients (new ids, so no
+	// round is taken for another's retry), made while the timer is
+	// stopped, in exports of at most exportBatch spans (the SDK batch
+	// processor's default).
+	const exportBatch = 512
+	round := func(i int) [][]sdktrace.ReadOnlySpan {
 		var all []sdktrace.ReadOnlySpan
 		for _, td := range tds {
 			all = append(all, spanproj.SDKSpans(spanproj.Renumber(td, uint32(i)))...)
@@ -140,7 +141,7 @@ func BenchmarkOTLPExport(b *testing.B) {
 			n := min(exportBatch, len(all))
 			exports, all = append(exports, all[:n]), all[n:]
 		}
-		sdk = append(sdk, exports)
+		return exports
 	}
 	export := func(b *testing.B, addr string) {
 		ctx := context.Background()
@@ -150,7 +151,10 @@ func BenchmarkOTLPExport(b *testing.B) {
 		}
 		defer exp.Shutdown(ctx)
 		for i := range b.N {
-			for _, spans := range sdk[i%rounds] {
+			b.StopTimer()
+			exports := round(i)
+			b.StartTimer()
+			for _, spans := range exports {
 				if err := exp.ExportSpans(ctx, spans); err != nil {
 					b.Fatal(err)
 				}
@@ -173,10 +177,6 @@ func BenchmarkOTLPExport(b *testing.B) {
 	b.Run("replaywatch", func(b *testing.B) {
 		cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Detect: detector.DefaultConfig()}
 		cfg.OTLP.GRPCAddr = "127.0.0.1:0"
-		if b.N > rounds {
-			// Rounds repeat: their span ids would be taken for retries.
-			b.N = rounds
-		}
 		s, err := NewSpans(cfg, discard{})
 		if err != nil {
 			b.Fatal(err)

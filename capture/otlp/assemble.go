@@ -76,6 +76,11 @@ type traceBuf struct {
 	settled bool
 }
 
+// joinCounts are the Stats counted while joining and releasing.
+type joinCounts struct {
+	http, mcp, nested, late, early, observations uint64
+}
+
 // arrival queues a trace for settling.
 type arrival struct {
 	tb *traceBuf
@@ -97,7 +102,9 @@ type Assembler struct {
 	seen     recentSpans
 	stats    Stats
 
-	// Owned by the caller of Advance and Flush.
+	// Owned by the caller of Advance and Flush; counts reach stats at the
+	// end of each (publish).
+	counts   joinCounts
 	pending  obsHeap
 	seq      uint64
 	newest   time.Time // the newest observation time converted
@@ -185,12 +192,25 @@ func (a *Assembler) Advance(now time.Time) {
 	a.settle(now.Add(-a.cfg.SettleDelay))
 	idle := a.quietSince(now.Add(-a.cfg.SettleDelay - a.cfg.ReorderWindow))
 	a.release(idle)
+	a.publish()
 }
 
 // Flush joins and releases everything: the input ended.
 func (a *Assembler) Flush() {
 	a.settle(time.Unix(1<<62, 0))
 	a.release(true)
+	a.publish()
+}
+
+// publish copies what Advance and Flush counted into the stats Stats
+// reads from any goroutine.
+func (a *Assembler) publish() {
+	c := a.counts
+	a.mu.Lock()
+	a.stats.HTTPSpans, a.stats.MCPSpans, a.stats.NestedSpans = c.http, c.mcp, c.nested
+	a.stats.Late, a.stats.EarlyRelease, a.stats.Observations = c.late, c.early, c.observations
+	a.stats.Pending = len(a.pending)
+	a.mu.Unlock()
 }
 
 // Stats returns the counters.
@@ -199,7 +219,6 @@ func (a *Assembler) Stats() Stats {
 	defer a.mu.Unlock()
 	s := a.stats
 	s.Buffered = a.buffered
-	s.Pending = len(a.pending)
 	return s
 }
 
@@ -259,7 +278,7 @@ func (a *Assembler) convert(tb *traceBuf) {
 	}
 	for _, h := range tb.http {
 		if nestedHop(h, tb, byID, mcpByID) {
-			a.stat(func(s *Stats) { s.NestedSpans++ })
+			a.counts.nested++
 			continue
 		}
 		// Only a POST carries a JSON-RPC request: a resume GET under the
@@ -270,18 +289,12 @@ func (a *Assembler) convert(tb *traceBuf) {
 				if h.protocol == "" {
 					h.protocol = m.rpc.protocol
 				}
-				a.stat(func(s *Stats) { s.MCPSpans++ })
+				a.counts.mcp++
 			}
 		}
-		a.stat(func(s *Stats) { s.HTTPSpans++ })
+		a.counts.http++
 		a.queue(h)
 	}
-}
-
-func (a *Assembler) stat(f func(*Stats)) {
-	a.mu.Lock()
-	f(&a.stats)
-	a.mu.Unlock()
 }
 
 // nestedHop reports whether h sits under another HTTP span of its trace,
@@ -359,7 +372,7 @@ func (a *Assembler) queue(h *httpSpan) {
 		if o.Time.Before(a.released) {
 			// Newer observations already went to the detector.
 			o.Late = decode.LateReorderWindow
-			a.stat(func(s *Stats) { s.Late++ })
+			a.counts.late++
 		}
 		if o.Time.After(a.newest) {
 			a.newest = o.Time
@@ -368,7 +381,7 @@ func (a *Assembler) queue(h *httpSpan) {
 		heap.Push(&a.pending, pendingObs{o, a.seq})
 	}
 	for len(a.pending) > a.cfg.MaxBufferedObservations {
-		a.stat(func(s *Stats) { s.EarlyRelease++ })
+		a.counts.early++
 		a.emit(heap.Pop(&a.pending).(pendingObs).o)
 	}
 }
@@ -386,6 +399,6 @@ func (a *Assembler) emit(o *decode.Observation) {
 	if o.Time.After(a.released) {
 		a.released = o.Time
 	}
-	a.stat(func(s *Stats) { s.Observations++ })
+	a.counts.observations++
 	a.out(o)
 }

@@ -36,7 +36,6 @@ const (
 	attrRespContentType = "http.response.header.content-type"
 
 	attrMCPMethod    = "mcp.method.name"
-	attrMCPSession   = "mcp.session.id"
 	attrMCPProtocol  = "mcp.protocol.version"
 	attrRequestID    = "jsonrpc.request.id"
 	attrToolName     = "gen_ai.tool.name"
@@ -60,10 +59,9 @@ const (
 	attrEndHow       = "mcp.sse.end.how"
 	attrClientClosed = "mcp.sse.end.client_closed"
 
-	eventSSE      = "mcp.sse.event"
-	eventSSEEnd   = "mcp.sse.end"
-	eventBodyMsg  = "mcp.response.message"
-	mcpServerKind = ptrace.SpanKindServer
+	eventSSE     = "mcp.sse.event"
+	eventSSEEnd  = "mcp.sse.end"
+	eventBodyMsg = "mcp.response.message"
 )
 
 // spanKey names a span across traces.
@@ -76,11 +74,14 @@ type spanKey struct {
 // span itself or from its MCP span.
 type rpcRequest struct {
 	method, id, tool string
-	// identity is the call's identity hash ("" unknown).
-	identity          string
-	session, protocol string
-	clientInfo        string // "name/version"
-	progressToken     string
+	// identity is the call's identity hash; unknown, a value no other
+	// call has.
+	identity string
+	// protocol is mcp.protocol.version. (mcp.session.id is not read: the
+	// C# SDK sets it to a per-client GUID, not the Mcp-Session-Id header.)
+	protocol      string
+	clientInfo    string // "name/version"
+	progressToken string
 }
 
 func (r rpcRequest) known() bool { return r.method != "" }
@@ -163,7 +164,7 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 	}
 	h = &httpSpan{
 		key: key, parent: sp.ParentSpanID(), links: links(sp),
-		server: sp.Kind() == mcpServerKind,
+		server: sp.Kind() == ptrace.SpanKindServer,
 		start:  sp.StartTimestamp().AsTime(), end: sp.EndTimestamp().AsTime(),
 		statusErr: sp.Status().Code() == ptrace.StatusCodeError,
 		method:    strings.ToUpper(str(attrs, attrMethod)),
@@ -239,7 +240,7 @@ func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map) {
 func (r *reader) rpcOf(attrs pcommon.Map, key spanKey) rpcRequest {
 	rq := rpcRequest{
 		method: str(attrs, attrMCPMethod), id: str(attrs, attrRequestID), tool: str(attrs, attrToolName),
-		session: str(attrs, attrMCPSession), protocol: str(attrs, attrMCPProtocol),
+		protocol:   str(attrs, attrMCPProtocol),
 		clientInfo: str(attrs, attrClientInfo), progressToken: str(attrs, attrProgressTok),
 	}
 	switch {

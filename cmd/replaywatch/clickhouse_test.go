@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
 	"github.com/replaywatch/replaywatch/test/chtest"
 )
 
@@ -86,13 +87,13 @@ func TestClickHouseFromTheREADME(t *testing.T) {
 	spool := t.TempDir()
 
 	code, out, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn)
-	if code != 0 || !strings.Contains(out, "applied 3") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("applied %d", chsink.SchemaVersion)) {
 		t.Fatalf("schema apply: %d\n%s%s", code, out, errOut)
 	}
 	if code, out, _ = runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("second schema apply: %d %s", code, out)
 	}
-	if code, out, _ = runBin(t, bin, "schema", "status", "--clickhouse", dsn); code != 0 || !strings.Contains(out, "schema version 3") {
+	if code, out, _ = runBin(t, bin, "schema", "status", "--clickhouse", dsn); code != 0 || !strings.Contains(out, fmt.Sprintf("schema version %d", chsink.SchemaVersion)) {
 		t.Fatalf("schema status: %d %s", code, out)
 	}
 
