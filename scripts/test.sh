@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone. Installs what the tests need when it
 # is missing (tshark from Debian, the TypeScript SDK from npm, chDB's
-# libchdb.so from npm, cached by scripts/fetch-chdb.sh) and runs:
-# gofmt, go vet, staticcheck, every Go test (unit, spec, oracle, fixture
-# regeneration, binary end-to-end, ClickHouse servers, the live agent on
-# loopback and in network namespaces), the race detector over capture,
+# libchdb.so from npm, cached by scripts/fetch-chdb.sh; zip from Debian)
+# and runs: gofmt, go vet, staticcheck, every Go test (unit, spec, oracle,
+# fixture regeneration, binary end-to-end, ClickHouse servers, the live
+# agent on loopback and in network namespaces, the Grafana plugin's
+# build.sh with its npm ci), the race detector over capture,
 # decode, detector, the sinks and the end-to-end tests (with the product
 # binary they run built with -race), and a short run of every fuzz target.
 # Live capture needs root (CAP_NET_RAW); CI runs as root.
@@ -71,6 +72,14 @@ command -v ip >/dev/null || missing="$missing iproute2"
 if [ -n "$missing" ]; then
 	log "installing$missing (Debian) for the live-capture tests: BPF filter compilation, network namespaces"
 	apt_install $missing
+fi
+
+# dashboards/plugin's test runs its build.sh (npm ci, webpack, the backend
+# cross-compiled for linux/amd64 and arm64), which zips the plugin with zip
+# (or python3 when zip is missing).
+if ! command -v zip >/dev/null; then
+	log "installing zip (Debian package) for the Grafana plugin's zip (dashboards/plugin/build.sh)"
+	apt_install zip
 fi
 
 if [ ! -d test/fixturegen/ts/node_modules ] && [ -f test/fixturegen/ts/package-lock.json ]; then
