@@ -239,7 +239,31 @@ func (r reader) story(ctx context.Context, session string) (data.Frames, error) 
 	if err != nil {
 		return nil, err
 	}
-	return data.Frames{epochs, transitions, events, resumes, findings, annotations(epochs, findings, resumes)}, nil
+	return data.Frames{epochTimeline(epochs), epochs, transitions, events, resumes, findings, annotations(epochs, findings, resumes)}, nil
+}
+
+// epochTimeline is the epochs as a state timeline panel reads them: at
+// each epoch's start the session id becomes the state, and after the last
+// epoch's end the state is empty (null), so the panel draws S1, then S2,
+// and nothing after.
+func epochTimeline(epochs *data.Frame) *data.Frame {
+	var times []time.Time
+	var states []*string
+	var last time.Time
+	start, _ := epochs.FieldByName("time")
+	end, _ := epochs.FieldByName("end")
+	session, _ := epochs.FieldByName("session")
+	for i := range epochs.Rows() {
+		id := session.At(i).(string)
+		times, states = append(times, start.At(i).(time.Time)), append(states, &id)
+		if e := end.At(i).(time.Time); e.After(last) {
+			last = e
+		}
+	}
+	if len(times) > 0 {
+		times, states = append(times, last), append(states, nil)
+	}
+	return data.NewFrame("epoch timeline", data.NewField("time", nil, times), data.NewField("session", nil, states))
 }
 
 // findingCols are a finding's fields; withParties adds session, server and
