@@ -134,6 +134,10 @@ func (s *Spans) clock() {
 		case now := <-tick.C:
 			s.mu.Lock()
 			s.asm.Advance(now)
+			// Sessions expire, links time out: on quiet input nothing else
+			// moves the detector's clock. It stays behind the wall by what
+			// a span may still take to reach the detector.
+			s.det.Advance(now.Add(-s.cfg.OTLP.SettleDelay - s.cfg.OTLP.ReorderWindow - 2*SpansStep))
 			s.storeStats()
 			if s.cfg.Tick != nil {
 				s.cfg.Tick()

@@ -265,3 +265,44 @@ func TestSpansPipelineLive(t *testing.T) {
 		t.Errorf("detector: %v violations; output:\n%s", d.Violations, out.String())
 	}
 }
+
+// TestSpansPipelineExpiresSessions: on quiet input the agent's spans
+// detector still moves its clock, so idle sessions are summarised as
+// expired while the agent runs, not only when it stops.
+func TestSpansPipelineExpiresSessions(t *testing.T) {
+	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+	cfg.OTLP.GRPCAddr = "127.0.0.1:0"
+	cfg.OTLP.SettleDelay, cfg.OTLP.ReorderWindow = 0, 0
+	cfg.Detect.SessionIdleTimeout = time.Second
+	s, err := NewSpans(cfg, discard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The capture's traffic (its sessions are never deleted) as if it happened a moment ago.
+	td = spanproj.Shift(td, time.Since(spanproj.Start(td)))
+	ctx := context.Background()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(s.GRPCAddr()), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exp.ExportSpans(ctx, spanproj.SDKSpans(td)); err != nil {
+		t.Fatal(err)
+	}
+	exp.Shutdown(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d := s.DetectorStats()
+		if d.SessionsSeen > 0 && d.SessionsActive == 0 && d.SessionsEnded["expired"] == d.SessionsSeen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions still open 10 s after the last span (idle timeout 1 s): %+v", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
