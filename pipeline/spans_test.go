@@ -70,8 +70,9 @@ var restsOnAbsence = map[string]bool{"unknown_last_event_id_accepted": true, "si
 // TestSpansNeverSeeMoreThanPackets projects every fixture capture onto the
 // spans an instrumented client would have exported for the same traffic
 // and analyses them through the OTLP path: spans shaped as the guard
-// records them (headers, requests, SSE events) and as an HTTP client
-// instrumentation with header capture (headers only). Spans may see less
+// records them (headers, requests, SSE events) and as an HTTP client or
+// server instrumentation with header capture (headers only: a server span
+// carries the peer's address). Spans may see less
 // than packets (a span shows no connection, and headers alone show no
 // events), never more: no finding the packets do not prove. With every
 // event recorded, the findings a span can show are those of the packets.
@@ -84,7 +85,7 @@ func TestSpansNeverSeeMoreThanPackets(t *testing.T) {
 	for _, pcap := range pcaps {
 		name := strings.TrimSuffix(filepath.Base(pcap), ".pcap")
 		want := findingKeys(analyzeJSON(t, pcap))
-		for _, shape := range []spanproj.Shape{spanproj.Guard, spanproj.Headers} {
+		for _, shape := range []spanproj.Shape{spanproj.Guard, spanproj.Headers, spanproj.ServerHeaders} {
 			td, err := spanproj.FromPcap(context.Background(), []string{pcap}, shape)
 			if err != nil {
 				t.Fatal(err)

@@ -34,11 +34,18 @@ const (
 	// Headers: an HTTP client instrumentation with the MCP headers
 	// captured and nothing of the bodies (otelhttp with header capture).
 	Headers
+	// ServerHeaders: the same on the server's side (a SERVER span with the
+	// peer's client.address and client.port, url.path instead of url.full),
+	// as a server or eBPF instrumentation shapes it.
+	ServerHeaders
 )
 
 func (s Shape) String() string {
-	if s == Headers {
+	switch s {
+	case Headers:
 		return "headers"
+	case ServerHeaders:
+		return "server-headers"
 	}
 	return "guard"
 }
@@ -154,6 +161,9 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 	sp.SetTraceID(pcommon.TraceID(sum[:16]))
 	sp.SetSpanID(pcommon.SpanID(sum[16:24]))
 	sp.SetKind(ptrace.SpanKindClient)
+	if p.shape == ServerHeaders {
+		sp.SetKind(ptrace.SpanKindServer)
+	}
 	sp.SetName(ex.req.Method)
 	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(ex.start))
 	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(ex.end))
@@ -163,7 +173,13 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 	if host == "" {
 		host = ex.conn.Server.String()
 	}
-	a.PutStr("url.full", "http://"+host+ex.req.Path)
+	if p.shape == ServerHeaders {
+		a.PutStr("url.path", ex.req.Path)
+		a.PutStr("client.address", ex.conn.Client.Addr().String())
+		a.PutInt("client.port", int64(ex.conn.Client.Port()))
+	} else {
+		a.PutStr("url.full", "http://"+host+ex.req.Path)
+	}
 	a.PutStr("server.address", ex.conn.Server.Addr().String())
 	a.PutInt("server.port", int64(ex.conn.Server.Port()))
 	a.PutInt("http.response.status_code", int64(ex.resp.Status))
@@ -180,7 +196,7 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 	header("http.request.header.mcp-protocol-version", ex.req.ProtocolVersion, ex.req.ProtocolVersion != "")
 	header("http.response.header.mcp-session-id", ex.resp.SessionID, ex.resp.HasSessionID)
 	header("http.response.header.content-type", ex.resp.ContentType, ex.resp.ContentType != "")
-	if p.shape == Headers {
+	if p.shape != Guard {
 		return
 	}
 	if len(ex.req.Messages) == 1 && !ex.req.BodyIncomplete {
