@@ -17,6 +17,20 @@ export const QueryTypes: Array<SelectableValue<QueryType>> = [
   },
 ];
 
+/** The story's frames a query may keep alone (pkg/plugin/query.go StoryParts). */
+export type StoryPart = 'timeline' | 'epochs' | 'transitions' | 'events' | 'resumes' | 'findings' | 'annotations';
+
+export const StoryParts: Array<SelectableValue<StoryPart | ''>> = [
+  { label: 'All frames', value: '' },
+  { label: 'Epoch timeline', value: 'timeline', description: 'The session id over time: for a state timeline panel' },
+  { label: 'Epochs', value: 'epochs' },
+  { label: 'Transitions', value: 'transitions', description: 'Session id changes and their cause' },
+  { label: 'Events', value: 'events', description: 'SSE events by stream' },
+  { label: 'Resumes', value: 'resumes' },
+  { label: 'Findings', value: 'findings' },
+  { label: 'Annotations', value: 'annotations' },
+];
+
 /**
  * A query as the editor saves it: the backend's Model (pkg/plugin/query.go),
  * field for field. Empty strings mean "no filter"; limit 0 or absent means
@@ -26,6 +40,8 @@ export interface ReplaywatchQuery extends DataQuery {
   queryType?: QueryType;
   /** story: the session id (template variables allowed). */
   session?: string;
+  /** story: one frame only (StoryParts), for a panel that draws one; empty: all. */
+  part?: StoryPart | '';
   /** findings: filters (template variables allowed). */
   kind?: string;
   severity?: string;

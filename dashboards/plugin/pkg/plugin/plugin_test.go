@@ -186,6 +186,7 @@ func TestQueryTypesGolden(t *testing.T) {
 		q    backend.DataQuery
 	}{
 		{"story-session-swap", query("A", plugin.QueryStory, map[string]any{"session": swapSession}, tr)},
+		{"story-session-swap-timeline", query("E", plugin.QueryStory, map[string]any{"session": swapSession, "part": "timeline"}, tr)},
 		{"findings-critical", query("B", plugin.QueryFindings, map[string]any{"severity": "critical"}, tr)},
 		{"findings-kind", query("C", plugin.QueryFindings, map[string]any{"kind": "unknown_last_event_id_accepted"}, tr)},
 		{"resume-health", func() backend.DataQuery {
@@ -293,6 +294,7 @@ func TestHostileQueries(t *testing.T) {
 		query("huge", plugin.QueryFindings, map[string]any{}, backend.TimeRange{From: tr.From.Add(-400 * 24 * time.Hour), To: tr.To}),
 		query("nosession", plugin.QueryStory, map[string]any{}, tr),
 		query("unknown", "drop", map[string]any{}, tr),
+		query("badpart", plugin.QueryStory, map[string]any{"session": swapSession, "part": "everything"}, tr),
 		query("capped", plugin.QueryFindings, map[string]any{}, tr),
 	}
 	resp, err := tp.Client.QueryData(context.Background(), &backend.QueryDataRequest{PluginContext: pc, Queries: queries})
@@ -313,6 +315,7 @@ func TestHostileQueries(t *testing.T) {
 	}
 	for ref, want := range map[string]string{
 		"huge": "over this data source's limit of 7 days", "nosession": "needs a session id", "unknown": `query type "drop"`,
+		"badpart": `story part "everything": want one of annotations, epochs, events`,
 	} {
 		if dr := resp.Responses[ref]; dr.Error == nil || !strings.Contains(dr.Error.Error(), want) {
 			t.Errorf("%s: error %v, want one saying %q", ref, dr.Error, want)

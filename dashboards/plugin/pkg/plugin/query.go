@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,11 +23,20 @@ const (
 	QueryResumeHealth = "resumeHealth" // resume outcomes per interval: a time series for panels and alert rules
 )
 
+// StoryParts are the story's frames by the name a query's part gives them.
+var StoryParts = map[string]string{
+	"timeline": "epoch timeline", "epochs": "epochs", "transitions": "transitions", "events": "events",
+	"resumes": "resumes", "findings": "findings", "annotations": "annotations",
+}
+
 // Model is a query as the editor saves it.
 type Model struct {
 	QueryType string `json:"queryType"`
 	// Session is the story's session id.
 	Session string `json:"session"`
+	// Part keeps one frame of the story (StoryParts), for a panel that
+	// draws one (a state timeline of the epochs); "" keeps them all.
+	Part string `json:"part"`
 	// Filters of findings (and of resume health: Server).
 	Kind     string `json:"kind"`
 	Severity string `json:"severity"`
@@ -78,7 +89,16 @@ func (d *Datasource) run(ctx context.Context, q backend.DataQuery) (data.Frames,
 		if m.Session == "" {
 			return nil, fmt.Errorf("a session story needs a session id (pick one: the editor searches them)")
 		}
-		return r.story(ctx, m.Session)
+		frames, err := r.story(ctx, m.Session)
+		if err != nil || m.Part == "" {
+			return frames, err
+		}
+		for _, f := range frames {
+			if f.Name == StoryParts[m.Part] {
+				return data.Frames{f}, nil
+			}
+		}
+		return nil, fmt.Errorf("story part %q: want one of %s", m.Part, strings.Join(slices.Sorted(maps.Keys(StoryParts)), ", "))
 	case QueryFindings:
 		f, err := r.findings(ctx, m)
 		return data.Frames{f}, err

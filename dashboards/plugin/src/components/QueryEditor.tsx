@@ -14,6 +14,8 @@ import {
   ReplaywatchQuery,
   SEVERITIES,
   SessionSummary,
+  StoryPart,
+  StoryParts,
 } from '../types';
 
 type Props = QueryEditorProps<DataSource, ReplaywatchQuery, ReplaywatchOptions>;
@@ -141,6 +143,15 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource, range }: 
               noOptionsMessage="no session of the time range starts so"
               onChange={(v) => change({ session: v?.value ?? '' }, true)}
               onCreateOption={(v) => change({ session: v.trim() }, true)}
+            />
+          </InlineField>
+          <InlineField label="Frames" tooltip="Keep one frame of the story, for a panel that draws one (a state timeline of the epoch timeline)">
+            <Select<StoryPart | ''>
+              inputId="query-part"
+              width={20}
+              options={StoryParts}
+              value={query.part ?? ''}
+              onChange={(v) => change({ part: v.value ?? '' }, true)}
             />
           </InlineField>
           <InlineField label="With violations" tooltip="Search only sessions with at least one violation">
