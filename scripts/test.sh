@@ -124,6 +124,12 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 log "go test"
 go test -count=1 -timeout 15m ./...
 
+# The Grafana plugin's build (npm ci, typecheck, webpack, the backend for
+# linux/amd64 and arm64, the zip) on its own: it loads both cores, which
+# the timing-sensitive tests above must not share.
+log "go test (the Grafana plugin's build.sh)"
+REPLAYWATCH_PLUGIN_BUILD=1 go test -count=1 -timeout 15m -run TestBuildScript ./dashboards/plugin
+
 # The race detector over the core packages (capture's workers and rings,
 # decode's workers and merger, the detector, the sinks' sender) and the
 # end-to-end tests: analyze in process over every fixture, and the real

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +74,8 @@ func TestOTLPMatchesPcap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		open := &openSpans{}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(open), sdktrace.WithBatcher(exp))
 		srv := faultsrv.Start(fault)
 		proxy, err := pcaprec.NewProxy(rec, func(int) string { return srv.Listener.Addr().String() }, nil)
 		if err != nil {
@@ -85,6 +87,11 @@ func TestOTLPMatchesPcap(t *testing.T) {
 		t.Logf("%s: result %q, error %v", fault, text, err)
 		proxy.Close()
 		srv.Close()
+		// A stream's span ends when its body is closed, which the SDK may
+		// do after the call returned; a span not ended is never exported.
+		if err := open.wait(10 * time.Second); err != nil {
+			t.Fatalf("%s: %v", fault, err)
+		}
 		if err := tp.Shutdown(ctx); err != nil { // flushes the exporter
 			t.Fatalf("%s: exporting spans: %v", fault, err)
 		}
@@ -110,6 +117,24 @@ func TestOTLPMatchesPcap(t *testing.T) {
 		}
 	}
 	t.Logf("%d violations on both paths: %v", len(packets), packets)
+}
+
+// openSpans counts the spans started and not yet ended.
+type openSpans struct{ n atomic.Int64 }
+
+func (o *openSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) { o.n.Add(1) }
+func (o *openSpans) OnEnd(sdktrace.ReadOnlySpan)                     { o.n.Add(-1) }
+func (o *openSpans) Shutdown(context.Context) error                  { return nil }
+func (o *openSpans) ForceFlush(context.Context) error                { return nil }
+
+// wait returns once every span started has ended.
+func (o *openSpans) wait(timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); o.n.Load() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d spans still open after %v: their streams were never closed", o.n.Load(), timeout)
+		}
+	}
+	return nil
 }
 
 // violationsBySession is the "kind session" of every violation in JSON
