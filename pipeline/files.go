@@ -51,22 +51,9 @@ func Files(ctx context.Context, files []string, cfg Config, out detector.Sink) (
 	// core, and there is a cap), so every worker has a factory.
 	cfg.Capture = cfg.Capture.WithDefaults()
 	det := detector.New(cfg.Detect, withSource(out, detector.SourcePcap))
-	// last is the detector's clock (every observation); first and end span
-	// the HTTP messages and events decoded, the summary's capture times: a
-	// gap alone is not traffic analysed.
-	var first, end, last time.Time
+	var times trafficTimes
 	pipe := decode.NewPipeline(cfg.Decode, cfg.Capture.Workers, func(o *decode.Observation) {
-		if o.Time.After(last) {
-			last = o.Time
-		}
-		if o.Kind != decode.KindGap {
-			if first.IsZero() || o.Time.Before(first) {
-				first = o.Time
-			}
-			if o.Time.After(end) {
-				end = o.Time
-			}
-		}
+		times.observe(o)
 		det.Observe(o)
 	})
 	cstats, err := capture.ReadFiles(ctx, files, cfg.Capture, func(worker int) decode.StreamFactory {
@@ -94,18 +81,44 @@ func Files(ctx context.Context, files []string, cfg Config, out detector.Sink) (
 			problems = append(problems, err.Error())
 		}
 	}
-	det.Close(last)
+	det.Close(times.last)
 	s := buildSummary(cstats, pipe.Stats(), det.Stats(), problems)
 	var damagedNames []string
 	s.UnreadFileBytes, damagedNames = unreadBytes(ctx, files, damaged)
 	assessCoverage(s, snapLength(files), damagedNames)
-	if !first.IsZero() {
-		first, end = first.UTC(), end.UTC()
-		s.CaptureStart, s.CaptureEnd = &first, &end
-	}
+	times.report(s)
 	s.Elapsed = time.Since(start)
 	s.ElapsedSeconds = s.Elapsed.Seconds()
 	return s, nil
+}
+
+// trafficTimes follows an analysis' observations: last is the detector's
+// clock (every observation); first and end span the HTTP messages and
+// events seen, the summary's capture times (a gap alone is not traffic
+// analysed).
+type trafficTimes struct{ first, end, last time.Time }
+
+func (t *trafficTimes) observe(o *decode.Observation) {
+	if o.Time.After(t.last) {
+		t.last = o.Time
+	}
+	if o.Kind == decode.KindGap {
+		return
+	}
+	if t.first.IsZero() || o.Time.Before(t.first) {
+		t.first = o.Time
+	}
+	if o.Time.After(t.end) {
+		t.end = o.Time
+	}
+}
+
+// report sets the summary's capture times, when there was traffic.
+func (t *trafficTimes) report(s *sink.Summary) {
+	if !t.first.IsZero() {
+		first, end := t.first.UTC(), t.end.UTC()
+		s.CaptureStart, s.CaptureEnd = &first, &end
+	}
 }
 
 // splitErrors undoes errors.Join: capture joins one error per damaged file.

@@ -179,15 +179,10 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 	start := time.Now()
 	cfg.Detect.PartialHistory = true // an exporter drops spans silently
 	det := detector.New(cfg.Detect, withSource(out, detector.SourceOTLP))
-	var first, last time.Time
+	var times trafficTimes
 	var events uint64
 	asm := otlp.NewAssembler(cfg.OTLP, cfg.Decode.HashKey, func(o *decode.Observation) {
-		if first.IsZero() || o.Time.Before(first) {
-			first = o.Time
-		}
-		if o.Time.After(last) {
-			last = o.Time
-		}
+		times.observe(o)
 		if o.Kind == decode.KindEvent {
 			events++
 		}
@@ -209,14 +204,11 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 		return nil, errors.New(problems[0])
 	}
 	asm.Flush()
-	det.Close(last)
+	det.Close(times.last)
 	st := asm.Stats()
 	s := buildSummary(capture.Stats{Files: len(files)}, decode.Stats{}, det.Stats(), problems)
 	s.Spans, s.HTTPExchanges, s.SSEEvents = st.Spans, st.HTTPSpans, events
-	if !first.IsZero() {
-		first, last = first.UTC(), last.UTC()
-		s.CaptureStart, s.CaptureEnd = &first, &last
-	}
+	times.report(s)
 	s.Elapsed = time.Since(start)
 	s.ElapsedSeconds = s.Elapsed.Seconds()
 	return s, nil

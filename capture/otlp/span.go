@@ -88,17 +88,15 @@ func (r rpcRequest) known() bool { return r.method != "" }
 
 // sseEvent is one mcp.sse.event span event.
 type sseEvent struct {
-	at        time.Time
-	id        string
-	hasID     bool
-	typ       string
-	size      int
-	hash      string
-	partial   bool
-	msg       decode.Message
-	hasMsg    bool
-	progress  bool
-	progValue float64
+	at      time.Time
+	id      string
+	hasID   bool
+	typ     string
+	size    int
+	hash    string
+	partial bool
+	msg     decode.Message
+	hasMsg  bool
 }
 
 // httpSpan is what one HTTP span says about one exchange.
@@ -272,12 +270,6 @@ func (r *reader) readEvents(h *httpSpan, evs ptrace.SpanEventSlice) {
 				e.hash = r.pk.HashValue([]byte(hv))[:16]
 			}
 			e.msg, e.hasMsg = messageOf(a)
-			if v, ok := a.Get(attrProgressVal); ok {
-				e.progress, e.progValue = true, v.Double()
-				if v.Type() == pcommon.ValueTypeInt {
-					e.progValue = float64(v.Int())
-				}
-			}
 			h.events = append(h.events, e)
 		case eventSSEEnd:
 			h.endHow, h.endAt = str(a, attrEndHow), ev.Timestamp().AsTime()
