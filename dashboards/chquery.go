@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"encoding/json"
 	"errors"
 	"reflect"
 
@@ -51,7 +50,7 @@ const (
 // its frontend saves one (src/types/sql.ts CHSqlQuery): the SQL editor
 // ("editorType": "sql"), the SQL with the plugin's macros in "rawSql", and
 // the format the backend shapes the result into. The foundation SDK has no
-// type for this plugin; this one registers as a dataquery variant.
+// type for this plugin; this one is a dataquery variant.
 type ClickHouseQuery struct {
 	RefId         *string               `json:"refId,omitempty"`
 	Hide          *bool                 `json:"hide,omitempty"`
@@ -85,19 +84,6 @@ func (q ClickHouseQuery) Validate() error {
 		errs = append(errs, errors.New(`editorType must be "sql"`))
 	}
 	return errors.Join(errs...)
-}
-
-// ClickHouseVariantConfig lets cog unmarshal dashboards holding
-// ClickHouse queries (cog.NewRuntime().RegisterDataqueryVariant).
-func ClickHouseVariantConfig() variants.DataqueryConfig {
-	unmarshal := func(raw []byte) (variants.Dataquery, error) {
-		var q ClickHouseQuery
-		if err := json.Unmarshal(raw, &q); err != nil {
-			return nil, err
-		}
-		return q, nil
-	}
-	return variants.DataqueryConfig{Identifier: ClickHousePlugin, DataqueryUnmarshaler: unmarshal, StrictDataqueryUnmarshaler: unmarshal}
 }
 
 var _ cog.Builder[variants.Dataquery] = (*ClickHouseQueryBuilder)(nil)

@@ -4,7 +4,9 @@
 //   - replaywatch-overview: findings, resumes, lost and re-initialised
 //     sessions, unknown outcomes, across servers and clients;
 //   - replaywatch-session: one session's story (variable "session"; link
-//     to it as /d/replaywatch-session?var-session=<id>);
+//     to it as /d/replaywatch-session?var-session=<id>), its story panels
+//     and annotations from replaywatch's own data source plugin
+//     (dashboards/plugin, variable "story");
 //   - replaywatch-health: the agents' own metrics, from Prometheus.
 //
 // The ClickHouse panels read the collapsed view (FINAL) of the tables
@@ -48,15 +50,17 @@ const (
 	PrometheusVar = "prometheus"
 	SessionVar    = "session"
 	NodeVar       = "node"
+	StoryVar      = "story"
 )
 
 func ptr[T any](v T) *T { return &v }
 
-// clickHouseDS and prometheusDS are the panels' data sources: the
-// dashboards' variables, never a uid.
+// clickHouseDS, prometheusDS and sessionsDS are the panels' data sources:
+// the dashboards' variables, never a uid.
 var (
 	clickHouseDS = common.DataSourceRef{Type: ptr(ClickHousePlugin), Uid: ptr("${" + ClickHouseVar + "}")}
 	prometheusDS = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${" + PrometheusVar + "}")}
+	sessionsDS   = common.DataSourceRef{Type: ptr(SessionsPlugin), Uid: ptr("${" + StoryVar + "}")}
 )
 
 // Built is one generated dashboard.
@@ -127,6 +131,11 @@ func targetsOf[T any](qs []T, f func(T) cog.Builder[variants.Dataquery]) []cog.B
 func clickHouseVariable() *dashboard.DatasourceVariableBuilder {
 	return dashboard.NewDatasourceVariableBuilder(ClickHouseVar).Label("ClickHouse").Type(ClickHousePlugin).
 		Description("The ClickHouse data source holding the replaywatch database (grafana-clickhouse-datasource).")
+}
+
+func storyVariable() *dashboard.DatasourceVariableBuilder {
+	return dashboard.NewDatasourceVariableBuilder(StoryVar).Label("Story").Type(SessionsPlugin).
+		Description("The replaywatch data source (" + SessionsPlugin + ", dashboards/plugin) that tells the session's story from the same database.")
 }
 
 func prometheusVariable() *dashboard.DatasourceVariableBuilder {

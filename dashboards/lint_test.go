@@ -1,12 +1,14 @@
 package dashboards_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/dashboards/plugin/pkg/plugin"
 )
 
 // TestLint enforces the dashboards' conventions, in the spirit of
@@ -36,6 +38,21 @@ func TestLint(t *testing.T) {
 				if v.Datasource != nil && !isVariable(v.Datasource.UID) {
 					t.Errorf("variable %s: data source uid %q is written down; use a data source variable", v.Name, v.Datasource.UID)
 				}
+			}
+			for _, a := range d.Annotations.List {
+				if a.Datasource == nil || !isVariable(a.Datasource.UID) {
+					t.Errorf("annotation %q: data source %+v is not a variable", a.Name, a.Datasource)
+					continue
+				}
+				if a.Datasource.Type != dashboards.SessionsPlugin {
+					t.Errorf("annotation %q: data source type %q", a.Name, a.Datasource.Type)
+					continue
+				}
+				var q struct{ QueryType, Session, Part string }
+				if err := json.Unmarshal(a.Target, &q); err != nil {
+					t.Errorf("annotation %q: target: %v", a.Name, err)
+				}
+				checkStoryTarget(t, "annotation "+a.Name, q.QueryType, q.Session, q.Part)
 			}
 			ids := map[int]bool{}
 			for _, p := range d.allPanels() {
@@ -83,6 +100,11 @@ func TestLint(t *testing.T) {
 						if p.Type == "timeseries" && (*q.Format != int(dashboards.FormatTimeSeries) || !strings.Contains(q.RawSQL, "$__timeInterval(")) {
 							t.Errorf("%s %s: time series want format 0 and $__timeInterval buckets", name, q.RefID)
 						}
+					case dashboards.SessionsPlugin:
+						if vars[dashboards.StoryVar] != "datasource" || p.Datasource.UID != "${"+dashboards.StoryVar+"}" {
+							t.Errorf("%s: story panels use the data source variable %q", name, dashboards.StoryVar)
+						}
+						checkStoryTarget(t, name+" "+q.RefID, q.QueryType, q.Session, q.Part)
 					case "prometheus":
 						if vars[dashboards.PrometheusVar] != "datasource" || p.Datasource.UID != "${"+dashboards.PrometheusVar+"}" {
 							t.Errorf("%s: Prometheus panels use the data source variable %q", name, dashboards.PrometheusVar)
@@ -99,6 +121,21 @@ func TestLint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkStoryTarget: a story query of the session variable, keeping one
+// frame the plugin has.
+func checkStoryTarget(t *testing.T, name, queryType, session, part string) {
+	t.Helper()
+	if queryType != plugin.QueryStory {
+		t.Errorf("%s: query type %q, want %q", name, queryType, plugin.QueryStory)
+	}
+	if session != "${"+dashboards.SessionVar+"}" {
+		t.Errorf("%s: session %q, want the variable %s", name, session, dashboards.SessionVar)
+	}
+	if _, ok := plugin.StoryParts[part]; !ok {
+		t.Errorf("%s: part %q is no frame of the plugin's story", name, part)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
@@ -82,6 +83,26 @@ func chTable(ids *panelIDs, m meta, qs ...*ClickHouseQueryBuilder) *table.PanelB
 	return table.NewPanelBuilder().Id(ids.next()).Title(m.title).Description(m.description).Unit(m.unit).
 		Span(m.w).Height(m.h).Datasource(clickHouseDS).Targets(chTargets(qs)).
 		CellHeight(common.TableCellHeightSm).ShowHeader(true)
+}
+
+// storyTable is a table of one frame of the session's story, from the
+// replaywatch data source.
+func storyTable(ids *panelIDs, m meta, part string) *table.PanelBuilder {
+	return table.NewPanelBuilder().Id(ids.next()).Title(m.title).Description(m.description).Unit(m.unit).
+		Span(m.w).Height(m.h).Datasource(sessionsDS).WithTarget(storyQuery(part)).
+		CellHeight(common.TableCellHeightSm).ShowHeader(true)
+}
+
+// storyTimeline is the session id over time as a state timeline: S1, then
+// S2, from the story's epoch timeline frame.
+func storyTimeline(ids *panelIDs, m meta) *statetimeline.PanelBuilder {
+	return statetimeline.NewPanelBuilder().Id(ids.next()).Title(m.title).Description(m.description).Unit(m.unit).
+		Span(m.w).Height(m.h).Datasource(sessionsDS).WithTarget(storyQuery("timeline")).
+		ShowValue(common.VisibilityModeAuto).MergeValues(true).RowHeight(0.8).
+		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdPaletteClassic)).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(false).DisplayMode(common.LegendDisplayModeList).
+			Placement(common.LegendPlacementBottom)).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeSingle).Sort(common.SortOrderNone))
 }
 
 // sessionDataLink opens the session dashboard for the row's session_id,

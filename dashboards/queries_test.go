@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
 	"github.com/replaywatch/replaywatch/test/chdbtest"
@@ -87,10 +89,15 @@ func TestEveryQueryRuns(t *testing.T) {
 	for _, d := range loadDashboards(t) {
 		for _, p := range d.allPanels() {
 			for _, q := range p.Targets {
+				name := fmt.Sprintf("%s/%s/%s", d.UID, p.Title, q.RefID)
+				if q.Datasource != nil && q.Datasource.Type == dashboards.SessionsPlugin {
+					t.Run(name, func(t *testing.T) { checkStoryQuery(t, data, p, q.Raw) })
+					ran++
+					continue
+				}
 				if q.RawSQL == "" {
 					continue
 				}
-				name := fmt.Sprintf("%s/%s/%s", d.UID, p.Title, q.RefID)
 				t.Run(name, func(t *testing.T) {
 					sql, err := dashboards.Expand(q.RawSQL, qc)
 					if err != nil {
@@ -105,8 +112,7 @@ func TestEveryQueryRuns(t *testing.T) {
 					}
 					checkShape(t, p.Type, r)
 					for _, l := range p.FieldConfig.Defaults.Links {
-						field := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(l.URL[strings.Index(l.URL, "${__data.fields."):], "${__data.fields."), "}", 2)[0], "}")
-						if !hasColumn(r, field) {
+						if field := linkField(l.URL); !hasColumn(r, field) {
 							t.Errorf("data link reads field %s, which the query does not return", field)
 						}
 					}
@@ -120,6 +126,15 @@ func TestEveryQueryRuns(t *testing.T) {
 				})
 				ran++
 			}
+		}
+	}
+	// The annotations.
+	for _, d := range loadDashboards(t) {
+		for _, a := range d.Annotations.List {
+			t.Run(d.UID+"/annotation "+a.Name, func(t *testing.T) {
+				checkStoryQuery(t, data, jsonPanel{Type: "annotations", Title: a.Name}, a.Target)
+			})
+			ran++
 		}
 	}
 	// The session picker lists the session.
@@ -154,7 +169,60 @@ func TestEveryQueryRuns(t *testing.T) {
 		}
 	}
 	if ran < 25 {
-		t.Errorf("ran %d ClickHouse queries; the dashboards have more", ran)
+		t.Errorf("ran %d queries; the dashboards have more", ran)
+	}
+}
+
+// linkField is the field a data link's URL reads (${__data.fields.NAME}).
+func linkField(url string) string {
+	_, rest, _ := strings.Cut(url, "${__data.fields.")
+	name, _, _ := strings.Cut(rest, "}")
+	return name
+}
+
+// checkStoryQuery runs a query of the replaywatch data source through the
+// real plugin over the data set's ClickHouse 18.16 database, as Grafana
+// sends it: one frame, with rows, with the fields its panel and data links
+// read.
+func checkStoryQuery(t *testing.T, set *dataset.Data, p jsonPanel, target json.RawMessage) {
+	t.Helper()
+	frames, err := set.StoryFrames(context.Background(), target)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, target)
+	}
+	if len(frames) != 1 {
+		t.Fatalf("%d frames, want the one the part keeps", len(frames))
+	}
+	f := frames[0]
+	rows, err := f.RowLen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows == 0 {
+		t.Errorf("frame %q: no rows for session %s", f.Name, set.Query.Vars[dashboards.SessionVar])
+	}
+	has := func(name string) bool { field, _ := f.FieldByName(name); return field != nil }
+	for _, l := range p.FieldConfig.Defaults.Links {
+		if field := linkField(l.URL); !has(field) {
+			t.Errorf("data link reads field %s, which frame %q does not have", field, f.Name)
+		}
+	}
+	var want []string
+	switch p.Type {
+	case "state-timeline":
+		// A time, then the state: the session id, null after the last epoch.
+		if len(f.Fields) != 2 || f.Fields[0].Type() != data.FieldTypeTime || f.Fields[1].Type() != data.FieldTypeNullableString {
+			t.Errorf("frame %q: fields %v, want a time and a nullable string", f.Name, f.Fields)
+		}
+	case "annotations":
+		want = []string{"time", "title", "text", "tags"}
+	case "table":
+		want = []string{"time"}
+	}
+	for _, name := range want {
+		if !has(name) {
+			t.Errorf("frame %q has no field %s", f.Name, name)
+		}
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 
 // The session dashboard's SQL: every query is about the session in
 // ${session} (its rows lead with session_id, so each is a few granules),
-// within the time range (links carry the range over).
+// within the time range (links carry the range over). The story panels
+// (epochs, transitions, events, resumes, findings) and the annotations
+// come from the replaywatch data source instead (storyTable).
 const (
 	sqlSessionPicker = `SELECT session_id
 FROM sessions FINAL
@@ -17,46 +19,11 @@ WHERE $__timeFilter(last_seen)
 ORDER BY last_seen DESC
 LIMIT 1000`
 
-	sqlSessionEpochs = `SELECT first_seen, last_seen, session_id, previous_session_id, link_confidence, ended,
-    server, client, protocol_version, requests, events, streams, resumes, violations
-FROM sessions FINAL
-WHERE (session_id = '${session}'
-    OR previous_session_id = '${session}'
-    OR session_id IN (SELECT previous_session_id FROM sessions FINAL WHERE session_id = '${session}'))
-  AND $__timeFilter(last_seen)
-ORDER BY first_seen, session_id`
-
-	sqlSessionChanges = `SELECT time, session_id AS from_session, new_session_id AS to_session, kind AS cause,
-    severity, confidence, explanation
-FROM violations FINAL
-WHERE (session_id = '${session}' OR new_session_id = '${session}')
-  AND new_session_id != ''
-  AND $__timeFilter(time)
-ORDER BY time`
-
 	sqlSessionEventsPerStream = `SELECT $__timeInterval(time) AS t, stream_id, count() AS events
 FROM stream_events FINAL
 WHERE session_id = '${session}' AND $__timeFilter(time)
 GROUP BY t, stream_id
 ORDER BY t, stream_id`
-
-	sqlSessionEvents = `SELECT time, stream_id, position, event_id, delivery, resumed, priming, method, jsonrpc_id,
-    messages, data_bytes
-FROM stream_events FINAL
-WHERE session_id = '${session}' AND $__timeFilter(time)
-ORDER BY stream_id, time, delivery, position`
-
-	sqlSessionResumes = `SELECT time, stream_id, last_event_id, first_event_id, status, outcome, reason, replayed,
-    response_session_id, violation_ids
-FROM resumes FINAL
-WHERE session_id = '${session}' AND $__timeFilter(time)
-ORDER BY time`
-
-	sqlSessionFindings = `SELECT time, severity, kind, stream_id, last_event_id, first_event_id, new_session_id,
-    jsonrpc_ids, tool, confidence, explanation, evidence
-FROM violations FINAL
-WHERE (session_id = '${session}' OR new_session_id = '${session}') AND $__timeFilter(time)
-ORDER BY time, kind`
 
 	sqlSessionUnknown = `SELECT time, called_at, jsonrpc_id, method, tool, arguments_hash, reason, reissued_in_session
 FROM unknown_outcomes FINAL
@@ -111,22 +78,23 @@ func session() *dashboard.DashboardBuilder {
 		Timezone(common.TimeZoneUtc).
 		WithVariable(clickHouseVariable()).
 		WithVariable(sessionVariable()).
+		WithVariable(storyVariable()).
+		Annotation(dashboard.NewAnnotationQueryBuilder().Name("Story").Datasource(sessionsDS).Enable(true).IconColor("red").
+			Target(storyQuery("annotations"))).
 		Link(dashboardLink("Overview", OverviewUID)).
 		WithRow(row(ids, "Lifecycle")).
-		WithPanel(chTable(ids, meta{"Epochs", "The session, the session it follows and those that follow it (S1 -> S2): when each was seen, how it ended, and what it carried.", "none", 24, 6},
-			chQuery("A", sqlSessionEpochs)).DataLinks(sessionDataLink("session_id"))).
-		WithPanel(chTable(ids, meta{"Session id changes", "Where the session id changed under the client, and why (the finding's kind and explanation).", "none", 24, 5},
-			chQuery("A", sqlSessionChanges)).DataLinks(sessionDataLink("to_session"))).
+		WithPanel(storyTimeline(ids, meta{"Session over time", "The session id the client held, epoch by epoch (S1, then S2): from the replaywatch data source's story.", "none", 24, 4})).
+		WithPanel(storyTable(ids, meta{"Epochs", "The session, the session it follows and those that follow it (S1 -> S2): when each was seen, how it ended, the link's confidence, and what it carried.", "none", 24, 6}, "epochs").
+			DataLinks(sessionDataLink("session"))).
+		WithPanel(storyTable(ids, meta{"Session id changes", "Where the session id changed under the client, and why (the finding's kind and explanation).", "none", 24, 5}, "transitions").
+			DataLinks(sessionDataLink("to"))).
 		WithRow(row(ids, "Streams")).
 		WithPanel(countBars(chTimeSeries(ids, meta{"SSE events per stream", "Events delivered per interval on each SSE stream of the session.", "none", 24, 7},
 			chQuery("A", sqlSessionEventsPerStream))).DisplayName("${__field.labels.stream_id}")).
-		WithPanel(chTable(ids, meta{"SSE events in order", "Every event by stream in the order delivered, with its position in the stream and the delivery (connection) it came on; a position that goes back is a replay.", "none", 24, 10},
-			chQuery("A", sqlSessionEvents))).
+		WithPanel(storyTable(ids, meta{"SSE events in order", "Every event by stream in the order delivered, with its position in the stream and the delivery (connection) it came on; a position that goes back is a replay.", "none", 24, 10}, "events")).
 		WithRow(row(ids, "Resumes and findings")).
-		WithPanel(chTable(ids, meta{"Resume attempts", "Requests that carried Last-Event-ID, what the server answered, and the outcome.", "none", 24, 7},
-			chQuery("A", sqlSessionResumes))).
-		WithPanel(chTable(ids, meta{"Findings", "The session's findings with their explanation and evidence (JSON).", "none", 24, 10},
-			chQuery("A", sqlSessionFindings))).
+		WithPanel(storyTable(ids, meta{"Resume attempts", "Requests that carried Last-Event-ID, what the server answered, and the outcome.", "none", 24, 7}, "resumes")).
+		WithPanel(storyTable(ids, meta{"Findings", "The session's findings with their explanation and evidence (JSON).", "none", 24, 10}, "findings")).
 		WithPanel(chTable(ids, meta{"Unknown outcomes", "Calls in flight when the session was lost; reissued_in_session names the session that sent the same call again.", "none", 12, 6},
 			chQuery("A", sqlSessionUnknown))).
 		WithPanel(chTable(ids, meta{"Unverifiable checks", "Checks the capture could not decide (gaps, limits).", "none", 12, 6},

@@ -10,11 +10,18 @@ import (
 // The tests read the dashboards as Grafana does: the generated JSON.
 
 type jsonDashboard struct {
-	UID        string `json:"uid"`
-	Title      string `json:"title"`
-	Refresh    string `json:"refresh"`
-	Time       *struct{ From, To string }
-	Panels     []jsonPanel `json:"panels"`
+	UID         string `json:"uid"`
+	Title       string `json:"title"`
+	Refresh     string `json:"refresh"`
+	Time        *struct{ From, To string }
+	Panels      []jsonPanel `json:"panels"`
+	Annotations struct {
+		List []struct {
+			Name       string          `json:"name"`
+			Datasource *jsonDS         `json:"datasource"`
+			Target     json.RawMessage `json:"target"`
+		} `json:"list"`
+	} `json:"annotations"`
 	Templating struct {
 		List []struct {
 			Name       string          `json:"name"`
@@ -31,22 +38,13 @@ type jsonDS struct {
 }
 
 type jsonPanel struct {
-	ID          int         `json:"id"`
-	Type        string      `json:"type"`
-	Title       string      `json:"title"`
-	Description string      `json:"description"`
-	Datasource  *jsonDS     `json:"datasource"`
-	Panels      []jsonPanel `json:"panels"`
-	Targets     []struct {
-		RefID         string  `json:"refId"`
-		Datasource    *jsonDS `json:"datasource"`
-		RawSQL        string  `json:"rawSql"`
-		Format        *int    `json:"format"`
-		QueryType     string  `json:"queryType"`
-		EditorType    string  `json:"editorType"`
-		PluginVersion string  `json:"pluginVersion"`
-		Expr          string  `json:"expr"`
-	} `json:"targets"`
+	ID          int          `json:"id"`
+	Type        string       `json:"type"`
+	Title       string       `json:"title"`
+	Description string       `json:"description"`
+	Datasource  *jsonDS      `json:"datasource"`
+	Panels      []jsonPanel  `json:"panels"`
+	Targets     []jsonTarget `json:"targets"`
 	FieldConfig struct {
 		Defaults struct {
 			Unit  string `json:"unit"`
@@ -55,6 +53,31 @@ type jsonPanel struct {
 			} `json:"links"`
 		} `json:"defaults"`
 	} `json:"fieldConfig"`
+}
+
+type jsonTarget struct {
+	RefID         string  `json:"refId"`
+	Datasource    *jsonDS `json:"datasource"`
+	RawSQL        string  `json:"rawSql"`
+	Format        *int    `json:"format"`
+	QueryType     string  `json:"queryType"`
+	EditorType    string  `json:"editorType"`
+	PluginVersion string  `json:"pluginVersion"`
+	Expr          string  `json:"expr"`
+	Session       string  `json:"session"`
+	Part          string  `json:"part"`
+	// Raw is the query as the dashboard holds it, which a data source
+	// receives.
+	Raw json.RawMessage `json:"-"`
+}
+
+func (q *jsonTarget) UnmarshalJSON(b []byte) error {
+	type plain jsonTarget
+	if err := json.Unmarshal(b, (*plain)(q)); err != nil {
+		return err
+	}
+	q.Raw = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 // allPanels returns the panels of a dashboard, rows' panels included, rows

@@ -3,10 +3,12 @@
 // run on (package dataset: the fixtures analysed by the real binary into a
 // ClickHouse 18.16 server, copied into chDB, ClickHouse 26.x), takes every
 // ClickHouse panel of the generated dashboards, expands its SQL exactly as
-// Grafana and the plugin do (dashboards.Expand), runs it on chDB and draws
-// the rows with gonum.org/v1/plot: time series as stacked bars or lines,
-// stats as big numbers, tables as text tables, plus the chosen session's
-// timeline as swim lanes. It writes one PNG per panel to -out and the page
+// Grafana and the plugin do (dashboards.Expand), runs it on chDB, runs
+// every story panel and annotation through replaywatch's own data source
+// plugin on the 18.16 database, and draws the rows and frames with
+// gonum.org/v1/plot: time series as stacked bars or lines, stats as big
+// numbers, tables as text tables, a state timeline as coloured spans with
+// the annotations, plus the chosen session's timeline as swim lanes. It writes one PNG per panel to -out and the page
 // that shows them to -doc.
 //
 //	go run ./dashboards/pictures -out docs/img -doc docs/dashboards.md

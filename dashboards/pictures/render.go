@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
+
+	sdkdata "github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/replaywatch/replaywatch/dashboards"
 	"github.com/replaywatch/replaywatch/dashboards/internal/dataset"
@@ -23,10 +26,7 @@ type panel struct {
 	GridPos     struct {
 		W, H int
 	} `json:"gridPos"`
-	Targets []struct {
-		RefID  string `json:"refId"`
-		RawSQL string `json:"rawSql"`
-	} `json:"targets"`
+	Targets     []target `json:"targets"`
 	FieldConfig struct {
 		Defaults struct {
 			Unit       string   `json:"unit"`
@@ -57,6 +57,40 @@ type panel struct {
 	} `json:"fieldConfig"`
 }
 
+// target is a panel's query: SQL for the ClickHouse data source, or a
+// story query of the replaywatch data source, which is sent as it is.
+type target struct {
+	RefID      string `json:"refId"`
+	RawSQL     string `json:"rawSql"`
+	Datasource struct {
+		Type string `json:"type"`
+	} `json:"datasource"`
+	raw json.RawMessage
+}
+
+func (t *target) UnmarshalJSON(b []byte) error {
+	type plain target
+	if err := json.Unmarshal(b, (*plain)(t)); err != nil {
+		return err
+	}
+	t.raw = append(json.RawMessage(nil), b...)
+	return nil
+}
+
+// isStory says whether the replaywatch data source answers the query.
+func (t *target) isStory() bool { return t.Datasource.Type == dashboards.SessionsPlugin }
+
+// drawn says whether the pictures draw the panel: it has a query they can
+// run (SQL, or a story query).
+func (p *panel) drawn() bool {
+	for _, t := range p.Targets {
+		if t.RawSQL != "" || t.isStory() {
+			return true
+		}
+	}
+	return false
+}
+
 // unitOf is the unit of a field: an override by name, else the panel's.
 func (p *panel) unitOf(field string) string {
 	for _, o := range p.FieldConfig.Overrides {
@@ -73,9 +107,15 @@ func (p *panel) unitOf(field string) string {
 }
 
 type dashboardJSON struct {
-	UID    string  `json:"uid"`
-	Title  string  `json:"title"`
-	Panels []panel `json:"panels"`
+	UID         string  `json:"uid"`
+	Title       string  `json:"title"`
+	Panels      []panel `json:"panels"`
+	Annotations struct {
+		List []struct {
+			Name   string `json:"name"`
+			Target target `json:"target"`
+		} `json:"list"`
+	} `json:"annotations"`
 }
 
 // Dashboards pictured: the ClickHouse ones. The health dashboard reads
@@ -92,8 +132,9 @@ type Picture struct {
 	Rows      int    // rows the queries returned
 }
 
-// Render draws every ClickHouse panel of the pictured dashboards, and the
-// session's swim-lane timeline, into out.
+// Render draws every panel of the pictured dashboards that reads
+// ClickHouse or the replaywatch data source, and the session's swim-lane
+// timeline, into out.
 func Render(data *dataset.Data, out string) ([]Picture, error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
@@ -108,13 +149,23 @@ func Render(data *dataset.Data, out string) ([]Picture, error) {
 		if err := json.Unmarshal(files[uid+".json"], &d); err != nil {
 			return nil, fmt.Errorf("%s: %w", uid, err)
 		}
+		// The dashboard's annotations, which Grafana draws on its time
+		// panels (here: the state timeline).
+		var annotations []*chdbtest.Result
+		for _, a := range d.Annotations.List {
+			r, err := storyResult(data, a.Target)
+			if err != nil {
+				return nil, fmt.Errorf("%s annotation %s: %w", uid, a.Name, err)
+			}
+			annotations = append(annotations, r)
+		}
 		results := map[string][]*chdbtest.Result{}
 		for _, p := range flatten(d.Panels) {
 			rs, err := runPanel(data, &p)
 			if err != nil {
 				return nil, fmt.Errorf("%s / %s: %w", uid, p.Title, err)
 			}
-			if rs == nil {
+			if !p.drawn() {
 				continue
 			}
 			results[p.Title] = rs
@@ -123,14 +174,14 @@ func Render(data *dataset.Data, out string) ([]Picture, error) {
 			for _, r := range rs {
 				pic.Rows += len(r.Rows)
 			}
-			if err := drawPanel(&p, rs, data, filepath.Join(out, pic.File)); err != nil {
+			if err := drawPanel(&p, rs, data, annotations, filepath.Join(out, pic.File)); err != nil {
 				return nil, fmt.Errorf("%s / %s: %w", uid, p.Title, err)
 			}
 			pics = append(pics, pic)
 		}
 		if uid == dashboards.SessionUID {
 			pic := Picture{Dashboard: d.Title, UID: uid, Panel: "Timeline as swim lanes", File: "session-swimlanes.png",
-				What: "The same session drawn from the panels SSE events in order, Resume attempts and Findings: one lane per SSE stream, " +
+				What: "The same session drawn from the story frames of the panels SSE events in order, Resume attempts and Findings: one lane per SSE stream, " +
 					"each event at its time and height by its position in the stream (a drop is a replay), resumes and findings marked."}
 			n, err := drawSwimLanes(results, data, filepath.Join(out, pic.File))
 			if err != nil {
@@ -156,11 +207,20 @@ func flatten(ps []panel) []panel {
 	return out
 }
 
-// runPanel runs the panel's SQL targets, expanded as Grafana and the
-// plugin do; nil when it has none.
+// runPanel runs the panel's targets: SQL expanded as Grafana and the
+// ClickHouse plugin do, on chDB; story queries through the replaywatch
+// data source, their frames as results. Nil when it has none.
 func runPanel(data *dataset.Data, p *panel) ([]*chdbtest.Result, error) {
 	var out []*chdbtest.Result
 	for _, t := range p.Targets {
+		if t.isStory() {
+			r, err := storyResult(data, t)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+			continue
+		}
 		if t.RawSQL == "" {
 			continue
 		}
@@ -177,8 +237,49 @@ func runPanel(data *dataset.Data, p *panel) ([]*chdbtest.Result, error) {
 	return out, nil
 }
 
-func drawPanel(p *panel, rs []*chdbtest.Result, data *dataset.Data, file string) error {
+// storyResult runs a story query through the replaywatch data source
+// and gives its one frame as a result: columns named as the frame's
+// fields, values as chdbtest decodes ClickHouse's (times as text).
+func storyResult(data *dataset.Data, t target) (*chdbtest.Result, error) {
+	frames, err := data.StoryFrames(context.Background(), t.raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.RefID, err)
+	}
+	if len(frames) != 1 {
+		return nil, fmt.Errorf("%s: %d frames, want one", t.RefID, len(frames))
+	}
+	f := frames[0]
+	r := &chdbtest.Result{}
+	for _, field := range f.Fields {
+		typ := map[sdkdata.FieldType]string{
+			sdkdata.FieldTypeTime: "DateTime64(9)", sdkdata.FieldTypeInt64: "Int64", sdkdata.FieldTypeBool: "Bool",
+			sdkdata.FieldTypeString: "String", sdkdata.FieldTypeNullableString: "Nullable(String)",
+		}[field.Type()]
+		if typ == "" {
+			return nil, fmt.Errorf("%s: field %s of type %s", t.RefID, field.Name, field.Type())
+		}
+		r.Columns = append(r.Columns, chdbtest.Column{Name: field.Name, Type: typ})
+	}
+	for i := range f.Rows() {
+		row := make([]any, len(f.Fields))
+		for j, field := range f.Fields {
+			v, ok := field.ConcreteAt(i)
+			if tm, isTime := v.(time.Time); isTime {
+				v = tm.UTC().Format("2006-01-02 15:04:05.000000000")
+			}
+			if ok {
+				row[j] = v
+			}
+		}
+		r.Rows = append(r.Rows, row)
+	}
+	return r, nil
+}
+
+func drawPanel(p *panel, rs []*chdbtest.Result, data *dataset.Data, annotations []*chdbtest.Result, file string) error {
 	switch p.Type {
+	case "state-timeline":
+		return drawStateTimeline(p, rs, annotations, file)
 	case "timeseries":
 		return drawTimeSeries(p, rs, data, file)
 	case "stat":
@@ -208,14 +309,22 @@ func WriteDoc(doc, imgDir string, data *dataset.Data, pics []Picture) error {
 <!-- Generated by scripts/render-dashboards.sh (go run ./dashboards/pictures); do not edit. -->
 
 No Grafana runs here, so these pictures are drawn from the dashboards' own
-queries: ` + "`dashboards/pictures`" + ` takes every ClickHouse panel of the generated
-Overview and Session dashboards (` + "`dashboards/json`" + `), expands its SQL exactly as
-Grafana and grafana-clickhouse-datasource do, runs it on ClickHouse 26.x (chDB)
-over a real ` + "`replaywatch analyze`" + ` of the fixture captures
-(` + "`pipeline/testdata/fixtures/*.pcap`" + `, the data set the dashboards' tests
-use), and draws the rows with gonum/plot. Colours and layout are the
-renderer's, not Grafana's; the numbers are what Grafana would show.
-The health dashboard reads the agents' Prometheus metrics and is not drawn.
+queries: ` + "`dashboards/pictures`" + ` takes every panel of the generated Overview and
+Session dashboards (` + "`dashboards/json`" + `) over a real ` + "`replaywatch analyze`" + ` of
+the fixture captures (` + "`pipeline/testdata/fixtures/*.pcap`" + `, the data set the
+dashboards' tests use) written to ClickHouse 18.16. A ClickHouse panel's SQL is
+expanded exactly as Grafana and grafana-clickhouse-datasource do and run on a
+copy in ClickHouse 26.x (chDB). A story panel of the Session dashboard (the
+session over time, epochs, session id changes, SSE events in order, resume
+attempts, findings, and the dashboard's annotations) is the frame replaywatch's
+own data source plugin (` + "`dashboards/plugin`" + `) returns: its ` + "`QueryData`" + ` runs on
+the ClickHouse 18.16 database with the panel's query, template variables
+replaced as Grafana does. The rows and frames are drawn with gonum/plot.
+Colours and layout are the renderer's, not Grafana's; the numbers are what
+Grafana would show. The health dashboard reads the agents' Prometheus metrics
+and is not drawn; its Detector row includes "Requests by protocol revision"
+(` + "`replaywatch_detector_requests_total`" + ` by ` + "`revision`" + `), the mix of 2025-11-25 and
+2026-07-28 clients over time.
 
 Regenerate with ` + "`scripts/render-dashboards.sh`" + ` (it needs clickhouse-server and
 clickhouse-client from Debian's packages and chDB's libchdb.so, which

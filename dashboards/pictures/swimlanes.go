@@ -91,7 +91,7 @@ func drawSwimLanes(results map[string][]*chdbtest.Result, data *dataset.Data, fi
 	see := func(t *table, row []any) {
 		x := t.time(row)
 		xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
-		id := t.str(row, "stream_id")
+		id := t.str(row, "stream")
 		if id == "" {
 			return
 		}
@@ -139,14 +139,7 @@ func drawSwimLanes(results map[string][]*chdbtest.Result, data *dataset.Data, fi
 	pl.Title.Text = "Session " + data.Query.Vars[dashboards.SessionVar] + ": SSE streams, resumes and findings"
 	pl.Title.TextStyle.Font = sansBold
 	pl.Title.TextStyle.Font.Size = px(15)
-	span := xmax - xmin
-	pad := math.Max(span*0.04, 0.05)
-	pl.X.Min, pl.X.Max = xmin-pad, xmax+pad
-	format := "15:04:05"
-	if span < 20 {
-		format = "15:04:05.000"
-	}
-	pl.X.Tick.Marker = plot.TimeTicks{Format: format, Time: unixTime}
+	zoomTime(pl, xmin, xmax)
 	pl.X.Label.Text = "time (UTC)"
 	pl.Y.Min, pl.Y.Max = -0.15, float64(len(ids))+0.05
 	pl.Y.Tick.Marker = plot.ConstantTicks(ticks)
@@ -175,7 +168,7 @@ func drawSwimLanes(results map[string][]*chdbtest.Result, data *dataset.Data, fi
 	deliveries := map[float64]plotter.XYs{}
 	var labels plotter.XYLabels
 	for _, row := range events.r.Rows {
-		id := events.str(row, "stream_id")
+		id := events.str(row, "stream")
 		pos := events.num(row, "position")
 		xy := plotter.XY{X: events.time(row), Y: laneY(id, pos)}
 		d := events.num(row, "delivery")
@@ -226,7 +219,7 @@ func drawSwimLanes(results map[string][]*chdbtest.Result, data *dataset.Data, fi
 	// Resume attempts, at the top of their lane.
 	byOutcome := map[string]plotter.XYs{}
 	for _, row := range resumes.r.Rows {
-		id := resumes.str(row, "stream_id")
+		id := resumes.str(row, "stream")
 		y := base[id] + 0.85
 		if _, ok := lanes[id]; !ok {
 			y = pl.Y.Max - 0.1
@@ -280,6 +273,19 @@ func drawSwimLanes(results map[string][]*chdbtest.Result, data *dataset.Data, fi
 		x += lw
 	}
 	return n, m.save(file)
+}
+
+// zoomTime makes the plot's x axis the times from xmin to xmax, padded,
+// with ticks to the millisecond when they span seconds.
+func zoomTime(pl *plot.Plot, xmin, xmax float64) {
+	span := xmax - xmin
+	pad := math.Max(span*0.04, 0.05)
+	pl.X.Min, pl.X.Max = xmin-pad, xmax+pad
+	format := "15:04:05"
+	if span < 20 {
+		format = "15:04:05.000"
+	}
+	pl.X.Tick.Marker = plot.TimeTicks{Format: format, Time: unixTime}
 }
 
 // unixTime is plot.UTCUnixTime to the nanosecond.

@@ -12,6 +12,7 @@ package dataset
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
 	"github.com/replaywatch/replaywatch/dashboards"
+	"github.com/replaywatch/replaywatch/dashboards/plugin/pkg/plugin"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
 	"github.com/replaywatch/replaywatch/test/chdbtest"
 	"github.com/replaywatch/replaywatch/test/chtest"
@@ -152,10 +157,48 @@ func QueryContext(s *chdbtest.Session) (dashboards.QueryContext, error) {
 type Data struct {
 	Session *chdbtest.Session
 	Query   dashboards.QueryContext
+	// Story is replaywatch's own data source (dashboards/plugin) over the
+	// ClickHouse 18.16 database the data came from: the story panels'
+	// queries run on it.
+	Story *plugin.Datasource
+}
+
+// StoryFrames runs a panel's query of the replaywatch data source (its
+// JSON, as the dashboard holds it) the way Grafana does: template
+// variables replaced in the fields the plugin's frontend interpolates,
+// then QueryData with the data's time range and interval.
+func (d *Data) StoryFrames(ctx context.Context, target json.RawMessage) (data.Frames, error) {
+	var m map[string]any
+	if err := json.Unmarshal(target, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if s, ok := v.(string); ok && k != "datasource" {
+			m[k] = dashboards.ReplaceVariables(s, d.Query)
+		}
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	qt, _ := m["queryType"].(string)
+	resp, err := d.Story.QueryData(ctx, &backend.QueryDataRequest{Queries: []backend.DataQuery{{
+		RefID: "A", QueryType: qt, JSON: raw, Interval: d.Query.Interval, MaxDataPoints: 1000,
+		TimeRange: backend.TimeRange{From: d.Query.From, To: d.Query.To},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	r := resp.Responses["A"]
+	if r.Error != nil {
+		return nil, r.Error
+	}
+	return r.Frames, nil
 }
 
 // Build does it all on srv, in a new database db it expects to exist:
-// Analyze, CopyToChDB, QueryContext.
+// Analyze, CopyToChDB, QueryContext, and the replaywatch data source over
+// db.
 func Build(tb testing.TB, root, bin string, srv *chtest.Server, db string, logf func(string, ...any)) (*Data, error) {
 	tb.Helper()
 	spool, err := os.MkdirTemp("", "dataset-spool-")
@@ -174,5 +217,14 @@ func Build(tb testing.TB, root, bin string, srv *chtest.Server, db string, logf 
 	if err != nil {
 		return nil, err
 	}
-	return &Data{Session: s, Query: qc}, nil
+	settings, err := json.Marshal(map[string]any{"address": srv.Addr, "database": db, "maxRangeDays": 3650})
+	if err != nil {
+		return nil, err
+	}
+	story, err := plugin.NewDatasource(context.Background(), backend.DataSourceInstanceSettings{JSONData: settings})
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(story.(*plugin.Datasource).Dispose)
+	return &Data{Session: s, Query: qc, Story: story.(*plugin.Datasource)}, nil
 }
