@@ -4,9 +4,12 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -44,7 +47,25 @@ const (
 	schemaJob         = "replaywatch-schema"
 	grafanaDeployment = "grafana"
 	clickhousePlugin  = "grafana-clickhouse-datasource"
+	// replaywatch's own data source plugin (dashboards/plugin), unsigned,
+	// and its provisioned data source.
+	sessionsPlugin     = "replaywatch-sessions-datasource"
+	sessionsDataSource = "replaywatch-sessions"
+	grafanaDataDir     = "/var/lib/grafana" // the official image's GF_PATHS_DATA
+	// The Dockerfile's target that makes the plugin's image, where that
+	// image holds the plugin folder, and the image's repository.
+	dockerfile        = "../../Dockerfile"
+	dockerignore      = "../../.dockerignore"
+	pluginTarget      = "grafana-plugin"
+	pluginImageDir    = "/plugin/" + sessionsPlugin
+	pluginImageRepo   = "ghcr.io/replaywatch/replaywatch-grafana-plugin"
+	agentImageRepo    = "ghcr.io/replaywatch/replaywatch"
+	unsignedPluginEnv = "GF_PLUGINS_ALLOW_LOADING_UNSIGNED_PLUGINS"
 )
+
+// sessionsSettings are the jsonData keys the replaywatch plugin reads
+// (dashboards/plugin/README.md, "Settings").
+var sessionsSettings = []string{"address", "database", "user", "maxRows", "maxRangeDays"}
 
 // Capabilities a container may add; every other container adds none.
 var capabilityGrants = map[string][]corev1.Capability{
@@ -797,6 +818,7 @@ func TestClickHouse(t *testing.T) {
 	agent := findContainer(get[*appsv1.DaemonSet](t, m, "DaemonSet", agentDaemonSet).Spec.Template.Spec.Containers, agentContainer)
 	dsn := agentConfigFile(t, m).ClickHouse.DSN
 	grafanaUser, _ := provisionedDataSource(t, m).JSONData["username"].(string)
+	sessionsUser, _ := oneDataSource(t, m, sessionsPlugin).JSONData["user"].(string)
 	fromEnv := fromEnvNames(t, m, sts)
 	users := clickhouseUsers(t, m, sts)
 	runChecks(t, []check{
@@ -826,13 +848,13 @@ func TestClickHouse(t *testing.T) {
 			}
 			return errors.Join(errs...)
 		}},
-		{"users of the DSN and of Grafana exist", func() error {
+		{"users of the DSN and of Grafana's data sources exist", func() error {
 			parsed, err := url.Parse(dsn)
 			if err != nil || parsed.User == nil {
 				return fmt.Errorf("agent DSN %q: no user", dsn)
 			}
 			var errs []error
-			for _, u := range []string{parsed.User.Username(), grafanaUser} {
+			for _, u := range []string{parsed.User.Username(), grafanaUser, sessionsUser} {
 				if !slices.Contains(users, u) {
 					errs = append(errs, fmt.Errorf("user %q is not defined in the ClickHouse configuration (users: %v)", u, users))
 				}
@@ -859,7 +881,8 @@ func TestClickHouse(t *testing.T) {
 	})
 }
 
-// TestGrafana checks the data source and the provisioning directories.
+// TestGrafana checks the data sources, the plugins and the provisioning
+// directories.
 func TestGrafana(t *testing.T) {
 	m := loadManifests(t)
 	dep := get[*appsv1.Deployment](t, m, "Deployment", grafanaDeployment)
@@ -870,7 +893,9 @@ func TestGrafana(t *testing.T) {
 	}
 	env := envByName(c)
 	ds := provisionedDataSource(t, m)
+	sessions := oneDataSource(t, m, sessionsPlugin)
 	providerPaths := dashboardProviderPaths(t, m)
+	agentDSN := agentConfigFile(t, m).ClickHouse.DSN
 	runChecks(t, []check{
 		{"image grafana/grafana", imageIs(c, "grafana/grafana:")},
 		{"ClickHouse plugin installed", func() error {
@@ -895,16 +920,118 @@ func TestGrafana(t *testing.T) {
 			return servicePort(m, host, int32(port))
 		}},
 		{"data source password from the environment", func() error {
-			pw := ds.SecureJSONData["password"]
-			name, ok := strings.CutPrefix(pw, "${")
-			name, ok2 := strings.CutSuffix(name, "}")
-			if !ok || !ok2 || name == "" {
-				return fmt.Errorf("secureJsonData.password %q: want ${VARIABLE}, never the password itself", pw)
+			return passwordFromSecret(ds, env)
+		}},
+		{sessionsPlugin + " allowed unsigned, by its id only", func() error {
+			e, ok := env[unsignedPluginEnv]
+			if !ok || e.ValueFrom != nil {
+				return fmt.Errorf("no %s value: Grafana skips the unsigned %s", unsignedPluginEnv, sessionsPlugin)
 			}
-			if e, ok := env[name]; !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-				return fmt.Errorf("%s is not set from a Secret in the container", name)
+			ids := strings.Split(e.Value, ",")
+			var errs []error
+			for i, id := range ids {
+				ids[i] = strings.TrimSpace(id)
+				if strings.ContainsAny(ids[i], "*?[") || ids[i] == "" {
+					errs = append(errs, fmt.Errorf("%s=%q: %q is not a plugin id; allow unsigned plugins by id only", unsignedPluginEnv, e.Value, ids[i]))
+				}
+			}
+			if !slices.Contains(ids, sessionsPlugin) {
+				errs = append(errs, fmt.Errorf("%s=%q does not name %s", unsignedPluginEnv, e.Value, sessionsPlugin))
+			}
+			return errors.Join(errs...)
+		}},
+		{sessionsPlugin + " copied by an initContainer into Grafana's plugins directory", func() error {
+			ic, target, err := pluginInitContainer(pod, c)
+			if err != nil {
+				return err
+			}
+			// cp [-options] SOURCE TARGET, SOURCE the folder in the image.
+			cp := regexp.MustCompile(`(^|[\s;&|])cp(\s+-[a-zA-Z]+)*\s+` + regexp.QuoteMeta(pluginImageDir) + `/?\s+` + regexp.QuoteMeta(target) + `(/|/` + regexp.QuoteMeta(sessionsPlugin) + `/?)?(\s|;|&|$)`)
+			if cmd := strings.Join(append(slices.Clone(ic.Command), ic.Args...), " "); !cp.MatchString(cmd) {
+				return fmt.Errorf("initContainer %s runs %q: want cp -R %s %s/", ic.Name, cmd, pluginImageDir, target)
 			}
 			return nil
+		}},
+		{sessionsPlugin + " initContainer: the pod security checks, Grafana's user and securityContext", func() error {
+			ic, _, err := pluginInitContainer(pod, c)
+			if err != nil {
+				return err
+			}
+			var errs []error
+			// TestPodSecurity runs these on every container, init containers
+			// included (containers()); they are run here too so that this
+			// container cannot slip out of them.
+			w := workload{obj: m.byKey["Deployment/"+grafanaDeployment], selector: dep.Spec.Selector, template: &dep.Spec.Template}
+			for _, pc := range podSecurityChecks(w, ic) {
+				if err := pc.run(); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %v", pc.name, err))
+				}
+			}
+			_, uid := runsAsNonRoot(pod, ic)
+			_, grafanaUID := runsAsNonRoot(pod, c)
+			if uid == nil || grafanaUID == nil || *uid != *grafanaUID {
+				errs = append(errs, fmt.Errorf("runs as uid %s, Grafana as %s: the copied files must be Grafana's user's", fmtUID(uid), fmtUID(grafanaUID)))
+			}
+			if !reflect.DeepEqual(ic.SecurityContext, c.SecurityContext) {
+				errs = append(errs, fmt.Errorf("securityContext %+v differs from the grafana container's %+v", ic.SecurityContext, c.SecurityContext))
+			}
+			return errors.Join(errs...)
+		}},
+		{sessionsPlugin + " image: the Dockerfile's target " + pluginTarget + ", the agent's version", func() error {
+			ic, _, err := pluginInitContainer(pod, c)
+			if err != nil {
+				return err
+			}
+			agent := findContainer(get[*appsv1.DaemonSet](t, m, "DaemonSet", agentDaemonSet).Spec.Template.Spec.Containers, agentContainer)
+			repo, tag, _ := strings.Cut(ic.Image, "@")
+			repo, tag, _ = strings.Cut(repo, ":")
+			agentRepo, agentTag, _ := strings.Cut(agent.Image, ":")
+			switch {
+			case repo != pluginImageRepo:
+				return fmt.Errorf("image %q, want %s:TAG (docker build --target %s)", ic.Image, pluginImageRepo, pluginTarget)
+			case agentRepo != agentImageRepo || tag != agentTag:
+				return fmt.Errorf("image %q, agent image %q: want the same version of both (the plugin reads the schema the agent's version writes)", ic.Image, agent.Image)
+			}
+			return checkDockerfile(ic.Image)
+		}},
+		{"replaywatch sessions data source", func() error {
+			var errs []error
+			if sessions.UID != sessionsDataSource || sessions.Editable || sessions.IsDefault {
+				errs = append(errs, fmt.Errorf("uid %q editable %v isDefault %v: want uid %s, not editable, not the default", sessions.UID, sessions.Editable, sessions.IsDefault, sessionsDataSource))
+			}
+			for _, k := range slices.Sorted(maps.Keys(sessions.JSONData)) {
+				if !slices.Contains(sessionsSettings, k) {
+					errs = append(errs, fmt.Errorf("jsonData.%s: not a setting of %s (%v)", k, sessionsPlugin, sessionsSettings))
+				}
+			}
+			if db, _ := sessions.JSONData["database"].(string); db != ds.JSONData["defaultDatabase"] || !strings.HasSuffix(agentDSN, "/"+db) {
+				errs = append(errs, fmt.Errorf("database %q: want the one the agents write (%s) and the ClickHouse data source reads (%v)", db, agentDSN, ds.JSONData["defaultDatabase"]))
+			}
+			if user, _ := sessions.JSONData["user"].(string); user != ds.JSONData["username"] {
+				errs = append(errs, fmt.Errorf("user %q: want the ClickHouse data source's read-only %v", user, ds.JSONData["username"]))
+			}
+			return errors.Join(errs...)
+		}},
+		{"replaywatch sessions data source: address is the ClickHouse Service's native port", func() error {
+			addr, _ := sessions.JSONData["address"].(string)
+			host, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return fmt.Errorf("jsonData.address %q: want host:port (%v)", addr, err)
+			}
+			port, err := strconv.ParseInt(p, 10, 32)
+			if err != nil {
+				return fmt.Errorf("jsonData.address %q: port %q", addr, p)
+			}
+			if host != clickhouseService {
+				return fmt.Errorf("jsonData.address %q: want the Service %q", addr, clickhouseService)
+			}
+			if native, _ := ds.JSONData["port"].(float64); int32(port) != int32(native) {
+				return fmt.Errorf("jsonData.address %q: port %d, want the native protocol's %v (the ClickHouse data source's)", addr, port, native)
+			}
+			return servicePort(m, host, int32(port))
+		}},
+		{"replaywatch sessions data source: password from the environment", func() error {
+			return passwordFromSecret(sessions, env)
 		}},
 		{"provisioning directories from ConfigMaps", func() error {
 			var errs []error
@@ -949,6 +1076,13 @@ type grafanaDataSource struct {
 // provisionedDataSource returns the one ClickHouse data source provisioned.
 func provisionedDataSource(t *testing.T, m *manifests) grafanaDataSource {
 	t.Helper()
+	return oneDataSource(t, m, clickhousePlugin)
+}
+
+// oneDataSource returns the one data source of a type (a plugin id)
+// provisioned.
+func oneDataSource(t *testing.T, m *manifests, typ string) grafanaDataSource {
+	t.Helper()
 	var found []grafanaDataSource
 	for _, text := range configMapFilesMountedAt(t, m, grafanaDeployment, "grafana", "/etc/grafana/provisioning/datasources") {
 		var f grafanaDataSourceFile
@@ -956,15 +1090,190 @@ func provisionedDataSource(t *testing.T, m *manifests) grafanaDataSource {
 			t.Fatalf("Grafana data source provisioning: %v", err)
 		}
 		for _, ds := range f.Datasources {
-			if ds.Type == clickhousePlugin {
+			if ds.Type == typ {
 				found = append(found, ds)
 			}
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("%d %s data sources provisioned, want 1", len(found), clickhousePlugin)
+		t.Fatalf("%d %s data sources provisioned, want 1", len(found), typ)
 	}
 	return found[0]
+}
+
+// passwordFromSecret: a data source's secureJsonData.password is
+// ${VARIABLE}, which Grafana's provisioning replaces, and the container
+// sets VARIABLE from a Secret.
+func passwordFromSecret(ds grafanaDataSource, env map[string]corev1.EnvVar) error {
+	pw := ds.SecureJSONData["password"]
+	name, ok := strings.CutPrefix(pw, "${")
+	name, ok2 := strings.CutSuffix(name, "}")
+	if !ok || !ok2 || name == "" {
+		return fmt.Errorf("%s: secureJsonData.password %q: want ${VARIABLE}, never the password itself", ds.Name, pw)
+	}
+	if e, ok := env[name]; !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+		return fmt.Errorf("%s: %s is not set from a Secret in the container", ds.Name, name)
+	}
+	return nil
+}
+
+// pluginInitContainer returns the init container that mounts the volume
+// Grafana has at /var/lib/grafana, writable, and the path of Grafana's
+// plugins directory ($GF_PATHS_PLUGINS, by default
+// /var/lib/grafana/plugins) in that init container.
+func pluginInitContainer(pod *corev1.PodSpec, grafana *corev1.Container) (*corev1.Container, string, error) {
+	data := mountAt(grafana, grafanaDataDir)
+	if data == nil || data.ReadOnly {
+		return nil, "", fmt.Errorf("the grafana container has no writable volume at %s", grafanaDataDir)
+	}
+	plugins := path.Join(grafanaDataDir, "plugins")
+	if e, ok := envByName(grafana)["GF_PATHS_PLUGINS"]; ok {
+		plugins = path.Clean(e.Value)
+	}
+	rel, ok := strings.CutPrefix(plugins, grafanaDataDir+"/")
+	if !ok {
+		return nil, "", fmt.Errorf("plugins directory %s is not on the volume at %s", plugins, grafanaDataDir)
+	}
+	var names []string
+	for i := range pod.InitContainers {
+		ic := &pod.InitContainers[i]
+		names = append(names, ic.Name)
+		for _, vm := range ic.VolumeMounts {
+			if vm.Name == data.Name && vm.SubPath == data.SubPath && vm.SubPathExpr == data.SubPathExpr && !vm.ReadOnly {
+				return ic, path.Join(vm.MountPath, rel), nil
+			}
+		}
+	}
+	return nil, "", fmt.Errorf("no initContainer (of %q) mounts volume %q, Grafana's %s, writable: nothing installs %s into %s", names, data.Name, grafanaDataDir, sessionsPlugin, plugins)
+}
+
+// dockerfileStage is one stage of the Dockerfile: its FROM line's image and
+// the lines after it, up to the next FROM.
+type dockerfileStage struct {
+	name, from string
+	lines      []string
+}
+
+// dockerfileStages splits the Dockerfile into stages, joining continued
+// lines and dropping comments.
+func dockerfileStages(text string) []dockerfileStage {
+	var stages []dockerfileStage
+	var cur strings.Builder
+	flush := func() {
+		line := strings.TrimSpace(cur.String())
+		cur.Reset()
+		if line == "" {
+			return
+		}
+		f := strings.Fields(line)
+		if strings.EqualFold(f[0], "FROM") {
+			st := dockerfileStage{}
+			for i := 1; i < len(f); i++ {
+				switch {
+				case strings.HasPrefix(f[i], "--"):
+				case strings.EqualFold(f[i], "AS") && i+1 < len(f):
+					st.name = f[i+1]
+					i++
+				default:
+					st.from = f[i]
+				}
+			}
+			stages = append(stages, st)
+			return
+		}
+		if len(stages) > 0 {
+			stages[len(stages)-1].lines = append(stages[len(stages)-1].lines, line)
+		}
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "#") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(strings.TrimRight(l, " \t"), "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(l)
+		flush()
+	}
+	flush()
+	return stages
+}
+
+// checkDockerfile: the Dockerfile's target grafana-plugin holds the plugin
+// folder where the initContainer copies it from (pluginImageDir): its
+// frontend from a stage that runs the npm build, its backend from one that
+// builds ./dashboards/plugin/pkg as gpx_replaywatch_linux_$TARGETARCH; it
+// documents the build of image; the replaywatch image stays the last stage
+// (what a build without --target makes); and .dockerignore sends the
+// plugin's sources.
+func checkDockerfile(image string) error {
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return err
+	}
+	text := string(b)
+	stages := dockerfileStages(text)
+	byName := map[string]dockerfileStage{}
+	for _, st := range stages {
+		byName[st.name] = st
+	}
+	var errs []error
+	if build := "docker build --target " + pluginTarget + " -t " + image + " ."; !strings.Contains(text, build) {
+		errs = append(errs, fmt.Errorf("Dockerfile does not say how to build the initContainer's image (%s)", build))
+	}
+	if len(stages) == 0 || stages[len(stages)-1].name == pluginTarget || !strings.HasPrefix(stages[len(stages)-1].from, "gcr.io/distroless/") {
+		errs = append(errs, fmt.Errorf("the Dockerfile's last stage should stay the replaywatch image (distroless), what `docker build .` makes"))
+	}
+	target, ok := byName[pluginTarget]
+	if !ok {
+		return errors.Join(append(errs, fmt.Errorf("Dockerfile has no stage %q", pluginTarget))...)
+	}
+	var frontend, backend bool
+	for _, l := range target.lines {
+		f := strings.Fields(l)
+		if len(f) < 3 || !strings.EqualFold(f[0], "COPY") || strings.TrimSuffix(f[len(f)-1], "/") != pluginImageDir {
+			continue
+		}
+		var from string
+		for _, a := range f[1:] {
+			if v, ok := strings.CutPrefix(a, "--from="); ok {
+				from = v
+			}
+		}
+		src := byName[from]
+		all := strings.Join(src.lines, "\n")
+		if strings.Contains(all, "npm ci") && strings.Contains(all, "npm run build") {
+			frontend = true
+		}
+		for _, bl := range src.lines {
+			if strings.Contains(bl, "go build") && strings.Contains(bl, "./dashboards/plugin/pkg") &&
+				strings.Contains(bl, "CGO_ENABLED=0") && strings.Contains(bl, "gpx_replaywatch_linux_$TARGETARCH ") {
+				backend = true
+			}
+		}
+	}
+	if !frontend {
+		errs = append(errs, fmt.Errorf("Dockerfile stage %s copies no frontend (a stage running npm ci and npm run build) to %s", pluginTarget, pluginImageDir))
+	}
+	if !backend {
+		errs = append(errs, fmt.Errorf("Dockerfile stage %s copies no backend (CGO_ENABLED=0 go build ./dashboards/plugin/pkg into gpx_replaywatch_linux_$TARGETARCH) to %s", pluginTarget, pluginImageDir))
+	}
+	ignore, err := os.ReadFile(dockerignore)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	lines := strings.Split(string(ignore), "\n")
+	include := slices.Index(lines, "!dashboards/plugin")
+	if include < 0 {
+		errs = append(errs, errors.New(".dockerignore does not send dashboards/plugin (!dashboards/plugin) to the build"))
+	}
+	for _, dir := range []string{"dashboards/plugin/node_modules", "dashboards/plugin/dist"} {
+		if i := slices.Index(lines, dir); i < include {
+			errs = append(errs, fmt.Errorf(".dockerignore: %s should be excluded after !dashboards/plugin, which would re-include it", dir))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // dashboardProviderPaths returns the options.path of each file provider.
