@@ -983,8 +983,8 @@ func TestGrafana(t *testing.T) {
 				return err
 			}
 			agent := findContainer(get[*appsv1.DaemonSet](t, m, "DaemonSet", agentDaemonSet).Spec.Template.Spec.Containers, agentContainer)
-			repo, tag, _ := strings.Cut(ic.Image, "@")
-			repo, tag, _ = strings.Cut(repo, ":")
+			ref, _, _ := strings.Cut(ic.Image, "@")
+			repo, tag, _ := strings.Cut(ref, ":")
 			agentRepo, agentTag, _ := strings.Cut(agent.Image, ":")
 			switch {
 			case repo != pluginImageRepo:
