@@ -28,6 +28,10 @@ const (
 	// DefaultMaxBufferedPagesTotal bounds the out-of-order pages held by all
 	// connections together (about 62 MiB), split evenly between workers.
 	DefaultMaxBufferedPagesTotal = 32768
+	// PageBytes is what one buffered page costs, its data and its
+	// bookkeeping: a memory budget turns its reassembly share into
+	// MaxBufferedPagesTotal with it.
+	PageBytes = 2048
 	// DefaultMaxConnections bounds the connections followed at once, split
 	// evenly between workers. When a worker exceeds its share it closes its
 	// least recently active connections (decode.CloseEvicted,

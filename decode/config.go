@@ -21,8 +21,22 @@ const (
 	// DefaultReorderWindow is how far behind the slowest worker's capture
 	// time the merger waits before it releases an observation.
 	DefaultReorderWindow = 2 * time.Second
-	// DefaultMaxBufferedObservations bounds the merger's heap.
-	DefaultMaxBufferedObservations = 1 << 20
+	// DefaultMaxBufferedObservations bounds the merger's heap: a fixed
+	// window of observations, whatever the skew between workers (one
+	// giant stream on one, nothing on the others). Beyond it the oldest
+	// are released before the reorder window has passed; an observation
+	// that then arrives older than one released is delivered late and
+	// makes its checks unverifiable. A memory budget
+	// (internal/membudget) sets it from the merger's share.
+	DefaultMaxBufferedObservations = 1 << 16
+	// ObservationBytes is what one buffered observation costs, with its
+	// request or response and messages: a memory budget turns the
+	// merger's share into MaxBufferedObservations with it.
+	ObservationBytes = 1024
+	// DefaultMaxBufferedBytes bounds what all connections' decoder
+	// buffers hold at once (buffered.go); a memory budget
+	// (internal/membudget) sets it from the decoder's share.
+	DefaultMaxBufferedBytes = 256 << 20
 	// DefaultMaxArgumentBytes bounds the tool arguments kept of one
 	// tools/call request when KeepToolArguments is set. 64 KiB keeps the
 	// arguments of ordinary calls (queries, paths, ids, a few paragraphs of
@@ -60,6 +74,10 @@ type Config struct {
 	MaxEventBytes           int
 	ReorderWindow           time.Duration
 	MaxBufferedObservations int
+	// MaxBufferedBytes bounds the bytes all connections' head, body and
+	// SSE buffers hold at once, split evenly between the workers; past
+	// it the largest holders' buffers are let go (buffered.go).
+	MaxBufferedBytes int64
 
 	// KeepToolArguments keeps params.arguments of each tools/call request
 	// in Message.Arguments. Off by default: captured traffic is sensitive,
@@ -96,6 +114,7 @@ func DefaultConfig() Config {
 		MaxEventBytes:           DefaultMaxEventBytes,
 		ReorderWindow:           DefaultReorderWindow,
 		MaxBufferedObservations: DefaultMaxBufferedObservations,
+		MaxBufferedBytes:        DefaultMaxBufferedBytes,
 		MaxArgumentBytes:        DefaultMaxArgumentBytes,
 	}
 }
@@ -117,6 +136,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decode: ReorderWindow %s is negative", c.ReorderWindow)
 	case c.MaxBufferedObservations < 1:
 		return fmt.Errorf("decode: MaxBufferedObservations %d is below 1", c.MaxBufferedObservations)
+	case c.MaxBufferedBytes < 0:
+		return fmt.Errorf("decode: MaxBufferedBytes %d is negative", c.MaxBufferedBytes)
 	case c.MaxArgumentBytes < 0:
 		return fmt.Errorf("decode: MaxArgumentBytes %d is negative", c.MaxArgumentBytes)
 	}

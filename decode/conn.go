@@ -48,6 +48,7 @@ type conn struct {
 	w    *worker
 	meta ConnMeta
 	info Conn
+	live int // index in w.live while open (buffered.go)
 	// dead means the connection is not (or no longer) HTTP/1.x: Data returns
 	// at once.
 	dead   bool
@@ -100,7 +101,12 @@ func (c *conn) value(slot int, b []byte) string {
 	if v := c.values[slot]; v == string(b) {
 		return v
 	}
-	v := c.w.strings.str(b)
+	var v string
+	if slot == slotSession {
+		v = boundedID(&c.w.strings, b)
+	} else {
+		v = c.w.strings.str(b)
+	}
 	c.values[slot] = v
 	return v
 }
@@ -154,6 +160,7 @@ func newConn(w *worker, meta ConnMeta) *conn {
 		c.dirs[i] = dir{c: c, fromA: i == 0}
 	}
 	w.stats.connections.Add(1)
+	w.track(c)
 	return c
 }
 
@@ -172,6 +179,7 @@ func (c *conn) Data(fromA bool, p []byte, ts time.Time) {
 	d := c.dir(fromA)
 	d.ts = ts
 	d.feed(p)
+	c.w.fed(len(p), ts)
 }
 
 // Gap implements TCPStream: the framing after a gap cannot be trusted, so the
@@ -255,6 +263,7 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 	if c.scanLimited {
 		c.emitLimitGap(ts, true)
 	}
+	c.w.untrack(c)
 }
 
 // emitLimitGap tells the consumer that the connection's bytes are not being

@@ -332,6 +332,10 @@ type Gap struct {
 	// Ended: the connection given up for Limit closed (its first report
 	// said it was given up).
 	Ended bool
+	// Momentary: the decoder let go of what it had buffered for Limit
+	// (MaxBufferedBytes) and reads the connection on from its next start
+	// line, as after a capture gap: only evidence up to now is touched.
+	Momentary bool
 	// RolesUnknown: the connection never showed which side is the client,
 	// so Conn.Client and Conn.Server are ConnMeta.A and B, maybe reversed.
 	RolesUnknown bool

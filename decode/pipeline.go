@@ -15,9 +15,15 @@ const (
 	// tickGranularity is how far capture time must advance before a Tick
 	// takes the merger's lock again.
 	tickGranularity = 10 * time.Millisecond
-	// outQueueBatches bounds released batches waiting for the out goroutine;
-	// a slow consumer slows the workers down instead of growing memory.
+	// outQueueBatches bounds released batches waiting for the out goroutine,
+	// and releaseBatch the observations in one: a slow consumer slows the
+	// workers down instead of growing memory, so between the workers and
+	// out the merger holds at most MaxBufferedObservations plus
+	// MaxQueuedObservations.
 	outQueueBatches = 16
+	releaseBatch    = 1024
+	// MaxQueuedObservations is what released batches hold at most.
+	MaxQueuedObservations = (outQueueBatches + 1) * releaseBatch
 )
 
 // item is one observation in the merger's buffer. Observations sort by key
@@ -65,6 +71,10 @@ type Pipeline struct {
 	wg   sync.WaitGroup
 
 	delivered, late, early atomic.Int64
+	// queued counts observations released and not yet delivered; peak is
+	// the most the merger held at once (buffered and queued).
+	queued atomic.Int64
+	peak   int64
 }
 
 // NewPipeline makes a pipeline for the given number of capture workers. out
@@ -83,9 +93,11 @@ func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
 		outCh:    make(chan []*Observation, outQueueBatches),
 		free:     make(chan []*Observation, outQueueBatches+2),
 	}
+	share := max(cfg.MaxBufferedBytes/int64(workers), 1)
 	for i := 0; i < workers; i++ {
 		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters),
-			peeker: Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes, HashKey: cfg.HashKey}})
+			peeker:  Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes, HashKey: cfg.HashKey},
+			maxHeld: share, checkEvery: max(share/8, minBufferCheck)})
 	}
 	p.wg.Add(1)
 	go p.deliver()
@@ -116,6 +128,9 @@ func withDefaults(cfg Config) Config {
 	if cfg.MaxArgumentBytes <= 0 {
 		cfg.MaxArgumentBytes = def.MaxArgumentBytes
 	}
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = def.MaxBufferedBytes
+	}
 	return cfg
 }
 
@@ -126,6 +141,7 @@ func (p *Pipeline) deliver() {
 			p.out(o)
 		}
 		p.delivered.Add(int64(len(batch)))
+		p.queued.Add(-int64(len(batch)))
 		clear(batch) // let the observations go
 		select {
 		case p.free <- batch[:0]:
@@ -173,6 +189,9 @@ func (p *Pipeline) Stats() Stats {
 	s.Observations = p.delivered.Load()
 	s.LateObservations = p.late.Load()
 	s.EarlyReleases = p.early.Load()
+	p.mu.Lock()
+	s.MergerPeak = p.peak
+	p.mu.Unlock()
 	return s
 }
 
@@ -193,16 +212,29 @@ func (p *Pipeline) insertLocked(items []item, src int) {
 		}
 	}
 	p.buffered.pushFrom(items, src)
+	p.peak = max(p.peak, int64(p.buffered.len())+p.queued.Load())
 	var early []*Observation
 	for p.buffered.len() > p.cfg.MaxBufferedObservations {
 		old := p.buffered.pop()
 		p.noteReleased(old, true)
 		early = append(early, old.obs)
 		p.early.Add(1)
+		if len(early) == releaseBatch {
+			p.send(early)
+			early = nil
+		}
 	}
-	if len(early) > 0 {
-		p.outCh <- early
+	p.send(early)
+}
+
+// send hands a released batch to the out goroutine, waiting while the
+// queue is full.
+func (p *Pipeline) send(batch []*Observation) {
+	if len(batch) == 0 {
+		return
 	}
+	p.queued.Add(int64(len(batch)))
+	p.outCh <- batch
 }
 
 // newBatch returns an empty batch, reused when one is free.
@@ -249,10 +281,12 @@ func (p *Pipeline) releaseLocked() {
 		it := p.buffered.pop()
 		p.noteReleased(it, false)
 		batch = append(batch, it.obs)
+		if len(batch) == releaseBatch {
+			p.send(batch)
+			batch = nil
+		}
 	}
-	if len(batch) > 0 {
-		p.outCh <- batch
-	}
+	p.send(batch)
 }
 
 // worker is one capture worker's StreamFactory and its decoding state.
@@ -271,6 +305,12 @@ type worker struct {
 	pending  []item
 	tick     time.Time // latest Tick
 	sentTick time.Time // latest Tick the merger knows
+
+	// The buffers' budget (buffered.go): the open connections, this
+	// worker's share of MaxBufferedBytes, and the bytes fed since they
+	// were last counted.
+	live                            []*conn
+	maxHeld, checkEvery, sinceCheck int64
 }
 
 // Pooling SSE decoders spares each new connection growing fresh buffers.

@@ -194,3 +194,46 @@ func TestPipelineEqualTimesKeepExchangeOrder(t *testing.T) {
 		t.Errorf("got %s", sum)
 	}
 }
+
+// TestPipelineSkewedWorkersStayBounded: one worker streams a great many
+// observations within the reorder window while the other is idle and never
+// ticks again, the worst skew there is. The merger holds no more than its
+// fixed window (MaxBufferedObservations, plus the batches queued for
+// delivery), delivers everything in order, and none late.
+func TestPipelineSkewedWorkersStayBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxBufferedObservations = 4096
+	var delivered int
+	var last time.Time
+	inOrder := true
+	p := NewPipeline(cfg, 2, func(o *Observation) {
+		delivered++
+		inOrder = inOrder && !o.Time.Before(last) && o.Late == NotLate
+		last = o.Time
+	})
+	busy, idle := p.Factory(0), p.Factory(1)
+	idle.Tick(testBase)
+	s := busy.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+	const n = 200_000
+	for i := range n {
+		at := time.Duration(i) * time.Microsecond // all within one second
+		request(s, "/", at)
+		if i%64 == 0 {
+			busy.Tick(testBase.Add(at))
+		}
+	}
+	busy.Done()
+	idle.Done()
+	p.Close()
+	st := p.Stats()
+	if delivered != n || !inOrder {
+		t.Errorf("delivered %d of %d, in order and none late: %v", delivered, n, inOrder)
+	}
+	if limit := int64(cfg.MaxBufferedObservations + MaxQueuedObservations + localBatch); st.MergerPeak > limit {
+		t.Errorf("the merger held %d observations at once, over its window of %d", st.MergerPeak, limit)
+	}
+	if st.EarlyReleases == 0 {
+		t.Error("no early release: the test did not skew the workers")
+	}
+	t.Logf("peak %d, early releases %d", st.MergerPeak, st.EarlyReleases)
+}

@@ -59,7 +59,7 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 			}
 		case "last-event-id":
 			if !req.HasLastEventID {
-				req.LastEventID, req.HasLastEventID = in.str(value), true
+				req.LastEventID, req.HasLastEventID = boundedID(in, value), true
 			}
 		case "mcp-protocol-version":
 			req.ProtocolVersion = d.c.value(slotProtocol, value)
@@ -115,7 +115,7 @@ func (d *dir) requestHead() {
 }
 
 func (d *dir) resetBody() {
-	d.body = d.body[:0]
+	d.body = trimBuf(d.body)
 	d.bodyBytes, d.bodyOver = 0, false
 	d.keepBody = false
 	d.events = 0
@@ -127,7 +127,7 @@ func (d *dir) startBody(mode uint8, length int64) {
 	d.remaining = length
 	d.chunk = chSize
 	d.sawCR = false
-	d.buf = d.buf[:0]
+	d.buf = trimBuf(d.buf)
 }
 
 // nextMessage readies the direction for the next head on a keep-alive
@@ -135,7 +135,7 @@ func (d *dir) startBody(mode uint8, length int64) {
 func (d *dir) nextMessage() {
 	d.resetMessage()
 	d.state = stSync
-	d.buf = d.buf[:0]
+	d.buf = trimBuf(d.buf)
 	d.skipLine = false
 	d.resyncing = false
 }

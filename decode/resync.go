@@ -15,14 +15,14 @@ func (d *dir) enterSync() {
 	d.state = stSync
 	d.resyncing = true
 	d.skipLine = false
-	d.buf = d.buf[:0]
+	d.buf = trimBuf(d.buf)
 	d.resetMessage()
 }
 
 func (d *dir) resetMessage() {
 	d.ex, d.req, d.resp = nil, nil, nil
 	d.bodyMode, d.remaining, d.chunk, d.sawCR = 0, 0, chSize, false
-	d.body = d.body[:0]
+	d.body = trimBuf(d.body)
 	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
 	d.events = 0
 	d.sseOn = false

@@ -224,6 +224,9 @@ func (d *SSEDecoder) endLine() {
 		return
 	}
 	d.processLine(d.line)
+	if cap(d.line) > maxKeptSSEBuffer {
+		d.line = nil
+	}
 	d.line = d.line[:0]
 }
 
@@ -253,7 +256,10 @@ func (d *SSEDecoder) processLine(line []byte) {
 		if bytes.IndexByte(value, 0) >= 0 {
 			return
 		}
-		if !d.hasLastID || d.lastID != string(value) {
+		switch {
+		case len(value) > MaxIDBytes:
+			d.lastID = longID(value)
+		case !d.hasLastID || d.lastID != string(value):
 			d.lastID = string(value)
 		}
 		d.hasLastID = true
@@ -337,6 +343,11 @@ func (d *SSEDecoder) dispatch() {
 			d.onEvent(ev)
 		}
 		ev.Data = nil
+	}
+	// A large event's buffer is not kept for the next: a stream that sent
+	// one would hold it while idle (the decoder's MaxBufferedBytes).
+	if cap(d.data) > maxKeptSSEBuffer {
+		d.data = nil
 	}
 	d.data = d.data[:0]
 	d.dataLines, d.dataBytes, d.dataTrunc = 0, 0, false

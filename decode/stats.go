@@ -47,9 +47,12 @@ type Stats struct {
 	EventLimitHits     int64 // SSE event data over MaxEventBytes
 	BodyLimitHits      int64 // bodies over MaxBodyBytes (not peeked)
 	PipelineOverflows  int64 // requests forgotten past MaxPipelinedRequests
+	BufferLimitHits    int64 // connections whose buffers were let go at MaxBufferedBytes
+	PeakBufferedBytes  int64 // the most the workers' buffers held at a count (summed over workers)
 	Observations       int64 // observations delivered to out
 	LateObservations   int64 // delivered after a newer one had been released
 	EarlyReleases      int64 // released before their time because MaxBufferedObservations was reached
+	MergerPeak         int64 // the most observations the merger held at once (buffered and queued for delivery)
 }
 
 // counters is one worker's share of Stats. Atomic so Stats can be read while
@@ -59,7 +62,7 @@ type counters struct {
 	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages                      atomic.Int64
 	resyncs, resyncSkippedBytes, gaps                                             atomic.Int64
 	headerLimitHits, lineLimitHits, eventLimitHits, bodyLimitHits                 atomic.Int64
-	pipelineOverflows                                                             atomic.Int64
+	pipelineOverflows, bufferLimitHits, peakHeld                                  atomic.Int64
 	parseErrors                                                                   [numParseErrs]atomic.Int64
 }
 
@@ -81,6 +84,8 @@ func (c *counters) addTo(s *Stats) {
 	s.EventLimitHits += c.eventLimitHits.Load()
 	s.BodyLimitHits += c.bodyLimitHits.Load()
 	s.PipelineOverflows += c.pipelineOverflows.Load()
+	s.BufferLimitHits += c.bufferLimitHits.Load()
+	s.PeakBufferedBytes += c.peakHeld.Load()
 	for i := range c.parseErrors {
 		if n := c.parseErrors[i].Load(); n > 0 {
 			s.ParseErrors[parseErrNames[i]] += n

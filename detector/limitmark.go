@@ -146,7 +146,13 @@ func (d *Detector) onLimitGap(o *decode.Observation) {
 		pairs = append(pairs, addrKey{o.Conn.Server.Addr(), o.Conn.Client})
 	}
 	for _, k := range pairs {
-		if d.mcpPair(k) || d.limitMarks[k].open > 0 {
+		switch {
+		case g.Momentary:
+			// The decoder let go of bytes of a connection it reads on:
+			// what they carried is unseen, whether or not the pair was
+			// known to carry MCP yet.
+			d.noteLimit(k, o.Time, g.Limit, false, false)
+		case d.mcpPair(k) || d.limitMarks[k].open > 0:
 			d.noteLimit(k, o.Time, g.Limit, !g.Ended, g.Ended)
 		}
 	}

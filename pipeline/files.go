@@ -176,6 +176,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	limit("decode.MaxBodyBytes", uint64(d.BodyLimitHits))
 	limit("decode.MaxPipelinedRequests", uint64(d.PipelineOverflows))
 	limit("decode.MaxBufferedObservations", uint64(d.EarlyReleases))
+	limit("decode.MaxBufferedBytes", uint64(d.BufferLimitHits))
 	for k, n := range det.LimitsHit {
 		limit("detector."+k, uint64(n))
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
@@ -92,12 +93,15 @@ func rawControls(b []byte) string {
 
 // TestHostileWireStrings: session ids and an event id carrying every control
 // byte, terminal escapes, invalid UTF-8 and 10 KB reach the text report, the
-// JSON Lines and ClickHouse. The finding is still made; the text report and
+// JSON Lines and ClickHouse. Each is over decode.MaxIDBytes, so what is kept
+// of it everywhere is its bounded form (its first bytes, hostile ones
+// included, and its digest). The finding is still made; the text report and
 // standard error carry no raw control byte or invalid UTF-8 and shorten the
-// ids; JSON is valid UTF-8 with the ids whole (invalid bytes as U+FFFD, as
-// JSON must); ClickHouse stores the exact bytes.
+// ids; JSON is valid UTF-8 with the bounded ids whole (invalid bytes as
+// U+FFFD, as JSON must); ClickHouse stores their exact bytes.
 func TestHostileWireStrings(t *testing.T) {
 	s1, s2, e1 := hostileValue("S1-", true), hostileValue("S2-", true), hostileValue("E1-", false)
+	k1, k2, ke := decode.BoundID(s1), decode.BoundID(s2), decode.BoundID(e1)
 	pcap := filepath.Join(t.TempDir(), "hostile.pcap")
 	hostileCapture(t, pcap, s1, s2, e1)
 
@@ -114,7 +118,7 @@ func TestHostileWireStrings(t *testing.T) {
 			t.Errorf("%s prints a 10 KB id whole", name)
 		}
 	}
-	if !regexp.MustCompile(`S1-\\x00\\x01\\x02\\x03[^\n]*…\(\d{5} bytes\)`).Match(stdout.Bytes()) {
+	if !regexp.MustCompile(`S1-\\x00\\x01\\x02\\x03[^\n]*…\(\d+ bytes\)`).Match(stdout.Bytes()) {
 		t.Errorf("the text report does not show the control bytes visibly, or not the escaped id's length")
 	}
 
@@ -138,8 +142,8 @@ func TestHostileWireStrings(t *testing.T) {
 		}
 		return b.String()
 	}
-	if v["session_id"] != valid(s1) || v["new_session_id"] != valid(s2) || v["last_event_id"] != valid(e1) {
-		t.Errorf("json: the ids are not whole (invalid bytes as U+FFFD): session_id %d bytes, want %d", len(fmt.Sprint(v["session_id"])), len(valid(s1)))
+	if v["session_id"] != valid(k1) || v["new_session_id"] != valid(k2) || v["last_event_id"] != valid(ke) {
+		t.Errorf("json: the bounded ids are not whole (invalid bytes as U+FFFD): session_id %d bytes, want %d", len(fmt.Sprint(v["session_id"])), len(valid(k1)))
 	}
 	line, _ := json.Marshal(v)
 	if !utf8.Valid(line) {
@@ -163,7 +167,7 @@ func TestHostileWireStrings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := strings.ToUpper(hex.EncodeToString([]byte(s1)) + "\t" + hex.EncodeToString([]byte(s2)) + "\t" + hex.EncodeToString([]byte(e1)))
+	want := strings.ToUpper(hex.EncodeToString([]byte(k1)) + "\t" + hex.EncodeToString([]byte(k2)) + "\t" + hex.EncodeToString([]byte(ke)))
 	if got := strings.TrimSpace(string(out)); got != want {
 		t.Errorf("clickhouse does not hold the exact bytes: got %d hex digits, want %d", len(got), len(want))
 	}
