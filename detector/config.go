@@ -22,6 +22,10 @@ const (
 	DefaultMaxLostSessions            = 10000
 	DefaultMaxEventsIndexedPerServer  = 100000
 	DefaultReorderTolerance           = 2 * time.Second
+	// DefaultMaxStateBytes bounds the bytes of session state (budget.go);
+	// a memory budget (internal/membudget) sets it from the detector's
+	// share.
+	DefaultMaxStateBytes = 256 << 20
 )
 
 // Config bounds the detector's memory and sets its time windows. All times
@@ -49,6 +53,11 @@ type Config struct {
 	// MaxSessions tracked at once; beyond it the least recently active
 	// session is evicted (summarised as "evicted") and counted.
 	MaxSessions int
+	// MaxStateBytes bounds the bytes all sessions' state holds (their
+	// structures, event-id indexes, calls, streams, and the ids in them;
+	// budget.go says how they are counted). Beyond it the least recently
+	// active sessions are evicted, as at MaxSessions, and counted.
+	MaxStateBytes int64
 	// MaxEventsIndexedPerSession bounds the event-id index of one session.
 	// Beyond it new ids are not indexed and checks that need the full index
 	// on that session report Unverifiable.
@@ -87,6 +96,7 @@ func DefaultConfig() Config {
 		SessionIdleTimeout:          DefaultSessionIdleTimeout,
 		LinkWindow:                  DefaultLinkWindow,
 		MaxSessions:                 DefaultMaxSessions,
+		MaxStateBytes:               DefaultMaxStateBytes,
 		MaxEventsIndexedPerSession:  DefaultMaxEventsIndexedPerSession,
 		MaxStreamsPerSession:        DefaultMaxStreamsPerSession,
 		MaxInflightPerSession:       DefaultMaxInflightPerSession,
@@ -108,6 +118,7 @@ func (c Config) Validate() error {
 		{"SessionIdleTimeout", int64(c.SessionIdleTimeout)},
 		{"LinkWindow", int64(c.LinkWindow)},
 		{"MaxSessions", int64(c.MaxSessions)},
+		{"MaxStateBytes", c.MaxStateBytes},
 		{"MaxEventsIndexedPerSession", int64(c.MaxEventsIndexedPerSession)},
 		{"MaxStreamsPerSession", int64(c.MaxStreamsPerSession)},
 		{"MaxInflightPerSession", int64(c.MaxInflightPerSession)},
@@ -143,6 +154,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.SessionIdleTimeout, d.SessionIdleTimeout)
 	setDur(&c.LinkWindow, d.LinkWindow)
 	setInt(&c.MaxSessions, d.MaxSessions)
+	if c.MaxStateBytes <= 0 {
+		c.MaxStateBytes = d.MaxStateBytes
+	}
 	setInt(&c.MaxEventsIndexedPerSession, d.MaxEventsIndexedPerSession)
 	setInt(&c.MaxEventsIndexedPerServer, d.MaxEventsIndexedPerServer)
 	setInt(&c.MaxStreamsPerSession, d.MaxStreamsPerSession)

@@ -72,8 +72,10 @@ type Detector struct {
 	// send the same event id (idsShared).
 	sharedIDEndpoints map[string]struct{}
 	lruHead, lruTail  *session
-	exchanges         map[exKey]*exchange
-	openByConn        map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
+	// stateBytes is what the sessions hold, as budget.go counts it.
+	stateBytes int64
+	exchanges  map[exKey]*exchange
+	openByConn map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
 	// gaps: the last capture gap per client address and server endpoint;
 	// gapFloor: sessions that started before it are treated as gapped
 	// (set when gaps outgrew its bound).
@@ -283,6 +285,9 @@ func (d *Detector) Observe(o *decode.Observation) {
 		}
 	case decode.KindGap:
 		d.onGap(o)
+	}
+	if d.stateBytes > d.cfg.MaxStateBytes {
+		d.shed(o.Time)
 	}
 }
 
@@ -607,10 +612,14 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			c.paramsHash = m.ParamsHash
 			c.args = m.Arguments // "" unless the operator opted in
 		}
-		if old := s.calls.at(m.ID); old != nil && old.answered {
+		old := s.calls.at(m.ID)
+		if old != nil && old.answered {
 			s.answered--
 		} else if old != nil {
 			s.inflight--
+		}
+		if old == nil {
+			d.chargeCall(s, c)
 		}
 		s.calls.set(m.ID, c)
 		s.inflight++
@@ -618,6 +627,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			if s.toolCalls.len() < d.cfg.MaxInflightPerSession {
 				if s.toolCalls.at(toolKey{m.Tool, m.ParamsHash}) == nil {
 					d.countCall(ex.endpoint, m.Tool, m.ParamsHash)
+					d.charge(s, entryBytes)
 				}
 				s.toolCalls.set(toolKey{m.Tool, m.ParamsHash}, c)
 			}
@@ -950,6 +960,9 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 			s.partial = map[string]struct{}{}
 		}
 		if len(s.partial) < maxPartialIDsPerSession {
+			if _, ok := s.partial[e.PartialID]; !ok {
+				d.charge(s, entryBytes+int64(len(e.PartialID)))
+			}
 			s.partial[e.PartialID] = struct{}{}
 		} else if _, ok := s.partial[e.PartialID]; !ok {
 			// A resume from this id would look like one from an id
@@ -1045,7 +1058,7 @@ func (d *Detector) cutCallsUnknown(s *session) {
 		if s.ended == "evicted" {
 			// The detector let go of the session, not the client: a
 			// resume may yet deliver the response, unseen by us.
-			d.unverifiable(at, s, nil, "unknown_outcome", ReasonSessionEvicted, "call", id)
+			d.unverifiable(at, s, nil, "unknown_outcome", s.evictedBy, "call", id)
 			continue
 		}
 		if s.gap || d.gapSince(s.firstSeen, decode.Conn{Client: s.client, Server: s.server}) {

@@ -285,6 +285,7 @@ func TestLimitsDegradeToUnverifiable(t *testing.T) {
 		{"events", Config{MaxEventsIndexedPerSession: 2}, "MaxEventsIndexedPerSession"},
 		{"inflight", Config{MaxInflightPerSession: 1}, "MaxInflightPerSession"},
 		{"sessions", Config{MaxSessions: 1}, "MaxSessions"},
+		{"state bytes", Config{MaxStateBytes: 1}, "MaxStateBytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}

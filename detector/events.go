@@ -135,6 +135,9 @@ func (d *Detector) emitStreamEvent(ex *exchange, s *session, o *decode.Observati
 			if s.redelivered == nil {
 				s.redelivered = map[string]int{}
 			}
+			if s.redelivered[ev.ID] == 0 {
+				d.charge(s, entryBytes+int64(len(ev.ID)))
+			}
 			s.redelivered[ev.ID]++
 			se.Delivery += s.redelivered[ev.ID]
 		}
@@ -234,6 +237,7 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		s.events = make(map[string]eventRef, 16)
 	}
 	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
+	d.charge(s, eventBytes+int64(len(ev.ID)))
 	if priming {
 		if len(st.priming) < maxPrimingPositions {
 			st.priming = append(st.priming, st.next)
@@ -330,7 +334,7 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 			}
 			if m.Tools != "" {
 				if s != nil && !s.removed {
-					s.noteRepeatable(m.Tools)
+					d.charge(s, s.noteRepeatable(m.Tools))
 				}
 				d.noteToolAnnotations(ex.endpoint, m.Tools)
 			}
@@ -377,6 +381,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 			return
 		}
 		c = &call{id: m.ID}
+		d.chargeCall(s, c)
 		s.calls.set(m.ID, c)
 	} else {
 		s.inflight--
@@ -420,6 +425,7 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.limitHit("MaxProgressTokensPerSession", o.Time, s, "progress order")
 			return
 		}
+		d.charge(s, entryBytes+int64(len(m.ProgressToken)))
 	}
 	s.progress.set(m.ProgressToken, m.Progress)
 }

@@ -244,6 +244,7 @@ const (
 	ReasonOwedNotReplayed = "stream closed before the owed events were replayed"
 	ReasonLimitPrefix     = "limit hit: "
 	ReasonSessionEvicted  = "session evicted (limit hit: MaxSessions)"
+	ReasonStateEvicted    = "session evicted (limit hit: MaxStateBytes)"
 	ReasonSessionDeleted  = "session deleted before the request"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"

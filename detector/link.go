@@ -66,6 +66,10 @@ func (l *lostIndex) add(d *Detector, s *session) {
 	if l.n == len(l.ring) {
 		old := l.ring[l.head]
 		l.forget(old)
+		if old.removed {
+			// Out of the table, it was kept for linking only.
+			d.uncharge(old)
+		}
 		d.stats.LimitsHit["MaxLostSessions"]++
 		// A re-initialisation of its client can no longer be linked.
 		d.unverifiable(d.now, old, nil, "silent_reinit_after_404", ReasonLimitPrefix+"MaxLostSessions")
@@ -485,8 +489,8 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 
 // noteRepeatable remembers the tools a tools/list result (decode's
 // Message.Tools) annotated read-only or idempotent, at most
-// decode.MaxAnnotatedTools.
-func (s *session) noteRepeatable(tools string) {
+// decode.MaxAnnotatedTools, and returns the bytes that added.
+func (s *session) noteRepeatable(tools string) (added int64) {
 	s.toolsListed = true
 	for line := range strings.SplitSeq(tools, "\n") {
 		if line == "" || line[0] != decode.ToolRepeatable {
@@ -498,8 +502,12 @@ func (s *session) noteRepeatable(tools string) {
 		if len(s.repeatable) >= decode.MaxAnnotatedTools {
 			return
 		}
+		if _, ok := s.repeatable[line[1:]]; !ok {
+			added += entryBytes + int64(len(line))
+		}
 		s.repeatable[line[1:]] = struct{}{}
 	}
+	return added
 }
 
 // isRepeatable says whether a tools/list of s annotated tool as read-only or

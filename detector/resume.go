@@ -98,7 +98,7 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonSessionDeleted, ReasonTSGetStream:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream:
 		return reason
 	}
 	if strings.HasPrefix(reason, ReasonLimitPrefix) {
@@ -130,7 +130,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		case s.deleted:
 			reason = ReasonSessionDeleted
 		case s.ended == "evicted":
-			reason = ReasonSessionEvicted
+			reason = s.evictedBy
 		}
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
 		return

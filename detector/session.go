@@ -127,6 +127,11 @@ type session struct {
 
 	swappedFrom    *session
 	limitsReported uint16
+	// evictedBy is the reason a limit gave for evicting it.
+	evictedBy string
+	// bytes is what the session holds, as counted toward MaxStateBytes
+	// (budget.go).
+	bytes int64
 
 	// LRU list by last activity, oldest at d.lruTail.
 	newer, older *session
@@ -190,6 +195,7 @@ func (d *Detector) session(endpoint, id string, o *decode.Observation) *session 
 	d.tombs.forget(key) // the id is live again (a new initialize, a swap)
 	s := newSession(id, o)
 	s.key = key
+	d.charge(s, sessionBytes+int64(len(id)+len(key)))
 	d.sessions[key] = s
 	d.stats.SessionsSeen++
 	d.pushFront(s)
@@ -275,12 +281,17 @@ func (d *Detector) unlink(s *session) {
 }
 
 func (d *Detector) evictOldest(t time.Time) {
-	s := d.lruTail
-	if s == nil {
-		return
+	if s := d.lruTail; s != nil {
+		d.evict(s, t, "MaxSessions", ReasonSessionEvicted)
 	}
-	d.stats.LimitsHit["MaxSessions"]++
-	d.unverifiable(t, s, nil, "session", ReasonSessionEvicted)
+}
+
+// evict lets s go because of the named limit: its checks become
+// unverifiable with reason, and so do those of what it still awaited.
+func (d *Detector) evict(s *session, t time.Time, limit, reason string) {
+	d.stats.LimitsHit[limit]++
+	s.evictedBy = reason
+	d.unverifiable(t, s, nil, "session", reason)
 	d.removeSession(s, "evicted")
 }
 
@@ -312,6 +323,7 @@ func (d *Detector) freeSession(s *session) {
 	d.cutCallsUnknown(s)
 	d.flushUnknown(s)
 	s.sessionState = sessionState{}
+	d.uncharge(s)
 }
 
 // retire takes a deleted session out of the table: a tombstone keeps its
@@ -352,11 +364,13 @@ func (d *Detector) bind(ex *exchange, s *session) {
 	}
 	ex.sess = s
 	if s != nil {
+		had := len(s.auth) + len(s.userAgent) + len(s.clientInfo)
 		s.auth = cmp.Or(s.auth, ex.auth)
 		s.userAgent = cmp.Or(s.userAgent, ex.userAgent)
 		for i := range ex.msgs {
 			s.clientInfo = cmp.Or(s.clientInfo, ex.msgs[i].ClientInfo)
 		}
+		d.charge(s, int64(len(s.auth)+len(s.userAgent)+len(s.clientInfo)-had))
 		d.noteMCPPair(pairOf(ex.conn))
 		d.noteConnSession(ex.conn, s)
 		s.open++
@@ -462,8 +476,10 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.T
 		s.streams = make([]*stream, 0, 8) // a GET stream and a few POST streams
 	}
 	s.streams = append(s.streams, st)
+	d.charge(s, streamBytes)
 	if hasPrefix {
 		s.streamByPrefix.set(prefix, st.idx)
+		d.charge(s, entryBytes+int64(len(prefix)))
 	}
 	return st
 }

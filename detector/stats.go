@@ -36,6 +36,9 @@ type Stats struct {
 	// broke, to tools annotated read-only or idempotent (no finding).
 	RepeatableReissues int64
 	LimitsHit          map[string]int64 // by the Config field whose bound was reached
+	// StateBytes is the session state held now, as counted toward
+	// MaxStateBytes; ShedBytes what evictions at that bound let go.
+	StateBytes, ShedBytes int64
 }
 
 func newStats() Stats {
@@ -53,6 +56,7 @@ func newStats() Stats {
 func (d *Detector) Stats() Stats {
 	s := d.stats
 	s.SessionsActive = len(d.sessions)
+	s.StateBytes = d.stateBytes
 	s.SessionsEnded = maps.Clone(d.stats.SessionsEnded)
 	s.Resumes = maps.Clone(d.stats.Resumes)
 	s.Violations = maps.Clone(d.stats.Violations)
@@ -76,7 +80,8 @@ func (s Stats) Plus(o Stats) Stats {
 		SessionsSeen: s.SessionsSeen + o.SessionsSeen, SessionsActive: s.SessionsActive + o.SessionsActive,
 		UnknownOutcomes: s.UnknownOutcomes + o.UnknownOutcomes, HeaderMismatches: s.HeaderMismatches + o.HeaderMismatches,
 		RepeatableReissues: s.RepeatableReissues + o.RepeatableReissues,
-		SessionsEnded:      sum(s.SessionsEnded, o.SessionsEnded), Resumes: sum(s.Resumes, o.Resumes),
+		StateBytes:         s.StateBytes + o.StateBytes, ShedBytes: s.ShedBytes + o.ShedBytes,
+		SessionsEnded: sum(s.SessionsEnded, o.SessionsEnded), Resumes: sum(s.Resumes, o.Resumes),
 		Violations: sum(s.Violations, o.Violations), Unverifiable: sum(s.Unverifiable, o.Unverifiable),
 		Revisions: sum(s.Revisions, o.Revisions), LimitsHit: sum(s.LimitsHit, o.LimitsHit),
 		PairRevisions: map[string]map[string]int64{},

@@ -1,0 +1,97 @@
+package detector
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// feedSessions initialises n sessions (numbered from first), each with a
+// tool call whose stream delivers events events, ids of idBytes bytes.
+func feedSessions(f *feeder, first, n, events, idBytes int) {
+	for i := first; i < first+n; i++ {
+		id := fmt.Sprintf("%0*d", idBytes, i)
+		conn := uint64(i + 1)
+		initialize(f, conn, id)
+		evs := make([]*decode.Event, events)
+		for j := range evs {
+			evs[j] = msgEvent(fmt.Sprintf("%s_%d", id, j))
+		}
+		f.exchange(conn, &decode.Request{Method: "POST", MCP: true, SessionID: id, HasSessionID: true, ProtocolVersion: "2025-11-25",
+			Messages: []decode.Message{{Type: decode.MsgRequest, ID: "2", Method: "tools/call", Tool: "t", ParamsHash: "h"}}},
+			&decode.Response{Status: 200, SSE: true}, evs, decode.EndClean)
+	}
+}
+
+// TestStateBytesAreBounded: however many sessions come, the state the
+// detector counts stays within MaxStateBytes (plus the one session being
+// handled), the sessions let go are counted and unverifiable, never a
+// finding, and what is counted goes back to zero once every session is
+// gone.
+func TestStateBytesAreBounded(t *testing.T) {
+	const limit = 256 << 10
+	rec := &recorder{}
+	f := newFeeder(Config{MaxStateBytes: limit}, rec)
+	peak := int64(0)
+	for i := range 2000 {
+		feedSessions(f, i, 1, 8, decode.BoundedIDBytes)
+		peak = max(peak, f.d.Stats().StateBytes)
+	}
+	st := f.d.Stats()
+	if peak > limit+64<<10 {
+		t.Errorf("state peaked at %d bytes, over the limit %d", peak, limit)
+	}
+	if st.LimitsHit["MaxStateBytes"] == 0 || st.ShedBytes == 0 {
+		t.Errorf("no eviction counted: %v, shed %d", st.LimitsHit, st.ShedBytes)
+	}
+	if len(rec.violations) != 0 {
+		t.Errorf("an eviction produced a violation: %s", describe([]any{rec.violations[0]}))
+	}
+	evicted := 0
+	for _, u := range rec.unverifiable {
+		if u.Reason == ReasonStateEvicted {
+			evicted++
+		}
+	}
+	if evicted == 0 {
+		t.Errorf("no unverifiable record says %q", ReasonStateEvicted)
+	}
+	f.d.Close(f.now)
+	if got := f.d.Stats().StateBytes; got != 0 {
+		t.Errorf("%d bytes still counted after Close", got)
+	}
+}
+
+// TestStateBytesMatchHeap keeps the sizes budget.go counts honest: the
+// heap a detector grows by, for sessions with events and long ids, is
+// within a factor of what it counts, so a budget in bytes means bytes.
+func TestStateBytesMatchHeap(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		events, idBytes int
+	}{
+		{"idle sessions, UUID ids", 0, 36},
+		{"sessions with events", 50, 36},
+		{"long ids", 10, decode.BoundedIDBytes},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 3000
+			f := newFeeder(Config{}, discard{})
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			feedSessions(f, 0, n, c.events, c.idBytes)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			counted := f.d.Stats().StateBytes
+			t.Logf("%d sessions: heap grew %d B (%d per session), counted %d B (%d per session)", n, heap, heap/n, counted, counted/n)
+			if counted < heap/3 || counted > heap*2 {
+				t.Errorf("counted %d bytes for a heap of %d: the sizes in budget.go are off", counted, heap)
+			}
+			runtime.KeepAlive(f)
+		})
+	}
+}
