@@ -64,6 +64,7 @@ type agentConfig struct {
 	decode          decode.Config
 	detect          detector.Config
 	clickhouse      clickhouseFlags
+	mem             memoryBudget
 }
 
 func (c *agentConfig) register(fs *flag.FlagSet) {
@@ -92,6 +93,7 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 		fs.Set("node", n)
 	}
 	registerLimits(fs, &c.live.Config, &c.decode, &c.detect)
+	c.mem.register(fs)
 }
 
 func (c *agentConfig) validate() error {
@@ -135,6 +137,15 @@ func (c *agentConfig) validate() error {
 		return err
 	}
 	return c.live.Validate()
+}
+
+// ringBytes is the memory the packet rings take outside the Go heap: one
+// ring per worker and interface.
+func (c *agentConfig) ringBytes() int64 {
+	if c.capturesNothing() {
+		return 0
+	}
+	return int64(c.live.Config.WithDefaults().Workers) * int64(max(len(c.live.Interfaces), 1)) * int64(c.live.BlockSize) * int64(c.live.NumBlocks)
 }
 
 // capturesNothing: --interface none, spans only.
@@ -199,6 +210,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if err := cfg.validate(); err != nil {
 		return fail(err)
 	}
+	if err := cfg.mem.apply(fs, cfg.ringBytes(), &cfg.live.Config, &cfg.decode, &cfg.detect, &cfg.clickhouse.sink); err != nil {
+		return fail(err)
+	}
 	level, _ := parseLogLevel(cfg.logLevel)
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
@@ -227,6 +241,10 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		return err
 	}
 	defer tel.Close(context.Background())
+	if err := tel.RegisterMemoryPlan(cfg.mem.plan); err != nil {
+		return err
+	}
+	log.Info("memory budget", "plan", cfg.mem.plan.String())
 	hk, err := loadHashKey(cfg.hashKeyFile)
 	if err != nil {
 		return err

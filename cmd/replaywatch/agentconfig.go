@@ -64,6 +64,7 @@ type agentFile struct {
 		MaxEventsPerSession   *int           `yaml:"max_events_per_session"`
 		MaxServerEvents       *int           `yaml:"max_server_events"`
 		SessionIdleTimeout    *time.Duration `yaml:"session_idle_timeout"`
+		MemoryLimit           *string        `yaml:"memory_limit"`
 	} `yaml:"limits"`
 }
 
@@ -125,7 +126,7 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 			"connection-idle-timeout": l.ConnectionIdleTimeout, "max-header-bytes": l.MaxHeaderBytes, "max-body-bytes": l.MaxBodyBytes,
 			"max-sse-line-bytes": l.MaxSSELineBytes, "max-event-bytes": l.MaxEventBytes, "max-sessions": l.MaxSessions,
 			"max-events-per-session": l.MaxEventsPerSession, "max-server-events": l.MaxServerEvents,
-			"session-idle-timeout": l.SessionIdleTimeout,
+			"session-idle-timeout": l.SessionIdleTimeout, "memory-limit": l.MemoryLimit,
 		} {
 			if err := set(name, v); err != nil {
 				return err

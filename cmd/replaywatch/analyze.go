@@ -74,6 +74,7 @@ type analyzeConfig struct {
 	// run configures the pipeline's stages (pipeline.Files).
 	run        pipeline.Config
 	clickhouse clickhouseFlags
+	mem        memoryBudget
 }
 
 func (c *analyzeConfig) register(fs *flag.FlagSet) {
@@ -92,6 +93,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "once reading stops (end of input, SIGINT or SIGTERM), how long sending the last rows to ClickHouse may take; what is not sent by then is spooled")
 	registerPrivacy(fs, &c.hashKeyFile, &c.run.Decode)
 	registerLimits(fs, &c.run.Capture, &c.run.Decode, &c.run.Detect)
+	c.mem.register(fs)
 }
 
 // registerLimits adds the memory bounds and timeouts shared by analyze and
@@ -135,6 +137,10 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	if err := cfg.validate(fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+		return exitError
+	}
+	if err := cfg.mem.apply(fs, 0, &cfg.run.Capture, &cfg.run.Decode, &cfg.run.Detect, &cfg.clickhouse.sink); err != nil {
 		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 		return exitError
 	}

@@ -40,6 +40,7 @@ var metricNames = []string{
 	"replaywatch_decode_gaps_total",
 	"replaywatch_decode_observations_total",
 	"replaywatch_decode_late_observations_total",
+	"replaywatch_decode_merger_peak",
 	// detector
 	"replaywatch_otlp_spans_total",
 	"replaywatch_otlp_observations_total",
@@ -57,6 +58,11 @@ var metricNames = []string{
 	"replaywatch_detector_requests_total",
 	"replaywatch_detector_header_mismatches_total",
 	"replaywatch_detector_repeatable_reissues_total",
+	"replaywatch_detector_state_bytes",
+	"replaywatch_detector_shed_bytes_total",
+	// the memory budget (RegisterMemoryPlan)
+	"replaywatch_memory_limit_bytes",
+	"replaywatch_memory_share_bytes",
 	// sink/clickhouse (given MeterProvider())
 	"replaywatch_sink_rows_total",
 	"replaywatch_sink_batches_total",

@@ -217,6 +217,8 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		ended, resumes, violations metric.Int64ObservableCounter
 		unverifiable, revisions    metric.Int64ObservableCounter
 		openConns, sessions        metric.Int64ObservableGauge
+		stateBytes, mergerPeak     metric.Int64ObservableGauge
+		shedBytes                  metric.Int64ObservableCounter
 		spans, spanObs             metric.Int64ObservableCounter
 		spansHeld                  metric.Int64ObservableGauge
 	)
@@ -238,10 +240,13 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 	if src.Decode != nil {
 		decC = newStageCounters(b, decodeCounters)
 		parseErrs = b.counter("replaywatch.decode.parse_errors", "{error}", "Malformed HTTP input survived, by kind")
+		mergerPeak = b.gauge("replaywatch.decode.merger_peak", "{observation}", "The most observations the merger between the workers and the detector held at once (bounded by MaxBufferedObservations plus the queue to the detector)")
 	}
 	if src.Detector != nil {
 		detC = newStageCounters(b, detectorCounters)
 		sessions = b.gauge("replaywatch.detector.sessions", "{session}", "Sessions tracked now")
+		stateBytes = b.gauge("replaywatch.detector.state", "By", "Session state the detector holds, as counted toward MaxStateBytes (its share of the memory limit)")
+		shedBytes = b.counter("replaywatch.detector.shed", "By", "Session state let go at MaxStateBytes: the least recently active sessions, evicted (replaywatch_limit_hits_total{limit=\"detector.MaxStateBytes\"} counts them)")
 		ended = b.counter("replaywatch.detector.sessions.ended", "{session}", "Sessions that ended, by reason: deleted, 404, expired, capture_end")
 		resumes = b.counter("replaywatch.detector.resumes", "{resume}", "Resume attempts (requests with Last-Event-ID), by outcome")
 		violations = b.counter("replaywatch.detector.violations", "{violation}", "Violations of the resume contract, by kind and severity")
@@ -294,6 +299,8 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			limit(o, "decode.MaxEventBytes", s.EventLimitHits)
 			limit(o, "decode.MaxPipelinedRequests", s.PipelineOverflows)
 			limit(o, "decode.MaxBufferedObservations", s.EarlyReleases)
+			limit(o, "decode.MaxBufferedBytes", s.BufferLimitHits)
+			o.ObserveInt64(mergerPeak, s.MergerPeak)
 		}
 		if src.Spans != nil {
 			s := src.Spans()
@@ -314,6 +321,8 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			s := src.Detector()
 			detC.observe(o, &s)
 			o.ObserveInt64(sessions, int64(s.SessionsActive))
+			o.ObserveInt64(stateBytes, s.StateBytes)
+			o.ObserveInt64(shedBytes, s.ShedBytes)
 			for _, why := range slices.Sorted(maps.Keys(s.SessionsEnded)) {
 				o.ObserveInt64(ended, s.SessionsEnded[why], attrs(attribute.String("reason", why)))
 			}

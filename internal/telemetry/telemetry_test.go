@@ -31,6 +31,7 @@ import (
 	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/detector"
+	"github.com/replaywatch/replaywatch/internal/membudget"
 	"github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
@@ -246,8 +247,9 @@ func fakeSources() PipelineSources {
 		},
 		Unverifiable:    map[string]int64{detector.ReasonCaptureGap: 5},
 		UnknownOutcomes: 6,
-		LimitsHit:       map[string]int64{"MaxSessions": 9},
-		Revisions:       map[string]int64{"2025-11-25": 40, "2026-07-28": 11},
+		LimitsHit:       map[string]int64{"MaxSessions": 9, "MaxStateBytes": 4},
+		StateBytes:      1 << 20, ShedBytes: 5000,
+		Revisions: map[string]int64{"2025-11-25": 40, "2026-07-28": 11},
 	})
 	return PipelineSources{
 		Capture: func() capture.Stats {
@@ -266,7 +268,7 @@ func fakeSources() PipelineSources {
 				ParseErrors: map[string]int64{"bad_chunk": 3},
 				Resyncs:     2, ResyncSkippedBytes: 77, Gaps: 5,
 				HeaderLimitHits: 1, BodyLimitHits: 2, LineLimitHits: 3, EventLimitHits: 4, PipelineOverflows: 5,
-				Observations: 800, LateObservations: 3, EarlyReleases: 6,
+				Observations: 800, LateObservations: 3, EarlyReleases: 6, MergerPeak: 77,
 			}
 		},
 		Detector: det.Load,
@@ -284,6 +286,13 @@ func TestMetrics(t *testing.T) {
 	}
 	defer tel.Close(context.Background())
 	if _, err := tel.RegisterPipeline(fakeSources()); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := membudget.NewPlan(768<<20, 128<<20, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.RegisterMemoryPlan(plan); err != nil {
 		t.Fatal(err)
 	}
 	tel.Heartbeat("capture", time.Hour)
@@ -330,6 +339,13 @@ func TestMetrics(t *testing.T) {
 	check(t, fams, 5, "replaywatch_limit_hits_total", "limit", "decode.MaxPipelinedRequests")
 	check(t, fams, 6, "replaywatch_limit_hits_total", "limit", "decode.MaxBufferedObservations")
 	check(t, fams, 9, "replaywatch_limit_hits_total", "limit", "detector.MaxSessions")
+	check(t, fams, 4, "replaywatch_limit_hits_total", "limit", "detector.MaxStateBytes")
+	check(t, fams, 1<<20, "replaywatch_detector_state_bytes")
+	check(t, fams, 5000, "replaywatch_detector_shed_bytes_total")
+	check(t, fams, 77, "replaywatch_decode_merger_peak")
+	check(t, fams, 768<<20, "replaywatch_memory_limit_bytes")
+	check(t, fams, float64(plan.Detector), "replaywatch_memory_share_bytes", "part", "detector")
+	check(t, fams, float64(plan.HeapLimit), "replaywatch_memory_share_bytes", "part", "heap")
 	check(t, fams, 0, "replaywatch_limit_hits_total", "limit", "detector.MaxLostSessions")
 
 	check(t, fams, 2, "replaywatch_decode_non_http_connections_total")
