@@ -273,14 +273,7 @@ type soakAgent struct {
 // printing JSON Lines into a file.
 func startSoakAgent(t *testing.T, filter string) *soakAgent {
 	t.Helper()
-	bin := buildBinary(t)
-	a := &soakAgent{out: filepath.Join(t.TempDir(), "agent.jsonl"), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	f, err := os.Create(a.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	a.cmd = exec.Command(bin, "agent", "--interface", "lo", "--filter", filter, "--format", "json", "--listen", "127.0.0.1:0",
+	return startLoopbackAgent(t, filter,
 		"--workers", strconv.Itoa(soakWorkers),
 		"--max-sessions", strconv.Itoa(soakMaxSessions), "--max-connections", strconv.Itoa(soakMaxConnections),
 		"--max-events-per-session", strconv.Itoa(soakMaxEvents), "--max-server-events", strconv.Itoa(soakMaxServerEvents),
@@ -288,6 +281,21 @@ func startSoakAgent(t *testing.T, filter string) *soakAgent {
 		"--max-pages-total", strconv.Itoa(soakMaxPagesTotal), "--max-pages-per-connection", strconv.Itoa(soakMaxPagesConn),
 		"--max-header-bytes", strconv.Itoa(soakMaxHeader), "--max-body-bytes", strconv.Itoa(soakMaxBody),
 		"--max-sse-line-bytes", strconv.Itoa(soakMaxBody), "--max-event-bytes", strconv.Itoa(soakMaxBody))
+}
+
+// startLoopbackAgent starts the binary as an agent capturing on lo what
+// filter lets through, with flags, printing JSON Lines into a file, and
+// waits until it captures.
+func startLoopbackAgent(t *testing.T, filter string, flags ...string) *soakAgent {
+	t.Helper()
+	bin := buildBinary(t)
+	a := &soakAgent{out: filepath.Join(t.TempDir(), "agent.jsonl"), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	f, err := os.Create(a.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a.cmd = exec.Command(bin, append([]string{"agent", "--interface", "lo", "--filter", filter, "--format", "json", "--listen", "127.0.0.1:0"}, flags...)...)
 	a.cmd.Stdout, a.cmd.Stderr = f, a.stderr
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)

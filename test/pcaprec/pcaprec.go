@@ -30,31 +30,49 @@ const segmentSize = 1448
 // Recorder writes synthesized Ethernet/IPv4(or 6)/TCP packets to a pcap file
 // with nanosecond timestamps. It is safe for concurrent use.
 type Recorder struct {
-	mu  sync.Mutex
-	f   *os.File
-	w   *pcapgo.Writer
-	buf gopacket.SerializeBuffer
-	err error
+	mu    sync.Mutex
+	f     *os.File // nil when recording to a writer of the caller's
+	w     *pcapgo.Writer
+	clock func() time.Time
+	buf   gopacket.SerializeBuffer
+	err   error
 }
 
-// Create starts a pcap file at path.
+// Create starts a pcap file at path; packets are stamped with the time
+// they are recorded.
 func Create(path string) (*Recorder, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	w := pcapgo.NewWriterNanos(f)
-	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+	r, err := New(f, time.Now)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &Recorder{f: f, w: w, buf: gopacket.NewSerializeBuffer()}, nil
+	r.f = f
+	return r, nil
 }
 
-// Close flushes and closes the file and returns the first write error seen.
+// New starts a pcap stream on w, each packet stamped with clock(): a
+// synthetic clock makes traffic at any rate, whatever the machine's speed
+// (flood probes). Close does not close w.
+func New(w io.Writer, clock func() time.Time) (*Recorder, error) {
+	pw := pcapgo.NewWriterNanos(w)
+	if err := pw.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		return nil, err
+	}
+	return &Recorder{w: pw, clock: clock, buf: gopacket.NewSerializeBuffer()}, nil
+}
+
+// Close closes the file Create made and returns the first write error
+// seen.
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.f == nil {
+		return r.err
+	}
 	if err := r.f.Close(); err != nil && r.err == nil {
 		r.err = err
 	}
@@ -163,7 +181,7 @@ func (c *ConnRecorder) write(fromClient bool, fl tcpFlags, payload []byte) {
 		return
 	}
 	data := r.buf.Bytes()
-	ci := gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(data), Length: len(data)}
+	ci := gopacket.CaptureInfo{Timestamp: r.clock(), CaptureLength: len(data), Length: len(data)}
 	r.err = r.w.WritePacket(ci, data)
 }
 

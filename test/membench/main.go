@@ -1,0 +1,225 @@
+// Command membench measures replaywatch analyze's peak memory and time on
+// the flood probes of test/floodprobe, for one or more builds side by side
+// (scripts/bench-memory.sh builds this tree and a baseline revision):
+//
+//	membench -bin "this tree=./replaywatch" -bin "f701da3=./replaywatch-base" -limit 768MiB
+//
+// The probes, written once into -cache:
+//
+//	longids   20,000 sessions with 60 KiB session ids, each connection closed
+//	open      2,000 sessions with 60 KiB ids, every connection left open
+//	stream    one session streaming 1,000,000 events
+//	sessions  200,000 sessions started within 0.9 s of capture time
+//
+// Each run is "BIN analyze --format json --progress never --memory-limit
+// LIMIT FILE" (without --memory-limit for a build that does not know it):
+// wall seconds, CPU seconds (user + system), peak resident set (VmHWM, read
+// every 2 ms until the process exits), violations and the limits the
+// summary says were hit. With -clickhouse (and clickhouse-server installed,
+// Debian's package) the stream probe also runs into a ClickHouse server
+// started for the run (test/chtest), --clickhouse. It prints a Markdown
+// table; it asserts nothing (the tests do, on smaller probes).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/replaywatch/replaywatch/test/chtest"
+	"github.com/replaywatch/replaywatch/test/floodprobe"
+	"github.com/replaywatch/replaywatch/test/procmem"
+)
+
+type build struct{ label, path string }
+
+type builds []build
+
+func (b *builds) String() string { return fmt.Sprint(*b) }
+func (b *builds) Set(s string) error {
+	label, path, ok := strings.Cut(s, "=")
+	if !ok {
+		return errors.New("want LABEL=PATH")
+	}
+	*b = append(*b, build{label, path})
+	return nil
+}
+
+type probe struct {
+	name  string
+	write func(io.Writer) error
+}
+
+var probes = []probe{
+	{"longids", func(w io.Writer) error { return floodprobe.LongIDs(w, 20000, 60<<10, false) }},
+	{"open", func(w io.Writer) error { return floodprobe.LongIDs(w, 2000, 60<<10, true) }},
+	{"stream", func(w io.Writer) error { return floodprobe.OneStream(w, 1_000_000) }},
+	{"sessions", func(w io.Writer) error { return floodprobe.Sessions(w, 200_000, 900*time.Millisecond) }},
+}
+
+func main() {
+	var bins builds
+	flag.Var(&bins, "bin", "LABEL=PATH of a replaywatch binary (repeat for several)")
+	limit := flag.String("limit", "768MiB", "--memory-limit of every run")
+	cache := flag.String("cache", filepath.Join(os.TempDir(), "replaywatch-memory"), "where the probes are written once")
+	withCH := flag.Bool("clickhouse", true, "also run the stream probe into a ClickHouse server started for the run, when clickhouse-server is installed")
+	flag.Parse()
+	if err := run(bins, *limit, *cache, *withCH); err != nil {
+		fmt.Fprintln(os.Stderr, "membench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bins builds, limit, cache string, withCH bool) error {
+	if len(bins) == 0 {
+		return errors.New("no -bin given")
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return err
+	}
+	paths := map[string]string{}
+	for _, p := range probes {
+		path := filepath.Join(cache, p.name+".pcap")
+		paths[p.name] = path
+		if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "membench: writing %s\n", path)
+		if err := writeFile(path, p.write); err != nil {
+			return err
+		}
+	}
+	var dsn string
+	if _, err := exec.LookPath("clickhouse-server"); withCH && err == nil {
+		dir, err := os.MkdirTemp("", "membench-ch-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		srv, err := chtest.NewServer(dir, chtest.Options{})
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		if err := srv.Exec(context.Background(), "CREATE DATABASE membench"); err != nil {
+			return err
+		}
+		dsn = srv.DSN("membench")
+		if out, err := exec.Command(bins[0].path, "schema", "apply", "--clickhouse", dsn).CombinedOutput(); err != nil {
+			return fmt.Errorf("schema apply: %v\n%s", err, out)
+		}
+	} else if withCH {
+		fmt.Println("note: clickhouse-server is not installed: no run into ClickHouse")
+	}
+	fmt.Printf("--memory-limit %s\n\n", limit)
+	fmt.Println("| probe | capture | build | seconds | CPU s | peak RSS | violations | limits hit |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	row := func(name string, b build, pcap string, extra ...string) {
+		st, _ := os.Stat(pcap)
+		r, err := measure(b.path, limit, cache, pcap, extra...)
+		if err != nil {
+			fmt.Printf("| %s | | %s | failed: %v | | | | |\n", name, b.label, err)
+			return
+		}
+		fmt.Printf("| %s | %.0f MB | %s | %.2f | %.2f | %d MiB | %d | %s |\n", name, float64(st.Size())/1e6, b.label,
+			r.wall.Seconds(), r.cpu.Seconds(), r.hwm>>20, r.violations, r.limits)
+	}
+	for _, p := range probes {
+		for _, b := range bins {
+			row(p.name, b, paths[p.name])
+		}
+	}
+	if dsn != "" {
+		for _, b := range bins {
+			row("stream, into ClickHouse", b, paths["stream"], "--clickhouse", dsn, "--spool-dir", filepath.Join(cache, "spool"))
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path + ".part")
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(write(f), f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(path+".part", path)
+}
+
+type result struct {
+	wall, cpu  time.Duration
+	hwm        int64
+	violations int
+	limits     string
+}
+
+// measure runs one analysis and reads its figures.
+func measure(bin, limit, cache, pcap string, extra ...string) (result, error) {
+	args := []string{"analyze", "--format", "json", "--progress", "never"}
+	if help, _ := exec.Command(bin, "analyze", "--help").CombinedOutput(); strings.Contains(string(help), "-memory-limit") {
+		args = append(args, "--memory-limit", limit)
+	}
+	args = append(append(args, extra...), pcap)
+	out := filepath.Join(cache, "out.jsonl")
+	f, err := os.Create(out)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.Close()
+	var stderr strings.Builder
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	start := time.Now()
+	var r result
+	r.hwm, err = procmem.Run(cmd)
+	r.wall = time.Since(start)
+	if cmd.ProcessState == nil {
+		return r, err
+	}
+	if code := cmd.ProcessState.ExitCode(); code > 1 {
+		return r, fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	r.violations, r.limits, err = summary(out)
+	return r, err
+}
+
+// summary reads the violations and the limits hit from analyze's JSON Lines.
+func summary(path string) (int, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<26)
+	var s struct {
+		Violations int              `json:"violations"`
+		LimitsHit  map[string]int64 `json:"limits_hit"`
+	}
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), `{"type":"summary"`) {
+			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+				return 0, "", err
+			}
+		}
+	}
+	var limits []string
+	for k, n := range s.LimitsHit {
+		limits = append(limits, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(limits)
+	return s.Violations, strings.Join(limits, ", "), sc.Err()
+}
