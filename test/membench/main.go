@@ -19,6 +19,15 @@
 // Debian's package) the stream probe also runs into a ClickHouse server
 // started for the run (test/chtest), --clickhouse. It prints a Markdown
 // table; it asserts nothing (the tests do, on smaller probes).
+//
+// -scaling measures the first build's scaling laws instead: time, peak
+// RSS and the largest live heap a collection left (GODEBUG=gctrace=1) on
+// the benchmark capture at the sizes -captures names
+// ("1x=FILE,4x=FILE,16x=FILE", test/benchgen's), with
+// --session-idle-timeout 30s so that sessions expire within them; and on
+// 1,000 to 1,000,000 sessions started within a second and left idle (live
+// until the end), where memory grows with the sessions up to the
+// detector's share of the limit and is flat after.
 package main
 
 import (
@@ -32,7 +41,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +84,16 @@ func main() {
 	limit := flag.String("limit", "768MiB", "--memory-limit of every run")
 	cache := flag.String("cache", filepath.Join(os.TempDir(), "replaywatch-memory"), "where the probes are written once")
 	withCH := flag.Bool("clickhouse", true, "also run the stream probe into a ClickHouse server started for the run, when clickhouse-server is installed")
+	scaling := flag.Bool("scaling", false, "measure the first build's scaling laws instead of the probes")
+	captures := flag.String("captures", "", "-scaling: LABEL=FILE,... of the benchmark capture at several sizes")
 	flag.Parse()
+	if *scaling {
+		if err := runScaling(bins, *limit, *cache, *captures); err != nil {
+			fmt.Fprintln(os.Stderr, "membench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(bins, *limit, *cache, *withCH); err != nil {
 		fmt.Fprintln(os.Stderr, "membench:", err)
 		os.Exit(1)
@@ -147,6 +167,52 @@ func run(bins builds, limit, cache string, withCH bool) error {
 	return nil
 }
 
+// runScaling prints the scaling table: capture size, then live sessions.
+func runScaling(bins builds, limit, cache, captures string) error {
+	if len(bins) == 0 {
+		return errors.New("no -bin given")
+	}
+	bin := bins[0]
+	fmt.Printf("build %s, --memory-limit %s\n\n", bin.label, limit)
+	fmt.Println("| workload | input | seconds | CPU s | peak RSS | live heap | sessions seen | limits hit |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	row := func(name, pcap string, extra ...string) error {
+		st, err := os.Stat(pcap)
+		if err != nil {
+			return err
+		}
+		r, err := measure(bin.path, limit, cache, pcap, extra...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Printf("| %s | %.0f MB | %.2f | %.2f | %d MiB | %d MiB | %d | %s |\n", name, float64(st.Size())/1e6,
+			r.wall.Seconds(), r.cpu.Seconds(), r.hwm>>20, r.live>>20, r.sessions, r.limits)
+		return nil
+	}
+	for _, c := range strings.Split(captures, ",") {
+		label, path, ok := strings.Cut(c, "=")
+		if !ok {
+			continue
+		}
+		if err := row("benchmark capture "+label+", sessions expire after 30 s", path, "--session-idle-timeout", "30s"); err != nil {
+			return err
+		}
+	}
+	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
+		path := filepath.Join(cache, fmt.Sprintf("live-%d.pcap", n))
+		if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+			fmt.Fprintf(os.Stderr, "membench: writing %s\n", path)
+			if err := writeFile(path, func(w io.Writer) error { return floodprobe.Sessions(w, n, time.Second) }); err != nil {
+				return err
+			}
+		}
+		if err := row(fmt.Sprintf("%d live sessions", n), path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path + ".part")
 	if err != nil {
@@ -159,10 +225,24 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 type result struct {
-	wall, cpu  time.Duration
-	hwm        int64
-	violations int
-	limits     string
+	wall, cpu            time.Duration
+	hwm, live            int64
+	violations, sessions int
+	limits               string
+}
+
+// gcLine matches a gctrace line's heap sizes: "A->B->C MB", C being the
+// live heap the collection left.
+var gcLine = regexp.MustCompile(`(\d+)->(\d+)->(\d+) MB`)
+
+// maxLiveHeap is the largest live heap gctrace reported, in bytes.
+func maxLiveHeap(trace string) int64 {
+	var most int64
+	for _, m := range gcLine.FindAllStringSubmatch(trace, -1) {
+		n, _ := strconv.ParseInt(m[3], 10, 64)
+		most = max(most, n<<20)
+	}
+	return most
 }
 
 // measure runs one analysis and reads its figures.
@@ -180,6 +260,9 @@ func measure(bin, limit, cache, pcap string, extra ...string) (result, error) {
 	defer f.Close()
 	var stderr strings.Builder
 	cmd := exec.Command(bin, args...)
+	// gctrace reports the live heap after each collection: what the state
+	// holds, apart from the collector's room (RSS shows both).
+	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	cmd.Stdout, cmd.Stderr = f, &stderr
 	start := time.Now()
 	var r result
@@ -192,34 +275,37 @@ func measure(bin, limit, cache, pcap string, extra ...string) (result, error) {
 		return r, fmt.Errorf("exit %d: %s", code, strings.TrimSpace(stderr.String()))
 	}
 	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	r.violations, r.limits, err = summary(out)
+	r.live = maxLiveHeap(stderr.String())
+	r.violations, r.sessions, r.limits, err = summary(out)
 	return r, err
 }
 
-// summary reads the violations and the limits hit from analyze's JSON Lines.
-func summary(path string) (int, string, error) {
+// summary reads the violations, the sessions and the limits hit from
+// analyze's JSON Lines.
+func summary(path string) (violations, sessions int, limits string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<26)
 	var s struct {
-		Violations int              `json:"violations"`
-		LimitsHit  map[string]int64 `json:"limits_hit"`
+		Violations  int              `json:"violations"`
+		MCPSessions int              `json:"mcp_sessions"`
+		LimitsHit   map[string]int64 `json:"limits_hit"`
 	}
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), `{"type":"summary"`) {
 			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-				return 0, "", err
+				return 0, 0, "", err
 			}
 		}
 	}
-	var limits []string
+	var hits []string
 	for k, n := range s.LimitsHit {
-		limits = append(limits, fmt.Sprintf("%s %d", k, n))
+		hits = append(hits, fmt.Sprintf("%s %d", k, n))
 	}
-	sort.Strings(limits)
-	return s.Violations, strings.Join(limits, ", "), sc.Err()
+	sort.Strings(hits)
+	return s.Violations, s.MCPSessions, strings.Join(hits, ", "), sc.Err()
 }
