@@ -29,7 +29,8 @@ func (m *memoryBudget) register(fs *flag.FlagSet) {
 // apply divides the limit, fixed bytes of which lie outside the Go heap
 // (packet rings), and sets every bound the operator did not set (fs.Visit
 // sees the flags set on the command line, by the config file and the
-// environment) from its share. sc is nil without a ClickHouse sink.
+// environment) from its share. sc is the ClickHouse sink's configuration,
+// used only when a sink is opened.
 func (m *memoryBudget) apply(fs *flag.FlagSet, fixed int64, cp *capture.Config, dc *decode.Config, dt *detector.Config, sc *chsink.Config) error {
 	limit, from := int64(0), "--memory-limit"
 	if m.spec == "auto" {
@@ -54,7 +55,7 @@ func (m *memoryBudget) apply(fs *flag.FlagSet, fixed int64, cp *capture.Config, 
 	dc.MaxBufferedObservations = int(max(plan.Merger/decode.ObservationBytes, 1024))
 	dc.MaxBufferedBytes = plan.Decoder
 	dt.MaxStateBytes = plan.Detector
-	if sc != nil && !set["batch-bytes"] {
+	if !set["batch-bytes"] {
 		// One batch per table fills while the queue holds the ones being
 		// sent.
 		sc.BatchBytes = int(max(plan.Sink/int64(len(chsink.TableNames())*(max(sc.QueueBatches, 1)+1)), 1<<20))
