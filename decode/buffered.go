@@ -93,37 +93,41 @@ func (w *worker) pooled() int64 {
 // checkBuffered counts what the worker's buffers hold and sheds down to
 // seven eighths of its share when they hold more.
 func (w *worker) checkBuffered(ts time.Time) {
-	total := w.pooled()
+	pooled, held := w.pooled(), int64(0)
 	for _, c := range w.live {
-		total += c.held()
+		held += c.held()
 	}
-	if total > w.stats.peakHeld.Load() {
+	if total := pooled + held; total > w.stats.peakHeld.Load() {
 		w.stats.peakHeld.Store(total)
 	}
-	if total <= w.maxHeld {
+	if pooled+held <= w.maxHeld {
 		return
 	}
-	total -= w.pooled()
 	clear(w.bufPool)
 	w.bufPool = w.bufPool[:0]
 	clear(w.ssePool)
 	w.ssePool = w.ssePool[:0]
-	if total <= w.maxHeld {
+	if held <= w.maxHeld {
 		return
 	}
-	byHeld := slices.Clone(w.live)
-	slices.SortFunc(byHeld, func(a, b *conn) int { return cmp.Compare(b.held(), a.held()) })
+	type holder struct {
+		c    *conn
+		held int64
+	}
+	byHeld := make([]holder, 0, len(w.live))
+	for _, c := range w.live {
+		if h := c.held(); h > 0 {
+			byHeld = append(byHeld, holder{c, h})
+		}
+	}
+	slices.SortFunc(byHeld, func(a, b holder) int { return cmp.Compare(b.held, a.held) })
 	target := w.maxHeld - w.maxHeld/8
-	for _, c := range byHeld {
-		if total <= target {
+	for _, h := range byHeld {
+		if held <= target {
 			break
 		}
-		h := c.held()
-		if h == 0 {
-			break
-		}
-		c.shed(ts)
-		total -= h
+		h.c.shed(ts)
+		held -= h.held
 		w.stats.bufferLimitHits.Add(1)
 	}
 }
