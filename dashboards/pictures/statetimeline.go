@@ -81,19 +81,11 @@ func drawStateTimeline(p *panel, rs []*chdbtest.Result, annotations []*chdbtest.
 	if len(spans) == 0 {
 		return fmt.Errorf("no state")
 	}
-	type mark struct {
-		x           float64
-		title, text string
-		color       color.RGBA
-	}
-	var marks []mark
+	var marks []annotation
 	for _, a := range annotations {
-		t := table{r: a, col: map[string]int{}}
-		for i, c := range a.Columns {
-			t.col[c.Name] = i
-		}
+		t := newTable(a)
 		for _, row := range a.Rows {
-			marks = append(marks, mark{x: t.time(row), title: t.str(row, "title"), text: t.str(row, "text"),
+			marks = append(marks, annotation{x: t.time(row), title: t.str(row, "title"), text: t.str(row, "text"),
 				color: annotationColor(t.str(row, "tags"))})
 		}
 	}
@@ -116,12 +108,7 @@ func drawStateTimeline(p *panel, rs []*chdbtest.Result, annotations []*chdbtest.
 		}
 	}
 	pl.Add(&stateBand{spans: spans, colors: colors})
-	pl.Add(&annotationLines{marks: func() (out []annotationLine) {
-		for _, m := range marks {
-			out = append(out, annotationLine{x: m.x, color: m.color})
-		}
-		return out
-	}()})
+	pl.Add(annotationLines(marks))
 
 	const w, plotH, lineH = 1100.0, 170.0, 20.0
 	listH := lineH * float64(len(marks))
@@ -168,17 +155,19 @@ func (b *stateBand) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 }
 
-// annotationLine is one annotation's dashed line.
-type annotationLine struct {
-	x     float64
-	color color.RGBA
+// annotation is one of the dashboard's annotations, as drawn.
+type annotation struct {
+	x           float64
+	title, text string
+	color       color.RGBA
 }
 
-type annotationLines struct{ marks []annotationLine }
+// annotationLines draws each annotation as a dashed line across the plot.
+type annotationLines []annotation
 
-func (a *annotationLines) Plot(c draw.Canvas, p *plot.Plot) {
+func (a annotationLines) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
-	for _, m := range a.marks {
+	for _, m := range a {
 		x := trX(m.x)
 		c.StrokeLine2(draw.LineStyle{Color: m.color, Width: px(2), Dashes: []vg.Length{px(5), px(3)}}, x, trY(0), x, trY(1))
 	}

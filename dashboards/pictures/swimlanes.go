@@ -36,11 +36,16 @@ func tableOf(results map[string][]*chdbtest.Result, title string) (*table, error
 	if len(rs) != 1 {
 		return nil, fmt.Errorf("panel %q: %d results, want 1", title, len(rs))
 	}
-	t := &table{r: rs[0], col: map[string]int{}}
-	for i, c := range rs[0].Columns {
+	return newTable(rs[0]), nil
+}
+
+// newTable indexes r's columns by name.
+func newTable(r *chdbtest.Result) *table {
+	t := &table{r: r, col: map[string]int{}}
+	for i, c := range r.Columns {
 		t.col[c.Name] = i
 	}
-	return t, nil
+	return t
 }
 
 func (t *table) get(row []any, name string) any {
