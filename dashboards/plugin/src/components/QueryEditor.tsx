@@ -61,6 +61,26 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource, range }: 
     (e: ChangeEvent<HTMLInputElement>): void =>
       change({ [key]: e.currentTarget.value });
 
+  /** A findings filter offering known values and accepting any other (a template variable, a kind added later). */
+  const filterSelect = (
+    key: 'kind' | 'severity',
+    options: Array<SelectableValue<string>>,
+    width: number,
+    placeholder: string
+  ) => (
+    <Select<string>
+      inputId={`query-${key}`}
+      width={width}
+      options={options}
+      allowCustomValue
+      isClearable
+      value={query[key] ? asOption(query[key]) : null}
+      placeholder={placeholder}
+      onChange={(v) => change({ [key]: v?.value ?? '' }, true)}
+      onCreateOption={(v) => change({ [key]: v.trim() }, true)}
+    />
+  );
+
   const onLimitChange = (e: ChangeEvent<HTMLInputElement>) => {
     const n = Number(e.currentTarget.value);
     change({ limit: e.currentTarget.value.trim() === '' || !Number.isFinite(n) || n <= 0 ? undefined : Math.trunc(n) });
@@ -169,30 +189,10 @@ export function QueryEditor({ query, onChange, onRunQuery, datasource, range }: 
         <>
           <InlineFieldRow>
             <InlineField label="Kind" labelWidth={LABEL_WIDTH} tooltip="The violation's kind (docs/catalogue.md). Empty: all.">
-              <Select<string>
-                inputId="query-kind"
-                width={36}
-                options={kindOptions}
-                allowCustomValue
-                isClearable
-                value={query.kind ? asOption(query.kind) : null}
-                placeholder="any kind"
-                onChange={(v) => change({ kind: v?.value ?? '' }, true)}
-                onCreateOption={(v) => change({ kind: v.trim() }, true)}
-              />
+              {filterSelect('kind', kindOptions, 36, 'any kind')}
             </InlineField>
             <InlineField label="Severity" tooltip="Empty: all.">
-              <Select<string>
-                inputId="query-severity"
-                width={20}
-                options={severityOptions}
-                allowCustomValue
-                isClearable
-                value={query.severity ? asOption(query.severity) : null}
-                placeholder="any"
-                onChange={(v) => change({ severity: v?.value ?? '' }, true)}
-                onCreateOption={(v) => change({ severity: v.trim() }, true)}
-              />
+              {filterSelect('severity', severityOptions, 20, 'any')}
             </InlineField>
           </InlineFieldRow>
           <InlineFieldRow>
