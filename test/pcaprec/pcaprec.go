@@ -219,6 +219,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	n        int
 	conns    map[net.Conn]struct{}
+	closed   bool // Close began: a connection tracked later is closed at once
 }
 
 // ProxyHostEnv names the environment variable that moves every proxy to
@@ -256,6 +257,7 @@ func (p *Proxy) URL(path string) string { return "http://" + p.Addr() + path }
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		c.Close()
 	}
@@ -268,6 +270,13 @@ func (p *Proxy) track(c net.Conn, add bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if add {
+		// A connection accepted before Close but tracked after it (its
+		// handler was still dialling upstream) would keep Close waiting
+		// for a client that never hangs up.
+		if p.closed {
+			c.Close()
+			return
+		}
 		p.conns[c] = struct{}{}
 	} else {
 		delete(p.conns, c)
