@@ -79,14 +79,9 @@ func (k *flowKey) hash() uint64 {
 	h := le.Uint64(k.lo[0:]) ^ le.Uint64(k.lo[8:])*0x9e3779b97f4a7c15
 	h ^= (le.Uint64(k.hi[0:]) ^ le.Uint64(k.hi[8:])*0xc2b2ae3d27d4eb4f) * 0x165667b19e3779f9
 	h ^= uint64(k.loPort)<<16 | uint64(k.hiPort)
-	// splitmix64's finalizer, so that every bit of the key reaches the
-	// low bits the worker index is taken from.
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
+	// So that every bit of the key reaches the low bits the worker index
+	// is taken from.
+	return mix64(h)
 }
 
 // worker is the index, among n workers, of the worker that follows the

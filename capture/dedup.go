@@ -35,31 +35,45 @@ type dupKey struct {
 
 // recentSet remembers the last keys it was given, at most its capacity,
 // the oldest forgotten first: the duplicate checks of Live (dupWindow) and
-// of a merged read of several files (readMerged).
+// of a merged read of several files (readMerged). Keys are found by a
+// 64-bit fingerprint and then compared whole: a map keyed by the
+// fingerprint costs a fraction of one keyed by a large struct (hashing and
+// comparing all of its bytes three times per packet), and two keys that
+// share a fingerprint are told apart (the older is then not recognised: a
+// copy missed, which loses nothing).
 type recentSet[K comparable] struct {
-	keys map[K]struct{}
-	ring []K
-	next int // where the next key goes in ring, once it is full
+	index map[uint64]int32 // fingerprint -> its key's place in ring
+	ring  []recentKey[K]
+	next  int // where the next key goes in ring, once it is full
+}
+
+type recentKey[K comparable] struct {
+	print uint64
+	key   K
 }
 
 func newRecentSet[K comparable](size int) recentSet[K] {
-	return recentSet[K]{keys: make(map[K]struct{}, size), ring: make([]K, 0, size)}
+	return recentSet[K]{index: make(map[uint64]int32, size), ring: make([]recentKey[K], 0, size)}
 }
 
-// seen reports whether k is among the remembered keys, and remembers it
-// otherwise.
-func (r *recentSet[K]) seen(k K) bool {
-	if _, ok := r.keys[k]; ok {
+// seen reports whether k (of fingerprint print) is among the remembered
+// keys, and remembers it otherwise.
+func (r *recentSet[K]) seen(print uint64, k K) bool {
+	if i, ok := r.index[print]; ok && r.ring[i].key == k {
 		return true
 	}
-	if len(r.ring) < cap(r.ring) {
-		r.ring = append(r.ring, k)
+	slot := len(r.ring)
+	if slot < cap(r.ring) {
+		r.ring = append(r.ring, recentKey[K]{print, k})
 	} else {
-		delete(r.keys, r.ring[r.next])
-		r.ring[r.next] = k
+		slot = r.next
+		if old := r.ring[slot].print; r.index[old] == int32(slot) {
+			delete(r.index, old)
+		}
+		r.ring[slot] = recentKey[K]{print, k}
 		r.next = (r.next + 1) % len(r.ring)
 	}
-	r.keys[k] = struct{}{}
+	r.index[print] = int32(slot)
 	return false
 }
 
@@ -83,19 +97,40 @@ func (d *dupWindow) seen(b *batch, s *segment) bool {
 	if len(hdr) >= 20 {
 		k.ack = binary.BigEndian.Uint32(hdr[8:12])
 		k.checksum = binary.BigEndian.Uint16(hdr[16:18])
-		var h maphash.Hash
-		h.SetSeed(d.seed)
-		h.Write(hdr[12:16]) // data offset, flags, window
-		h.Write(hdr[18:])   // urgent pointer, options
-		k.rest = h.Sum64()
+		// data offset, flags, window; urgent pointer, options
+		k.rest = maphash.Bytes(d.seed, hdr[18:]) ^ uint64(binary.BigEndian.Uint32(hdr[12:16]))
 	}
 	return d.check(k)
 }
 
 func (d *dupWindow) check(k dupKey) bool {
-	if d.recentSet.seen(k) {
+	if d.recentSet.seen(k.fingerprint(), k) {
 		d.dropped++
 		return true
 	}
 	return false
+}
+
+// fingerprint mixes every field of k into 64 bits (splitmix64's finalizer
+// after each word), for recentSet's index.
+func (k *dupKey) fingerprint() uint64 {
+	h := mix64(k.key.hash() ^ uint64(k.seq)<<32 ^ uint64(k.ack))
+	h = mix64(h ^ uint64(k.length)<<32 ^ uint64(k.ipID)<<16 ^ uint64(k.checksum) ^ boolBit(k.fromLo)<<63)
+	return mix64(h ^ k.rest)
+}
+
+func mix64(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+func boolBit(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }

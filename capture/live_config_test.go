@@ -157,8 +157,8 @@ func TestDupWindow(t *testing.T) {
 	if d.check(key(0)) {
 		t.Error("0 is still remembered after the window moved past it")
 	}
-	if len(d.keys) != 4 || d.dropped != 2 {
-		t.Errorf("%d keys, %d dropped", len(d.keys), d.dropped)
+	if len(d.index) != 4 || d.dropped != 2 {
+		t.Errorf("%d keys, %d dropped", len(d.index), d.dropped)
 	}
 }
 

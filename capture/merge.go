@@ -179,5 +179,6 @@ func (w *copyWindow) seen(ts time.Time, data []byte) bool {
 	binary.LittleEndian.PutUint32(b[8:], uint32(ts.Nanosecond()))
 	h.Write(b[:])
 	h.Write(data)
-	return w.recentSet.seen(h.Sum64())
+	sum := h.Sum64()
+	return w.recentSet.seen(sum, sum)
 }
