@@ -12,6 +12,12 @@
 #   BENCH_CAPTURE=tx scripts/bench-agent.sh           # capture on the sending veth end
 #   BENCH_AGENT_ARGS="--workers 1" scripts/bench-agent.sh
 #   BENCH_NICE=-10 scripts/bench-agent.sh             # agent and tcpreplay ahead of other work on a shared machine
+#   BENCH_SENDER=agentbench scripts/bench-agent.sh     # send with "agentbench send" (64 frames per sendmmsg call)
+#                                                      # instead of tcpreplay (one frame per call): a faster sender,
+#                                                      # the "tcpreplay" figures below are then its own
+#   BENCH_AGENT_CPUS=1 BENCH_SENDER_CPUS=0 scripts/bench-agent.sh
+#                                                      # the agent on CPU 1 alone, tcpreplay on CPU 0 (taskset -c):
+#                                                      # what the agent sustains on one core, the sender not in its way
 #
 # Needs root (a network namespace, packet sockets) and iproute2; installs
 # tcpreplay with apt-get when it is missing. What it does:
@@ -60,6 +66,21 @@ PACED_TRIES=${BENCH_PACED_TRIES:-5}
 SIDE=${BENCH_CAPTURE:-rx}
 PRELOAD=${BENCH_PRELOAD:-1}
 NICE=${BENCH_NICE:-0}
+SENDER=${BENCH_SENDER:-tcpreplay}
+case $SENDER in
+tcpreplay | agentbench) ;;
+*)
+	echo "BENCH_SENDER=$SENDER: want tcpreplay or agentbench" >&2
+	exit 2
+	;;
+esac
+# taskset -c CPU lists for the agent and for tcpreplay; empty: not pinned.
+AGENT_CPUS=${BENCH_AGENT_CPUS:-}
+SENDER_CPUS=${BENCH_SENDER_CPUS:-}
+AGENT_PIN=()
+SENDER_PIN=()
+[[ -n $AGENT_CPUS ]] && AGENT_PIN=(taskset -c "$AGENT_CPUS")
+[[ -n $SENDER_CPUS ]] && SENDER_PIN=(taskset -c "$SENDER_CPUS")
 read -r -a AGENT_ARGS <<<"${BENCH_AGENT_ARGS:-}"
 CACHE=${TMPDIR:-/tmp}/replaywatch-bench
 WORK=${TMPDIR:-/tmp}/replaywatch-agentbench
@@ -148,6 +169,7 @@ TCK=$(getconf CLK_TCK)
 echo "== machine"
 echo "cores: $(nproc); cpu: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo); kernel $(uname -r)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) (tcpreplay and the agent share the cores; other work slows both); nice $NICE"
+echo "sender: $SENDER; agent on CPUs: ${AGENT_CPUS:-any}; sender on CPUs: ${SENDER_CPUS:-any}"
 go version
 tcpreplay --version 2>&1 | sed -n 1p # not head: tcpreplay would get SIGPIPE (pipefail)
 for f in "$FIXTURES" "$MAIN"; do
@@ -209,10 +231,17 @@ run_once() {
 	[[ ${1:-} == --mbps=* ]] && rate=${1#--mbps=}
 	rm -f "$out".*
 	echo
-	echo "-- $label: tcpreplay $* -i $TX $(basename "$file")"
+	local send=(tcpreplay "$@" -i "$TX")
+	if [[ $SENDER == agentbench ]]; then
+		send=("$AB" send -i "$TX")
+		if [[ $rate != top ]]; then
+			send+=(-mbps "$rate")
+		fi
+	fi
+	echo "-- $label: ${send[*]##*/} $(basename "$file")"
 	# Not through nsx: a backgrounded function is a subshell, and $! must be
 	# the agent itself (ip netns exec execs it) for /proc and SIGTERM.
-	ip netns exec "$NS" nice -n "$NICE" "$BIN" agent --interface "$CAPIF" --format json --listen "127.0.0.1:$PORT" --log-level warn "${AGENT_ARGS[@]}" \
+	ip netns exec "$NS" nice -n "$NICE" "${AGENT_PIN[@]}" "$BIN" agent --interface "$CAPIF" --format json --listen "127.0.0.1:$PORT" --log-level warn "${AGENT_ARGS[@]}" \
 		>"$out.jsonl" 2>"$out.err" &
 	AGENT_PID=$!
 	local i
@@ -239,9 +268,9 @@ run_once() {
 	ip netns exec "$NS" "$AB" watch -url "http://127.0.0.1:$PORT/metrics" -pid "$AGENT_PID" -clk-tck "$TCK" \
 		-done "$out.replayed" -out "$out.metrics" -series "$out.series" >"$out.watch" 2>&1 &
 	WATCH_PID=$!
-	local opts=() timer=()
-	if ((PRELOAD)); then
-		opts+=(-K)
+	local timer=()
+	if ((PRELOAD)) && [[ $SENDER == tcpreplay ]]; then
+		send+=(-K)
 	fi
 	if [[ -n $GNUTIME ]]; then
 		timer=("$GNUTIME" -f "%U %S" -o "$out.replaytime")
@@ -249,10 +278,10 @@ run_once() {
 	local stat0
 	stat0=$(cpustat)
 	# In the background and waited for, so that Ctrl-C is handled at once.
-	ip netns exec "$NS" nice -n "$NICE" "${timer[@]}" tcpreplay "${opts[@]}" "$@" -i "$TX" "$file" >"$out.tcpreplay" 2>&1 &
+	ip netns exec "$NS" nice -n "$NICE" "${timer[@]}" "${SENDER_PIN[@]}" "${send[@]}" "$file" >"$out.tcpreplay" 2>&1 &
 	REPLAY_PID=$!
 	if ! wait "$REPLAY_PID"; then
-		echo "tcpreplay failed:" >&2
+		echo "$SENDER failed:" >&2
 		cat "$out.tcpreplay" >&2
 		exit 1
 	fi

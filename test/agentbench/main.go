@@ -1,9 +1,10 @@
 // Command agentbench is the helper of scripts/bench-agent.sh, the live
-// capture benchmark of replaywatch agent. It has two subcommands:
+// capture benchmark of replaywatch agent. It has four subcommands:
 //
 //	agentbench weave -out FILE [-base BASE.pcap] FIXTURE.pcap...
 //	agentbench compare -analyze ANALYZE.jsonl -agent AGENT.jsonl
 //	agentbench watch -url http://127.0.0.1:19464/metrics -pid PID -done FILE -out FILE
+//	agentbench send -i IFACE [-mbps N] FILE.pcap
 //
 // weave builds a capture that has violations in it. Each fixture capture
 // (recorded on loopback, 127.0.0.1 on both sides) gets an address of its
@@ -43,6 +44,9 @@
 // poller that sleeps 100 ms and then could not run for a second says the
 // machine's cores were taken by other work. The last scrape is written to
 // -out.
+//
+// send replays a capture onto an interface like tcpreplay -K, many frames
+// per system call (see runSend).
 package main
 
 import (
@@ -69,7 +73,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agentbench weave|compare|watch [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agentbench weave|compare|watch|send [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -80,8 +84,10 @@ func main() {
 		err = runCompare(os.Args[2:], os.Stdout)
 	case "watch":
 		err = runWatch(os.Args[2:], os.Stdout)
+	case "send":
+		err = runSend(os.Args[2:], os.Stdout)
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want weave, compare or watch)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want weave, compare, watch or send)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentbench:", err)
