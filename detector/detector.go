@@ -68,6 +68,7 @@ type Detector struct {
 	// identities: an identical call is evidence of a link only when rare.
 	callSessions map[uint64]uint8
 	hashSeed     maphash.Seed // for the index's keys (membership only: no output depends on it)
+	keyScratch   []byte       // scratchKey's buffer
 	// sharedIDEndpoints are the endpoints whose sessions were seen to
 	// send the same event id (idsShared).
 	sharedIDEndpoints map[string]struct{}
@@ -551,9 +552,9 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.rev = ex.protoHeader
 	}
 	if ex.rev == "" && ex.hasReqSession {
-		if s, ok := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]; ok {
+		if s, ok := d.sessions[string(d.scratchKey(ex.endpoint, ex.reqSession))]; ok {
 			ex.rev = s.rev
-		} else if t, ok := d.tombs.byID[sessionKey(ex.endpoint, ex.reqSession)]; ok {
+		} else if t, ok := d.tombs.byID[string(d.scratchKey(ex.endpoint, ex.reqSession))]; ok {
 			ex.rev = t.rev
 		}
 	}

@@ -523,3 +523,30 @@ func TestHeaderMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestIsEndpoint: the fast path of endpointOf says yes only where spelling
+// the endpoint again would give the same string.
+func TestIsEndpoint(t *testing.T) {
+	for _, c := range []struct {
+		e, host, path string
+		want          bool
+	}{
+		{"mcp.example:8080/mcp", "mcp.example:8080", "/mcp", true},
+		{"mcp.example:8080/mcp", "MCP.Example:8080", "/mcp", true},
+		{"mcp.example:8080/mcp", "mcp.example:8080", "/MCP", false},
+		{"mcp.example:8080/mcp", "mcp.example:8081", "/mcp", false},
+		{"mcp.example:8080/mcp", "mcp.example:8080/", "mcp", true}, // the same string either way
+		{"mcp.example/mcp/x", "mcp.example", "/mcp", false},
+		{"", "", "", true},
+		{"é.example/mcp", "É.example", "/mcp", false}, // not ASCII: spelled by ToLower
+		{"é.example/mcp", "é.example", "/mcp", false},
+	} {
+		got := isEndpoint(c.e, c.host, c.path)
+		if got != c.want {
+			t.Errorf("isEndpoint(%q, %q, %q) = %v", c.e, c.host, c.path, got)
+		}
+		if got && strings.ToLower(c.host)+c.path != c.e {
+			t.Errorf("isEndpoint(%q, %q, %q): yes, but ToLower gives %q", c.e, c.host, c.path, strings.ToLower(c.host)+c.path)
+		}
+	}
+}

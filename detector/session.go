@@ -184,11 +184,11 @@ func (s *session) revision() string {
 // session returns the live session id, creating it (start not captured)
 // when unknown.
 func (d *Detector) session(endpoint, id string, o *decode.Observation) *session {
-	key := sessionKey(endpoint, id)
-	if s, ok := d.sessions[key]; ok {
+	if s, ok := d.sessions[string(d.scratchKey(endpoint, id))]; ok {
 		d.touch(s, o.Time)
 		return s
 	}
+	key := sessionKey(endpoint, id)
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.evictOldest(o.Time)
 	}
@@ -205,11 +205,11 @@ func (d *Detector) session(endpoint, id string, o *decode.Observation) *session 
 // sessionUnlessDeleted is session(id), or nil when id is a deleted
 // session's (a tombstone).
 func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observation) *session {
-	key := sessionKey(endpoint, id)
-	if s, ok := d.sessions[key]; ok {
+	if s, ok := d.sessions[string(d.scratchKey(endpoint, id))]; ok {
 		d.touch(s, o.Time)
 		return s
 	}
+	key := sessionKey(endpoint, id)
 	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
 		return nil
 	}
@@ -221,6 +221,15 @@ func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observati
 // and two unrelated servers that mint the same id stay two.
 func sessionKey(endpoint, id string) string { return endpoint + "\x00" + id }
 
+// scratchKey spells sessionKey(endpoint, id) in the detector's scratch
+// buffer, valid until its next use: a map indexed by string(b) does not
+// copy b, so the lookup of a known session (most requests) allocates
+// nothing.
+func (d *Detector) scratchKey(endpoint, id string) []byte {
+	d.keyScratch = append(append(append(d.keyScratch[:0], endpoint...), 0), id...)
+	return d.keyScratch
+}
+
 // endpointOf is the logical MCP endpoint of o's exchange: the Host header
 // (lower case) and path (without query) of its request, else that of the
 // connection's last request, else the server address.
@@ -229,6 +238,11 @@ func (d *Detector) endpointOf(o *decode.Observation) string {
 		path := r.Path
 		if i := strings.IndexAny(path, "?#"); i >= 0 {
 			path = path[:i]
+		}
+		// Most requests repeat their connection's endpoint: found, not
+		// spelled again.
+		if e, ok := d.connEndpoint[o.Conn.ID]; ok && isEndpoint(e, r.Host, path) {
+			return e
 		}
 		e := strings.ToLower(r.Host) + path
 		if len(d.connEndpoint) >= d.cfg.MaxOpenExchanges {
@@ -241,6 +255,27 @@ func (d *Detector) endpointOf(o *decode.Observation) string {
 		return e
 	}
 	return o.Conn.Server.String()
+}
+
+// isEndpoint says whether e is the endpoint of an ASCII host and path:
+// strings.ToLower(host) + path.
+func isEndpoint(e, host, path string) bool {
+	if len(e) != len(host)+len(path) || e[len(host):] != path {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if c >= 0x80 {
+			return false // not ASCII: ToLower's business
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if e[i] != c {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *Detector) touch(s *session, t time.Time) {
@@ -391,7 +426,7 @@ func (d *Detector) noteConnSession(conn decode.Conn, s *session) {
 	if prev == s.key {
 		return
 	}
-	if p := d.sessions[prev]; seen && p != nil && p.ended == "" && !p.gone && p.lostAt.IsZero() {
+	if seen && d.liveSession(prev) {
 		if len(d.sharedConns) >= d.cfg.MaxSessions {
 			d.sharedConnsAll = true
 		} else {
@@ -402,6 +437,13 @@ func (d *Detector) noteConnSession(conn decode.Conn, s *session) {
 		clear(d.connSession) // bounded; only a sharing seen across the clear is missed
 	}
 	d.connSession[conn.ID] = s.key
+}
+
+// liveSession says whether the session of key is tracked and neither ended,
+// gone nor lost.
+func (d *Detector) liveSession(key string) bool {
+	p := d.sessions[key]
+	return p != nil && p.ended == "" && !p.gone && p.lostAt.IsZero()
 }
 
 // connShared says whether conn's client address and server pair was seen
