@@ -4,7 +4,7 @@
 //	agentbench weave -out FILE [-base BASE.pcap] FIXTURE.pcap...
 //	agentbench compare -analyze ANALYZE.jsonl -agent AGENT.jsonl
 //	agentbench watch -url http://127.0.0.1:19464/metrics -pid PID -done FILE -out FILE
-//	agentbench send -i IFACE [-mbps N] FILE.pcap
+//	agentbench send -i IFACE [-mbps N] [-batch N] FILE.pcap
 //
 // weave builds a capture that has violations in it. Each fixture capture
 // (recorded on loopback, 127.0.0.1 on both sides) gets an address of its

@@ -14,9 +14,6 @@ import (
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
-// sendBatch is how many frames one sendmmsg call hands to the kernel.
-const sendBatch = 64
-
 // runSend sends a capture's frames out of an interface, as tcpreplay -K
 // does, but many frames per system call (sendmmsg on a packet socket):
 // tcpreplay sends one per call, and on a two-core machine its own cost caps
@@ -27,12 +24,13 @@ const sendBatch = 64
 func runSend(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	iface := fs.String("i", "", "interface to send on")
-	mbps := fs.Float64("mbps", 0, "pace to this many Mbit/s of frames (0: full speed)")
+	mbps := fs.Float64("mbps", 0, "pace to this many Mbit/s of frames (0: full speed); checked after each batch")
+	batch := fs.Int("batch", 64, "frames per sendmmsg call")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *iface == "" || fs.NArg() != 1 {
-		return errors.New("usage: agentbench send -i IFACE [-mbps N] FILE.pcap")
+	if *iface == "" || fs.NArg() != 1 || *batch < 1 {
+		return errors.New("usage: agentbench send -i IFACE [-mbps N] [-batch N] FILE.pcap")
 	}
 	frames, total, err := loadFrames(fs.Arg(0))
 	if err != nil {
@@ -53,13 +51,13 @@ func runSend(args []string, stdout io.Writer) error {
 	// The frames leave as they are: no qdisc (a veth has none to speak of).
 	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
 
-	hdrs := make([]unix.Mmsghdr, sendBatch)
-	iovs := make([]unix.Iovec, sendBatch)
+	hdrs := make([]unix.Mmsghdr, *batch)
+	iovs := make([]unix.Iovec, *batch)
 	var failed int
 	start := time.Now()
 	sentBytes := 0
 	for off := 0; off < len(frames); {
-		n := min(sendBatch, len(frames)-off)
+		n := min(*batch, len(frames)-off)
 		for i := range n {
 			f := frames[off+i]
 			iovs[i].Base = &f[0]
