@@ -142,17 +142,17 @@ func run(bins builds, limit, cache string, withCH bool) error {
 		fmt.Println("note: clickhouse-server is not installed: no run into ClickHouse")
 	}
 	fmt.Printf("--memory-limit %s\n\n", limit)
-	fmt.Println("| probe | capture | build | seconds | CPU s | peak RSS | violations | limits hit |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| probe | capture | build | seconds | CPU s | CPU s/Gbit | peak RSS | RSS/session | violations | limits hit |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	row := func(name string, b build, pcap string, extra ...string) {
 		st, _ := os.Stat(pcap)
 		r, err := measure(b.path, limit, cache, pcap, extra...)
 		if err != nil {
-			fmt.Printf("| %s | | %s | failed: %v | | | | |\n", name, b.label, err)
+			fmt.Printf("| %s | | %s | failed: %v | | | | | | |\n", name, b.label, err)
 			return
 		}
-		fmt.Printf("| %s | %.0f MB | %s | %.2f | %.2f | %d MiB | %d | %s |\n", name, float64(st.Size())/1e6, b.label,
-			r.wall.Seconds(), r.cpu.Seconds(), r.hwm>>20, r.violations, r.limits)
+		fmt.Printf("| %s | %.0f MB | %s | %.2f | %.2f | %s | %d MiB | %s | %d | %s |\n", name, float64(st.Size())/1e6, b.label,
+			r.wall.Seconds(), r.cpu.Seconds(), perGbit(r.cpu, st.Size()), r.hwm>>20, perSession(r.hwm, r.sessions), r.violations, r.limits)
 	}
 	for _, p := range probes {
 		for _, b := range bins {
@@ -167,6 +167,27 @@ func run(bins builds, limit, cache string, withCH bool) error {
 	return nil
 }
 
+// perGbit spells CPU seconds per Gbit of an input of size bytes: the cores a
+// 1 Gbit/s link of such traffic would keep busy.
+func perGbit(cpu time.Duration, size int64) string {
+	if size <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", cpu.Seconds()/(float64(size)*8/1e9))
+}
+
+// perSession spells bytes per session seen, in KiB (MiB from 1 MiB on).
+func perSession(bytes int64, sessions int) string {
+	if sessions <= 0 {
+		return "-"
+	}
+	kib := float64(bytes) / float64(sessions) / 1024
+	if kib >= 1024 {
+		return fmt.Sprintf("%.0f MiB", kib/1024)
+	}
+	return fmt.Sprintf("%.1f KiB", kib)
+}
+
 // runScaling prints the scaling table: capture size, then live sessions.
 func runScaling(bins builds, limit, cache, captures string) error {
 	if len(bins) == 0 {
@@ -174,8 +195,8 @@ func runScaling(bins builds, limit, cache, captures string) error {
 	}
 	bin := bins[0]
 	fmt.Printf("build %s, --memory-limit %s\n\n", bin.label, limit)
-	fmt.Println("| workload | input | seconds | CPU s | peak RSS | live heap | sessions seen | limits hit |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workload | input | seconds | CPU s | CPU s/Gbit | peak RSS | live heap | sessions seen | live heap/session | limits hit |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	row := func(name, pcap string, extra ...string) error {
 		st, err := os.Stat(pcap)
 		if err != nil {
@@ -185,8 +206,9 @@ func runScaling(bins builds, limit, cache, captures string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		fmt.Printf("| %s | %.0f MB | %.2f | %.2f | %d MiB | %d MiB | %d | %s |\n", name, float64(st.Size())/1e6,
-			r.wall.Seconds(), r.cpu.Seconds(), r.hwm>>20, r.live>>20, r.sessions, r.limits)
+		fmt.Printf("| %s | %.0f MB | %.2f | %.2f | %s | %d MiB | %d MiB | %d | %s | %s |\n", name, float64(st.Size())/1e6,
+			r.wall.Seconds(), r.cpu.Seconds(), perGbit(r.cpu, st.Size()), r.hwm>>20, r.live>>20, r.sessions,
+			perSession(r.live, r.sessions), r.limits)
 		return nil
 	}
 	for _, c := range strings.Split(captures, ",") {
