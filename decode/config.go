@@ -103,6 +103,17 @@ type Config struct {
 	// finding ids agree across nodes. Empty: unkeyed SHA-256 (tests,
 	// tools); the CLI always sets a key (see README, "Privacy").
 	HashKey []byte
+
+	// ReuseEvents lets the pipeline reuse the memory of an event
+	// observation once out has returned from it: one SSE event is the
+	// decoder's most common output, and allocating each anew is most of
+	// what the decoder allocates. Set it only when out keeps nothing of an
+	// event observation after it returns: no pointer to it, to its Event or
+	// into its Messages, and no copy of its Event.DataHash string (whose
+	// bytes are the observation's; strings.Clone it to keep it). The
+	// detector keeps nothing (Detector.Observe); a consumer that collects
+	// observations must leave it off.
+	ReuseEvents bool
 }
 
 // DefaultConfig returns the documented defaults.

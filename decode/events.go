@@ -4,6 +4,7 @@ package decode
 
 import (
 	"encoding/binary"
+	"sync"
 	"unsafe"
 )
 
@@ -30,10 +31,34 @@ type eventObservation struct {
 	hashHex [16]byte
 }
 
+// eventPool holds event observations delivered and handed back
+// (Config.ReuseEvents).
+var eventPool = sync.Pool{New: func() any { return new(eventObservation) }}
+
+// newEventObservation is a zeroed event observation: a reused one when the
+// pipeline may reuse them.
+func (w *worker) newEventObservation() *eventObservation {
+	if !w.cfg.ReuseEvents {
+		return &eventObservation{}
+	}
+	eo := eventPool.Get().(*eventObservation)
+	*eo = eventObservation{}
+	return eo
+}
+
+// releaseEvent hands a delivered observation back to eventPool if it came
+// from there. o is an eventObservation's first field, so o's address is
+// the eventObservation's.
+func releaseEvent(o *Observation) {
+	if o.reusable {
+		eventPool.Put((*eventObservation)(unsafe.Pointer(o)))
+	}
+}
+
 // onEvent turns a dispatched SSE event into an observation.
 func (d *dir) onEvent(e *SSEEvent) {
 	st := d.c.w.stats
-	eo := &eventObservation{}
+	eo := d.c.w.newEventObservation()
 	eo.ev = Event{
 		Index:     d.events,
 		ID:        e.ID,
@@ -60,13 +85,15 @@ func (d *dir) onEvent(e *SSEEvent) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 		}
 	}
-	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: &d.resp.resp, Event: &eo.ev}
+	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: &d.resp.resp, Event: &eo.ev,
+		reusable: d.c.w.cfg.ReuseEvents}
 	d.c.emit(&eo.obs)
 }
 
 // hex64 spells h in 16 hex digits into buf and returns them as a string
-// that shares buf's memory instead of copying it. buf must never be written
-// again: it lives in the observation whose field holds the string.
+// that shares buf's memory instead of copying it. buf must not be written
+// again while the string is in use: it lives in the observation whose field
+// holds the string (reused after delivery with Config.ReuseEvents).
 func hex64(buf *[16]byte, h uint64) string {
 	var raw [8]byte
 	binary.BigEndian.PutUint64(raw[:], h)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,6 +212,19 @@ func run(t testing.TB, cfg Config, split splitter, scripts ...script) ([]*Observ
 	f.Done()
 	p.Close()
 	return got, p.Stats()
+}
+
+// keepEvent copies what a consumer of Config.ReuseEvents may keep of an
+// observation: the observation, its Event and Messages, its DataHash.
+func keepEvent(o *Observation) *Observation {
+	c := *o
+	if o.Event != nil {
+		ev := *o.Event
+		ev.Messages = slices.Clone(ev.Messages)
+		ev.DataHash = strings.Clone(ev.DataHash)
+		c.Event = &ev
+	}
+	return &c
 }
 
 func short(h string) string {

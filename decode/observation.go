@@ -131,8 +131,11 @@ type Observation struct {
 	// one (of another connection): it names the limit that let the newer
 	// one out first. Checks whose evidence spans it cannot trust the order.
 	Late Late
-	Time time.Time
-	Conn Conn
+	// reusable: the observation is an eventObservation from eventPool, to
+	// go back once delivered (Config.ReuseEvents).
+	reusable bool
+	Time     time.Time
+	Conn     Conn
 	// Exchange is the 1-based index of the HTTP exchange on the connection.
 	// Requests and responses are paired in order (HTTP/1.1 pipelining).
 	Exchange int

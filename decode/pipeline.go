@@ -139,6 +139,7 @@ func (p *Pipeline) deliver() {
 	for batch := range p.outCh {
 		for _, o := range batch {
 			p.out(o)
+			releaseEvent(o)
 		}
 		p.delivered.Add(int64(len(batch)))
 		p.queued.Add(-int64(len(batch)))

@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -236,4 +237,68 @@ func TestPipelineSkewedWorkersStayBounded(t *testing.T) {
 		t.Error("no early release: the test did not skew the workers")
 	}
 	t.Logf("peak %d, early releases %d", st.MergerPeak, st.EarlyReleases)
+}
+
+// TestPipelineReusesEvents: with Config.ReuseEvents, event observations are
+// reused once delivered, and a consumer that copies what it keeps
+// (keepEvent) sees what it would see without reuse; one that keeps an
+// event's DataHash uncopied sees it change.
+func TestPipelineReusesEvents(t *testing.T) {
+	const events = 50
+	feed := func(cfg Config, out func(*Observation)) *Pipeline {
+		p := NewPipeline(cfg, 1, out)
+		f := p.Factory(0)
+		s := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+		s.Data(true, []byte("GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: S1\r\n\r\n"), testBase)
+		s.Data(false, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"), testBase)
+		for i := range events {
+			at := testBase.Add(time.Duration(i+1) * time.Second)
+			s.Data(false, fmt.Appendf(nil, "id: e%d\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"n\":%d}}\n\n", i, i), at)
+			f.Tick(at)
+			// Let the event be delivered (and handed back) before the next.
+			for deadline := time.Now().Add(2 * time.Second); p.Stats().Observations < int64(i+2) && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		s.Close(CloseEOF, testBase.Add(time.Hour))
+		f.Done()
+		p.Close()
+		return p
+	}
+	cfg := DefaultConfig()
+	cfg.ReorderWindow = 1 // release each observation at the next tick
+	var want []*Observation
+	feed(cfg, func(o *Observation) { want = append(want, o) })
+
+	cfg.ReuseEvents = true
+	var got []*Observation
+	var raw []string // DataHash kept without a copy
+	seen := map[*Event]bool{}
+	reused := 0
+	feed(cfg, func(o *Observation) {
+		if o.Event != nil {
+			if seen[o.Event] {
+				reused++
+			}
+			seen[o.Event] = true
+			raw = append(raw, o.Event.DataHash)
+		}
+		got = append(got, keepEvent(o))
+	})
+	if reused == 0 {
+		t.Fatal("no event observation was reused")
+	}
+	if g, w := render(got), render(want); g != w {
+		t.Errorf("with ReuseEvents:\n%s\nwithout:\n%s", g, w)
+	}
+	changed := 0
+	for i, o := range got[2 : 2+events] {
+		if raw[i] != o.Event.DataHash {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Errorf("%d of %d observations reused, yet no uncopied DataHash changed", reused, events)
+	}
+	t.Logf("%d of %d event observations reused; %d uncopied DataHash strings changed", reused, events, changed)
 }

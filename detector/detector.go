@@ -243,7 +243,10 @@ func (d *Detector) advance(t time.Time) {
 	}
 }
 
-// Observe consumes one observation.
+// Observe consumes one observation. It keeps nothing of o once it returns:
+// no pointer into it, and strings that may share its memory (an event's
+// DataHash) are copied, so that the decoder may reuse it
+// (decode.Config.ReuseEvents).
 func (d *Detector) Observe(o *decode.Observation) {
 	if d.closed {
 		return

@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/replaywatch/replaywatch/decode"
 )
@@ -117,7 +118,7 @@ func (d *Detector) emitStreamEvent(ex *exchange, s *session, o *decode.Observati
 	se := &StreamEvent{
 		Time: o.Time, SessionID: s.id, EventID: ev.ID, Position: -1, Delivery: 1,
 		Resumed: ex.resume != nil, Priming: priming, Messages: len(ev.Messages),
-		DataBytes: ev.DataBytes, DataHash: ev.DataHash, Client: ex.conn.Client.String(), Server: ex.conn.Server.String(),
+		DataBytes: ev.DataBytes, DataHash: strings.Clone(ev.DataHash), Client: ex.conn.Client.String(), Server: ex.conn.Server.String(),
 	}
 	if len(ev.Messages) > 0 {
 		se.Method, se.JSONRPCID = ev.Messages[0].Method, ev.Messages[0].ID

@@ -77,7 +77,9 @@ func run(args []string, stdout io.Writer) error {
 		st, err = capture.ReadFiles(ctx, []string{path}, cfg, func(int) decode.StreamFactory { return discard{} })
 	case "decode":
 		var observations int64
-		p := decode.NewPipeline(decode.DefaultConfig(), cfg.Workers, func(*decode.Observation) { observations++ })
+		dcfg := decode.DefaultConfig()
+		dcfg.ReuseEvents = true // as analyze runs it: the counter keeps nothing
+		p := decode.NewPipeline(dcfg, cfg.Workers, func(*decode.Observation) { observations++ })
 		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
 		if perr := writeHeapProfile(*memProfile); perr != nil {
 			return perr
