@@ -31,7 +31,7 @@ type eventObservation struct {
 	hashHex [16]byte
 }
 
-// eventPool holds event observations delivered and handed back
+// eventPool holds zeroed event observations, delivered and handed back
 // (Config.ReuseEvents).
 var eventPool = sync.Pool{New: func() any { return new(eventObservation) }}
 
@@ -41,17 +41,18 @@ func (w *worker) newEventObservation() *eventObservation {
 	if !w.cfg.ReuseEvents {
 		return &eventObservation{}
 	}
-	eo := eventPool.Get().(*eventObservation)
-	*eo = eventObservation{}
-	return eo
+	return eventPool.Get().(*eventObservation)
 }
 
 // releaseEvent hands a delivered observation back to eventPool if it came
-// from there. o is an eventObservation's first field, so o's address is
-// the eventObservation's.
+// from there, zeroed so that the pool keeps nothing of its exchange alive.
+// o is an eventObservation's first field, so o's address is the
+// eventObservation's.
 func releaseEvent(o *Observation) {
 	if o.reusable {
-		eventPool.Put((*eventObservation)(unsafe.Pointer(o)))
+		eo := (*eventObservation)(unsafe.Pointer(o))
+		*eo = eventObservation{}
+		eventPool.Put(eo)
 	}
 }
 
