@@ -184,11 +184,36 @@ func (s *session) revision() string {
 // session returns the live session id, creating it (start not captured)
 // when unknown.
 func (d *Detector) session(endpoint, id string, o *decode.Observation) *session {
-	if s, ok := d.sessions[string(d.scratchKey(endpoint, id))]; ok {
-		d.touch(s, o.Time)
+	if s := d.known(endpoint, id, o); s != nil {
+		return s
+	}
+	return d.newTracked(id, sessionKey(endpoint, id), o)
+}
+
+// sessionUnlessDeleted is session(id), or nil when id is a deleted
+// session's (a tombstone).
+func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observation) *session {
+	if s := d.known(endpoint, id, o); s != nil {
 		return s
 	}
 	key := sessionKey(endpoint, id)
+	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
+		return nil
+	}
+	return d.newTracked(id, key, o)
+}
+
+// known is the live session id, touched, or nil.
+func (d *Detector) known(endpoint, id string, o *decode.Observation) *session {
+	s := d.sessions[string(d.scratchKey(endpoint, id))]
+	if s != nil {
+		d.touch(s, o.Time)
+	}
+	return s
+}
+
+// newTracked starts tracking session id under key.
+func (d *Detector) newTracked(id, key string, o *decode.Observation) *session {
 	if len(d.sessions) >= d.cfg.MaxSessions {
 		d.evictOldest(o.Time)
 	}
@@ -200,20 +225,6 @@ func (d *Detector) session(endpoint, id string, o *decode.Observation) *session 
 	d.stats.SessionsSeen++
 	d.pushFront(s)
 	return s
-}
-
-// sessionUnlessDeleted is session(id), or nil when id is a deleted
-// session's (a tombstone).
-func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observation) *session {
-	if s, ok := d.sessions[string(d.scratchKey(endpoint, id))]; ok {
-		d.touch(s, o.Time)
-		return s
-	}
-	key := sessionKey(endpoint, id)
-	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
-		return nil
-	}
-	return d.session(endpoint, id, o)
 }
 
 // sessionKey names session id within its logical endpoint: a session that
