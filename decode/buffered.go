@@ -27,9 +27,9 @@ const (
 	minBufferCheck = 256 << 10
 )
 
-// trimBuf empties b for reuse, or lets it go when it grew large.
-func trimBuf(b []byte) []byte {
-	if cap(b) > keptBufBytes {
+// trimBuf empties b for reuse, or lets it go when it grew past keep.
+func trimBuf(b []byte, keep int) []byte {
+	if cap(b) > keep {
 		return nil
 	}
 	return b[:0]

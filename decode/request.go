@@ -115,7 +115,7 @@ func (d *dir) requestHead() {
 }
 
 func (d *dir) resetBody() {
-	d.body = trimBuf(d.body)
+	d.body = trimBuf(d.body, keptBufBytes)
 	d.bodyBytes, d.bodyOver = 0, false
 	d.keepBody = false
 	d.events = 0
@@ -127,7 +127,7 @@ func (d *dir) startBody(mode uint8, length int64) {
 	d.remaining = length
 	d.chunk = chSize
 	d.sawCR = false
-	d.buf = trimBuf(d.buf)
+	d.buf = trimBuf(d.buf, keptBufBytes)
 }
 
 // nextMessage readies the direction for the next head on a keep-alive
@@ -135,7 +135,7 @@ func (d *dir) startBody(mode uint8, length int64) {
 func (d *dir) nextMessage() {
 	d.resetMessage()
 	d.state = stSync
-	d.buf = trimBuf(d.buf)
+	d.buf = trimBuf(d.buf, keptBufBytes)
 	d.skipLine = false
 	d.resyncing = false
 }

@@ -15,14 +15,14 @@ func (d *dir) enterSync() {
 	d.state = stSync
 	d.resyncing = true
 	d.skipLine = false
-	d.buf = trimBuf(d.buf)
+	d.buf = trimBuf(d.buf, keptBufBytes)
 	d.resetMessage()
 }
 
 func (d *dir) resetMessage() {
 	d.ex, d.req, d.resp = nil, nil, nil
 	d.bodyMode, d.remaining, d.chunk, d.sawCR = 0, 0, chSize, false
-	d.body = trimBuf(d.body)
+	d.body = trimBuf(d.body, keptBufBytes)
 	d.bodyBytes, d.bodyOver, d.keepBody = 0, false, false
 	d.events = 0
 	d.sseOn = false

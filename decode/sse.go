@@ -224,10 +224,7 @@ func (d *SSEDecoder) endLine() {
 		return
 	}
 	d.processLine(d.line)
-	if cap(d.line) > maxKeptSSEBuffer {
-		d.line = nil
-	}
-	d.line = d.line[:0]
+	d.line = trimBuf(d.line, maxKeptSSEBuffer)
 }
 
 func (d *SSEDecoder) processLine(line []byte) {
@@ -346,10 +343,7 @@ func (d *SSEDecoder) dispatch() {
 	}
 	// A large event's buffer is not kept for the next: a stream that sent
 	// one would hold it while idle (the decoder's MaxBufferedBytes).
-	if cap(d.data) > maxKeptSSEBuffer {
-		d.data = nil
-	}
-	d.data = d.data[:0]
+	d.data = trimBuf(d.data, maxKeptSSEBuffer)
 	d.dataLines, d.dataBytes, d.dataTrunc = 0, 0, false
 	d.typ = d.typ[:0]
 	d.id, d.hasID = "", false
