@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/replaywatch/replaywatch/test/procmem"
 )
 
 // watched are the counters whose movement means the agent is still working.
@@ -160,13 +162,8 @@ func runWatch(args []string, stdout io.Writer) error {
 		return err
 	}
 	hwm := ""
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", *pid)); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-				hwm = strings.TrimSuffix(strings.TrimSpace(v), " kB")
-			}
-		}
+	if n := procmem.PeakRSS(*pid); n > 0 {
+		hwm = strconv.FormatInt(n>>10, 10)
 	}
 	if err := os.WriteFile(*out, body, 0o644); err != nil {
 		return err

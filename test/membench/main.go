@@ -268,9 +268,23 @@ func maxLiveHeap(trace string) int64 {
 }
 
 // measure runs one analysis and reads its figures.
+// knowsLimit caches, per binary, whether its analyze has --memory-limit (a
+// baseline revision from before the budget does not).
+var knowsLimit = map[string]bool{}
+
+func knowsMemoryLimit(bin string) bool {
+	known, ok := knowsLimit[bin]
+	if !ok {
+		help, _ := exec.Command(bin, "analyze", "--help").CombinedOutput()
+		known = strings.Contains(string(help), "-memory-limit")
+		knowsLimit[bin] = known
+	}
+	return known
+}
+
 func measure(bin, limit, cache, pcap string, extra ...string) (result, error) {
 	args := []string{"analyze", "--format", "json", "--progress", "never"}
-	if help, _ := exec.Command(bin, "analyze", "--help").CombinedOutput(); strings.Contains(string(help), "-memory-limit") {
+	if knowsMemoryLimit(bin) {
 		args = append(args, "--memory-limit", limit)
 	}
 	args = append(append(args, extra...), pcap)
