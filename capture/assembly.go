@@ -1140,4 +1140,15 @@ func (c *conn) close(reason decode.CloseReason) {
 		c.w.stats.Evictions++
 	}
 	c.stream.Close(reason, c.w.now)
+	// The decoder reuses a closed stream for its next connection: a late
+	// loss report must not reach it.
+	c.stream = endedStream{}
 }
+
+// endedStream stands in for a closed connection's stream.
+type endedStream struct{}
+
+func (endedStream) Data(bool, []byte, time.Time)        {}
+func (endedStream) Gap(bool, int, time.Time)            {}
+func (endedStream) Fin(bool, time.Time)                 {}
+func (endedStream) Close(decode.CloseReason, time.Time) {}

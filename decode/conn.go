@@ -154,7 +154,8 @@ type dir struct {
 }
 
 func newConn(w *worker, meta ConnMeta) *conn {
-	c := &conn{w: w, meta: meta}
+	c := w.getConn()
+	c.w, c.meta = w, meta
 	c.info = Conn{ID: meta.ID, Client: meta.A, Server: meta.B, StartSeen: meta.SawSYN}
 	for i := range c.dirs {
 		c.dirs[i] = dir{c: c, fromA: i == 0}
@@ -264,6 +265,7 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		c.emitLimitGap(ts, true)
 	}
 	c.w.untrack(c)
+	c.w.putConn(c)
 }
 
 // emitLimitGap tells the consumer that the connection's bytes are not being

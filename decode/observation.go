@@ -62,7 +62,8 @@ type TCPStream interface {
 	Gap(fromA bool, lost int, ts time.Time)
 	// Fin reports a FIN from one side: no more data from it.
 	Fin(fromA bool, ts time.Time)
-	// Close is called exactly once, last.
+	// Close is called exactly once, last: the stream may be reused for
+	// another connection once it returns.
 	Close(reason CloseReason, ts time.Time)
 }
 

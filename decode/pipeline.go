@@ -292,16 +292,17 @@ func (p *Pipeline) releaseLocked() {
 
 // worker is one capture worker's StreamFactory and its decoding state.
 type worker struct {
-	p       *Pipeline
-	id      int
-	cfg     Config
-	stats   *counters
-	peeker  Peeker
-	strings interner
-	ssePool []*SSEDecoder // decoders of closed connections, for reuse
-	bufPool [][]byte      // head and body buffers of closed connections
-	lower   [maxKnownHeaderName]byte
-	scratch []byte // a request target without its query (redactQuery)
+	p        *Pipeline
+	id       int
+	cfg      Config
+	stats    *counters
+	peeker   Peeker
+	strings  interner
+	ssePool  []*SSEDecoder // decoders of closed connections, for reuse
+	bufPool  [][]byte      // head and body buffers of closed connections
+	connPool []*conn       // closed connections, zeroed, for reuse
+	lower    [maxKnownHeaderName]byte
+	scratch  []byte // a request target without its query (redactQuery)
 
 	pending  []item
 	tick     time.Time // latest Tick
@@ -369,6 +370,33 @@ func (w *worker) putBuf(b []byte) {
 		return
 	}
 	w.bufPool = append(w.bufPool, b[:0])
+}
+
+// maxPooledConns bounds the closed connections a worker keeps for reuse: a
+// connection is a 1 KiB object with pointers, costly to allocate anew for
+// every short-lived connection, and a few suffice for a steady churn.
+const maxPooledConns = 64
+
+// getConn returns a zeroed connection, a reused one when there is one.
+func (w *worker) getConn() *conn {
+	if n := len(w.connPool); n > 0 {
+		c := w.connPool[n-1]
+		w.connPool[n-1] = nil
+		w.connPool = w.connPool[:n-1]
+		return c
+	}
+	return &conn{}
+}
+
+// putConn zeroes a closed connection and keeps it for reuse. Nothing else
+// points to it: observations copy its Conn, and capture calls nothing on a
+// stream after Close (the TCPStream contract).
+func (w *worker) putConn(c *conn) {
+	if len(w.connPool) >= maxPooledConns {
+		return
+	}
+	*c = conn{}
+	w.connPool = append(w.connPool, c)
 }
 
 // NewStream implements StreamFactory.
