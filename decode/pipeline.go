@@ -71,6 +71,7 @@ type Pipeline struct {
 	wg   sync.WaitGroup
 
 	delivered, late, early atomic.Int64
+	lateEarly              atomic.Int64 // late after an early release
 	// queued counts observations released and not yet delivered; peak is
 	// the most the merger held at once (buffered and queued).
 	queued atomic.Int64
@@ -190,6 +191,7 @@ func (p *Pipeline) Stats() Stats {
 	s.Observations = p.delivered.Load()
 	s.LateObservations = p.late.Load()
 	s.EarlyReleases = p.early.Load()
+	s.LateAfterEarlyRelease = p.lateEarly.Load()
 	p.mu.Lock()
 	s.MergerPeak = p.peak
 	p.mu.Unlock()
@@ -209,6 +211,7 @@ func (p *Pipeline) insertLocked(items []item, src int) {
 			items[i].obs.Late = LateReorderWindow
 			if p.releasedEarly {
 				items[i].obs.Late = LateMaxBufferedObservations
+				p.lateEarly.Add(1)
 			}
 		}
 	}

@@ -174,8 +174,45 @@ func TestPipelineBoundedBuffer(t *testing.T) {
 	if ps := paths(*got); len(ps) != 10 || ps[0] != "/a" || ps[9] != "/j" {
 		t.Fatalf("delivered %v", ps)
 	}
-	if st := p.Stats(); st.EarlyReleases != 7 {
-		t.Errorf("EarlyReleases = %d, want 7", st.EarlyReleases)
+	if st := p.Stats(); st.EarlyReleases != 7 || st.LateAfterEarlyRelease != 0 {
+		t.Errorf("EarlyReleases = %d, LateAfterEarlyRelease = %d; want 7 and 0 (nothing came older)", st.EarlyReleases, st.LateAfterEarlyRelease)
+	}
+}
+
+// TestPipelineCountsWhatEarlyReleasesCost: an observation arriving older than
+// one the full window released early is late, and counted as the cost of
+// MaxBufferedObservations; with room in the window the same arrival is
+// merged in order.
+func TestPipelineCountsWhatEarlyReleasesCost(t *testing.T) {
+	for _, tc := range []struct {
+		window    int
+		wantLate  Late
+		wantCount int64
+	}{{3, LateMaxBufferedObservations, 1}, {100, NotLate, 0}} {
+		cfg := DefaultConfig()
+		cfg.MaxBufferedObservations = tc.window
+		p, got := collect(cfg, 1)
+		f := p.Factory(0)
+		s1 := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
+		for i := range 10 {
+			request(s1, "/"+string(rune('a'+i)), time.Duration(i)*time.Millisecond)
+		}
+		f.Tick(testBase.Add(20 * time.Millisecond)) // hands the batch to the merger
+		s2 := f.NewStream(ConnMeta{ID: 2, A: testClient, B: testServer, SawSYN: true})
+		request(s2, "/old", time.Millisecond)
+		f.Done()
+		p.Close()
+		var late Late = 255
+		for _, o := range *got {
+			if o.Request.Path == "/old" {
+				late = o.Late
+			}
+		}
+		st := p.Stats()
+		if late != tc.wantLate || st.LateAfterEarlyRelease != tc.wantCount || st.LateObservations != tc.wantCount {
+			t.Errorf("window %d: /old delivered with Late = %d, LateAfterEarlyRelease = %d, LateObservations = %d; want %d, %d, %d",
+				tc.window, late, st.LateAfterEarlyRelease, st.LateObservations, tc.wantLate, tc.wantCount, tc.wantCount)
+		}
 	}
 }
 

@@ -52,7 +52,13 @@ type Stats struct {
 	Observations       int64 // observations delivered to out
 	LateObservations   int64 // delivered after a newer one had been released
 	EarlyReleases      int64 // released before their time because MaxBufferedObservations was reached
-	MergerPeak         int64 // the most observations the merger held at once (buffered and queued for delivery)
+	// LateAfterEarlyRelease counts the late observations that arrived
+	// older than one released early (Late = LateMaxBufferedObservations):
+	// what the fixed window cost. An early release alone costs nothing
+	// while the workers keep pace with each other, so this, not
+	// EarlyReleases, is the limit's hit count.
+	LateAfterEarlyRelease int64
+	MergerPeak            int64 // the most observations the merger held at once (buffered and queued for delivery)
 }
 
 // counters is one worker's share of Stats. Atomic so Stats can be read while

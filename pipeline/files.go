@@ -176,7 +176,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	limit("decode.MaxEventBytes", uint64(d.EventLimitHits))
 	limit("decode.MaxBodyBytes", uint64(d.BodyLimitHits))
 	limit("decode.MaxPipelinedRequests", uint64(d.PipelineOverflows))
-	limit("decode.MaxBufferedObservations", uint64(d.EarlyReleases))
+	limit("decode.MaxBufferedObservations", uint64(d.LateAfterEarlyRelease))
 	limit("decode.MaxBufferedBytes", uint64(d.BufferLimitHits))
 	for k, n := range det.LimitsHit {
 		limit("detector."+k, uint64(n))

@@ -40,6 +40,7 @@ var metricNames = []string{
 	"replaywatch_decode_gaps_total",
 	"replaywatch_decode_observations_total",
 	"replaywatch_decode_late_observations_total",
+	"replaywatch_decode_early_releases_total",
 	"replaywatch_decode_merger_peak",
 	// detector
 	"replaywatch_otlp_spans_total",

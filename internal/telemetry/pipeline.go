@@ -170,6 +170,7 @@ var decodeCounters = []counterRow[decode.Stats]{
 	{"replaywatch.decode.gaps", "{gap}", "Gaps the decoder was handed", func(s *decode.Stats) int64 { return s.Gaps }},
 	{"replaywatch.decode.observations", "{observation}", "Observations delivered to the detector", func(s *decode.Stats) int64 { return s.Observations }},
 	{"replaywatch.decode.late_observations", "{observation}", "Observations delivered after a newer one (older than the reorder window)", func(s *decode.Stats) int64 { return s.LateObservations }},
+	{"replaywatch.decode.early_releases", "{observation}", "Observations released before the reorder window passed because the merger's fixed window (MaxBufferedObservations) was full; they cost nothing unless an older one arrives after them", func(s *decode.Stats) int64 { return s.EarlyReleases }},
 }
 
 var detectorCounters = []counterRow[detector.Stats]{
@@ -298,7 +299,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			limit(o, "decode.MaxSSELineBytes", s.LineLimitHits)
 			limit(o, "decode.MaxEventBytes", s.EventLimitHits)
 			limit(o, "decode.MaxPipelinedRequests", s.PipelineOverflows)
-			limit(o, "decode.MaxBufferedObservations", s.EarlyReleases)
+			limit(o, "decode.MaxBufferedObservations", s.LateAfterEarlyRelease)
 			limit(o, "decode.MaxBufferedBytes", s.BufferLimitHits)
 			o.ObserveInt64(mergerPeak, s.MergerPeak)
 		}

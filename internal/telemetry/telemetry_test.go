@@ -268,7 +268,7 @@ func fakeSources() PipelineSources {
 				ParseErrors: map[string]int64{"bad_chunk": 3},
 				Resyncs:     2, ResyncSkippedBytes: 77, Gaps: 5,
 				HeaderLimitHits: 1, BodyLimitHits: 2, LineLimitHits: 3, EventLimitHits: 4, PipelineOverflows: 5,
-				Observations: 800, LateObservations: 3, EarlyReleases: 6, MergerPeak: 77,
+				Observations: 800, LateObservations: 3, EarlyReleases: 6, LateAfterEarlyRelease: 2, MergerPeak: 77,
 			}
 		},
 		Detector: det.Load,
@@ -337,7 +337,8 @@ func TestMetrics(t *testing.T) {
 	check(t, fams, 3, "replaywatch_limit_hits_total", "limit", "decode.MaxSSELineBytes")
 	check(t, fams, 4, "replaywatch_limit_hits_total", "limit", "decode.MaxEventBytes")
 	check(t, fams, 5, "replaywatch_limit_hits_total", "limit", "decode.MaxPipelinedRequests")
-	check(t, fams, 6, "replaywatch_limit_hits_total", "limit", "decode.MaxBufferedObservations")
+	check(t, fams, 2, "replaywatch_limit_hits_total", "limit", "decode.MaxBufferedObservations")
+	check(t, fams, 6, "replaywatch_decode_early_releases_total")
 	check(t, fams, 9, "replaywatch_limit_hits_total", "limit", "detector.MaxSessions")
 	check(t, fams, 4, "replaywatch_limit_hits_total", "limit", "detector.MaxStateBytes")
 	check(t, fams, 1<<20, "replaywatch_detector_state_bytes")
