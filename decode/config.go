@@ -104,16 +104,17 @@ type Config struct {
 	// tools); the CLI always sets a key (see README, "Privacy").
 	HashKey []byte
 
-	// ReuseEvents lets the pipeline reuse the memory of an event
-	// observation once out has returned from it: one SSE event is the
-	// decoder's most common output, and allocating each anew is most of
-	// what the decoder allocates. Set it only when out keeps nothing of an
-	// event observation after it returns: no pointer to it, to its Event or
-	// into its Messages, and no copy of its Event.DataHash string (whose
-	// bytes are the observation's; strings.Clone it to keep it). The
-	// detector keeps nothing (Detector.Observe); a consumer that collects
-	// observations must leave it off.
-	ReuseEvents bool
+	// ReuseObservations lets the pipeline reuse the memory of event, body
+	// and end observations once out has returned from them, and of a
+	// response once out has returned from its exchange's End: allocating
+	// each anew was most of what the decoder allocates. Set it only when
+	// out keeps nothing of these after it returns: no pointer to the
+	// observation, its Event, Body, End or Response, or into their
+	// Messages, and no copy of an Event.DataHash string (whose bytes are
+	// the observation's; strings.Clone it to keep it). Requests are not
+	// reused. The detector keeps nothing (Detector.Observe); a consumer
+	// that collects observations must leave it off.
+	ReuseObservations bool
 }
 
 // DefaultConfig returns the documented defaults.

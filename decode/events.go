@@ -4,7 +4,6 @@ package decode
 
 import (
 	"encoding/binary"
-	"sync"
 	"unsafe"
 )
 
@@ -31,35 +30,10 @@ type eventObservation struct {
 	hashHex [16]byte
 }
 
-// eventPool holds zeroed event observations, delivered and handed back
-// (Config.ReuseEvents).
-var eventPool = sync.Pool{New: func() any { return new(eventObservation) }}
-
-// newEventObservation is a zeroed event observation: a reused one when the
-// pipeline may reuse them.
-func (w *worker) newEventObservation() *eventObservation {
-	if !w.cfg.ReuseEvents {
-		return &eventObservation{}
-	}
-	return eventPool.Get().(*eventObservation)
-}
-
-// releaseEvent hands a delivered observation back to eventPool if it came
-// from there, zeroed so that the pool keeps nothing of its exchange alive.
-// o is an eventObservation's first field, so o's address is the
-// eventObservation's.
-func releaseEvent(o *Observation) {
-	if o.reusable {
-		eo := (*eventObservation)(unsafe.Pointer(o))
-		*eo = eventObservation{}
-		eventPool.Put(eo)
-	}
-}
-
 // onEvent turns a dispatched SSE event into an observation.
 func (d *dir) onEvent(e *SSEEvent) {
 	st := d.c.w.stats
-	eo := d.c.w.newEventObservation()
+	eo := d.c.w.eventObservation()
 	eo.ev = Event{
 		Index:     d.events,
 		ID:        e.ID,
@@ -87,14 +61,14 @@ func (d *dir) onEvent(e *SSEEvent) {
 		}
 	}
 	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: &d.resp.resp, Event: &eo.ev,
-		reusable: d.c.w.cfg.ReuseEvents}
+		reusable: d.c.w.cfg.ReuseObservations}
 	d.c.emit(&eo.obs)
 }
 
 // hex64 spells h in 16 hex digits into buf and returns them as a string
 // that shares buf's memory instead of copying it. buf must not be written
 // again while the string is in use: it lives in the observation whose field
-// holds the string (reused after delivery with Config.ReuseEvents).
+// holds the string (reused after delivery with Config.ReuseObservations).
 func hex64(buf *[16]byte, h uint64) string {
 	var raw [8]byte
 	binary.BigEndian.PutUint64(raw[:], h)

@@ -214,15 +214,29 @@ func run(t testing.TB, cfg Config, split splitter, scripts ...script) ([]*Observ
 	return got, p.Stats()
 }
 
-// keepEvent copies what a consumer of Config.ReuseEvents may keep of an
-// observation: the observation, its Event and Messages, its DataHash.
-func keepEvent(o *Observation) *Observation {
+// keepObservation copies what a consumer of Config.ReuseObservations may
+// keep of an observation: the observation, its parts and their Messages, an
+// event's DataHash.
+func keepObservation(o *Observation) *Observation {
 	c := *o
 	if o.Event != nil {
 		ev := *o.Event
 		ev.Messages = slices.Clone(ev.Messages)
 		ev.DataHash = strings.Clone(ev.DataHash)
 		c.Event = &ev
+	}
+	if o.Body != nil {
+		b := *o.Body
+		b.Messages = slices.Clone(b.Messages)
+		c.Body = &b
+	}
+	if o.End != nil {
+		e := *o.End
+		c.End = &e
+	}
+	if o.Response != nil {
+		r := *o.Response
+		c.Response = &r
 	}
 	return &c
 }

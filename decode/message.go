@@ -19,8 +19,10 @@ func (d *dir) endResponse(how EndHow) {
 		return
 	}
 	resp := &ro.resp
-	st := d.c.w.stats
-	eo := &endObservation{}
+	w := d.c.w
+	st := w.stats
+	reuse := w.cfg.ReuseObservations
+	eo := w.endObservation()
 	end := &eo.end
 	end.How = how
 	end.ClientClosed = d.c.clientFin
@@ -42,26 +44,37 @@ func (d *dir) endResponse(how EndHow) {
 	} else if d.bodyOver {
 		d.limit = "MaxBodyBytes"
 	} else if how == EndClean && len(d.body) > 0 && !d.bodyOver {
-		bo := &bodyObservation{}
-		msgs, batch, _ := d.c.w.peeker.peekInto(bo.msg[:0], d.body)
+		bo := w.bodyObservation()
+		msgs, batch, _ := w.peeker.peekInto(bo.msg[:0], d.body)
 		if HasJSONRPC(msgs) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 			bo.body = Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
-			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body}
+			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body,
+				reusable: reuse}
 			d.c.emit(&bo.obs)
+		} else if reuse {
+			bodyPool.put(bo)
 		}
 	}
 	end.Limit = d.limit
-	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end}
+	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end,
+		reusable: reuse}
+	if reuse {
+		// The End is the last observation pointing to the response: it
+		// goes back to its pool with the End (release).
+		eo.resp = ro
+	}
 	d.c.emit(&eo.obs)
 	d.resp = nil
 }
 
 // endObservation and bodyObservation hold an observation and its part in
-// one allocation, a body with room for the usual single message.
+// one allocation, a body with room for the usual single message. An end
+// holds its response too when both are reused (release).
 type endObservation struct {
-	obs Observation
-	end End
+	obs  Observation
+	end  End
+	resp *responseObservation
 }
 
 type bodyObservation struct {

@@ -132,8 +132,9 @@ type Observation struct {
 	// one (of another connection): it names the limit that let the newer
 	// one out first. Checks whose evidence spans it cannot trust the order.
 	Late Late
-	// reusable: the observation is an eventObservation from eventPool, to
-	// go back once delivered (Config.ReuseEvents).
+	// reusable: the observation is the first field of an event, body or
+	// end observation from a pool, to go back once delivered
+	// (Config.ReuseObservations, reuse.go).
 	reusable bool
 	Time     time.Time
 	Conn     Conn

@@ -140,7 +140,7 @@ func (p *Pipeline) deliver() {
 	for batch := range p.outCh {
 		for _, o := range batch {
 			p.out(o)
-			releaseEvent(o)
+			release(o)
 		}
 		p.delivered.Add(int64(len(batch)))
 		p.queued.Add(-int64(len(batch)))

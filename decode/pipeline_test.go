@@ -276,28 +276,45 @@ func TestPipelineSkewedWorkersStayBounded(t *testing.T) {
 	t.Logf("peak %d, early releases %d", st.MergerPeak, st.EarlyReleases)
 }
 
-// TestPipelineReusesEvents: with Config.ReuseEvents, event observations are
-// reused once delivered, and a consumer that copies what it keeps
-// (keepEvent) sees what it would see without reuse; one that keeps an
-// event's DataHash uncopied sees it change.
-func TestPipelineReusesEvents(t *testing.T) {
-	const events = 50
+// TestPipelineReusesObservations: with Config.ReuseObservations, event,
+// body and end observations and responses are reused once delivered, and a
+// consumer that copies what it keeps (keepObservation) sees what it would
+// see without reuse; one that keeps an event's DataHash uncopied sees it
+// change.
+func TestPipelineReusesObservations(t *testing.T) {
+	const events, calls = 50, 20
 	feed := func(cfg Config, out func(*Observation)) *Pipeline {
 		p := NewPipeline(cfg, 1, out)
 		f := p.Factory(0)
+		// Let each observation be delivered (and handed back) before the
+		// next is made.
+		settle := func(at time.Time, n int64) {
+			f.Tick(at)
+			for deadline := time.Now().Add(2 * time.Second); p.Stats().Observations < n && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
 		s := f.NewStream(ConnMeta{ID: 1, A: testClient, B: testServer, SawSYN: true})
 		s.Data(true, []byte("GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: S1\r\n\r\n"), testBase)
 		s.Data(false, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"), testBase)
 		for i := range events {
 			at := testBase.Add(time.Duration(i+1) * time.Second)
 			s.Data(false, fmt.Appendf(nil, "id: e%d\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"n\":%d}}\n\n", i, i), at)
-			f.Tick(at)
-			// Let the event be delivered (and handed back) before the next.
-			for deadline := time.Now().Add(2 * time.Second); p.Stats().Observations < int64(i+2) && time.Now().Before(deadline); {
-				time.Sleep(100 * time.Microsecond)
-			}
+			settle(at, int64(i+2))
 		}
-		s.Close(CloseEOF, testBase.Add(time.Hour))
+		s.Close(CloseEOF, testBase.Add(time.Minute))
+		// Calls answered with JSON: a request, a response, a body and an
+		// end each.
+		c := f.NewStream(ConnMeta{ID: 2, A: testClient, B: testServer, SawSYN: true})
+		for i := range calls {
+			at := testBase.Add(time.Hour + time.Duration(i)*time.Second)
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"n":%d}}}`, i, i)
+			c.Data(true, fmt.Appendf(nil, "POST /mcp HTTP/1.1\r\nMcp-Session-Id: S1\r\nContent-Length: %d\r\n\r\n%s", len(body), body), at)
+			body = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"n":%d}}`, i, i)
+			c.Data(false, fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body), at)
+			settle(at.Add(time.Millisecond), int64(events+3+4*(i+1)))
+		}
+		c.Close(CloseEOF, testBase.Add(2*time.Hour))
 		f.Done()
 		p.Close()
 		return p
@@ -307,26 +324,48 @@ func TestPipelineReusesEvents(t *testing.T) {
 	var want []*Observation
 	feed(cfg, func(o *Observation) { want = append(want, o) })
 
-	cfg.ReuseEvents = true
+	cfg.ReuseObservations = true
 	var got []*Observation
 	var raw []string // DataHash kept without a copy
-	seen := map[*Event]bool{}
-	reused := 0
-	feed(cfg, func(o *Observation) {
-		if o.Event != nil {
-			if seen[o.Event] {
-				reused++
-			}
-			seen[o.Event] = true
-			raw = append(raw, o.Event.DataHash)
+	seen := map[any]bool{}
+	reused := map[Kind]int{}
+	note := func(k Kind, p any) {
+		if seen[p] {
+			reused[k]++
 		}
-		got = append(got, keepEvent(o))
+		seen[p] = true
+	}
+	heads := map[[2]uint64]Response{} // each exchange's response as delivered
+	stale := 0
+	feed(cfg, func(o *Observation) {
+		ex := [2]uint64{o.Conn.ID, uint64(o.Exchange)}
+		if h, ok := heads[ex]; ok && o.Response != nil && *o.Response != h {
+			stale++ // a response reused while its exchange still pointed to it
+		}
+		switch o.Kind {
+		case KindEvent:
+			note(o.Kind, o.Event)
+			raw = append(raw, o.Event.DataHash)
+		case KindBody:
+			note(o.Kind, o.Body)
+		case KindEnd:
+			note(o.Kind, o.End)
+		case KindResponse:
+			note(o.Kind, o.Response)
+			heads[ex] = *o.Response
+		}
+		got = append(got, keepObservation(o))
 	})
-	if reused == 0 {
-		t.Fatal("no event observation was reused")
+	if stale > 0 {
+		t.Errorf("%d observations pointed to a response that had changed since it was delivered", stale)
+	}
+	for _, k := range []Kind{KindEvent, KindBody, KindEnd, KindResponse} {
+		if reused[k] == 0 {
+			t.Errorf("no %v was reused", k)
+		}
 	}
 	if g, w := render(got), render(want); g != w {
-		t.Errorf("with ReuseEvents:\n%s\nwithout:\n%s", g, w)
+		t.Errorf("with ReuseObservations:\n%s\nwithout:\n%s", g, w)
 	}
 	changed := 0
 	for i, o := range got[2 : 2+events] {
@@ -335,7 +374,7 @@ func TestPipelineReusesEvents(t *testing.T) {
 		}
 	}
 	if changed == 0 {
-		t.Errorf("%d of %d observations reused, yet no uncopied DataHash changed", reused, events)
+		t.Errorf("%d of %d event observations reused, yet no uncopied DataHash changed", reused[KindEvent], events)
 	}
-	t.Logf("%d of %d event observations reused; %d uncopied DataHash strings changed", reused, events, changed)
+	t.Logf("reused: %v; %d uncopied DataHash strings changed", reused, changed)
 }

@@ -16,7 +16,7 @@ type responseObservation struct {
 // parseResponseHead reads the response head in d.buf (complete lines only).
 func (d *dir) parseResponseHead() (*responseObservation, framing) {
 	status, _ := parseStatusLine(firstLine(d.buf))
-	ro := &responseObservation{}
+	ro := d.c.w.responseObservation()
 	resp := &ro.resp
 	*resp = Response{Status: status, ContentLength: -1}
 	f := framing{contentLength: -1}

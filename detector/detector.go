@@ -243,10 +243,11 @@ func (d *Detector) advance(t time.Time) {
 	}
 }
 
-// Observe consumes one observation. It keeps nothing of o once it returns:
-// no pointer into it, and strings that may share its memory (an event's
-// DataHash) are copied, so that the decoder may reuse it
-// (decode.Config.ReuseEvents).
+// Observe consumes one observation. Once it returns it keeps nothing of o
+// but a request's Messages (which the decoder never reuses): no pointer to
+// o, its Response, Event, Body or End, and strings that may share their
+// memory (an event's DataHash) are copied, so that the decoder may reuse
+// them (decode.Config.ReuseObservations).
 func (d *Detector) Observe(o *decode.Observation) {
 	if d.closed {
 		return

@@ -52,7 +52,7 @@ func Files(ctx context.Context, files []string, cfg Config, out detector.Sink) (
 	cfg.Capture = cfg.Capture.WithDefaults()
 	det := detector.New(cfg.Detect, withSource(out, detector.SourcePcap))
 	var times trafficTimes
-	cfg.Decode.ReuseEvents = true // its only consumers, times and det, keep nothing of an observation
+	cfg.Decode.ReuseObservations = true // its only consumers, times and det, keep nothing the pipeline reuses
 	pipe := decode.NewPipeline(cfg.Decode, cfg.Capture.Workers, func(o *decode.Observation) {
 		times.observe(o)
 		det.Observe(o)

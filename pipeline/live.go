@@ -49,7 +49,7 @@ func NewLive(cfg LiveConfig, out detector.Sink) (*Live, error) {
 	l := &Live{cfg: cfg, det: detector.New(cfg.Detect, withSource(out, detector.SourceLive)), mu: lockOr(cfg.Lock),
 		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	l.storeStats()
-	cfg.Decode.ReuseEvents = true // the detector keeps nothing of an observation
+	cfg.Decode.ReuseObservations = true // the detector keeps nothing the pipeline reuses
 	l.pipe = decode.NewPipeline(cfg.Decode, cfg.Capture.WithDefaults().Workers, func(o *decode.Observation) {
 		l.mu.Lock()
 		l.det.Observe(o)

@@ -78,7 +78,7 @@ func run(args []string, stdout io.Writer) error {
 	case "decode":
 		var observations int64
 		dcfg := decode.DefaultConfig()
-		dcfg.ReuseEvents = true // as analyze runs it: the counter keeps nothing
+		dcfg.ReuseObservations = true // as analyze runs it: the counter keeps nothing
 		p := decode.NewPipeline(dcfg, cfg.Workers, func(*decode.Observation) { observations++ })
 		st, err = capture.ReadFiles(ctx, []string{path}, cfg, p.Factory)
 		if perr := writeHeapProfile(*memProfile); perr != nil {
