@@ -106,14 +106,16 @@ type Config struct {
 
 	// ReuseObservations lets the pipeline reuse the memory of event, body
 	// and end observations once out has returned from them, and of a
-	// response once out has returned from its exchange's End: allocating
-	// each anew was most of what the decoder allocates. Set it only when
-	// out keeps nothing of these after it returns: no pointer to the
-	// observation, its Event, Body, End or Response, or into their
-	// Messages, and no copy of an Event.DataHash string (whose bytes are
-	// the observation's; strings.Clone it to keep it). Requests are not
-	// reused. The detector keeps nothing (Detector.Observe); a consumer
-	// that collects observations must leave it off.
+	// request and its response once out has returned from their
+	// exchange's End: allocating each anew was most of what the decoder
+	// allocates. Set it only when out keeps nothing of these beyond that:
+	// no pointer to an observation or its Event, Body or End, or into
+	// their Messages, once out returns from it; none to a Request or
+	// Response, or into the request's Messages, once out returns from
+	// their End; and no copy of an Event.DataHash string (whose bytes are
+	// the observation's; strings.Clone it to keep it). The detector keeps
+	// nothing beyond that (Detector.Observe); a consumer that collects
+	// observations must leave it off.
 	ReuseObservations bool
 }
 

@@ -40,7 +40,10 @@ const (
 type exchange struct {
 	index  int
 	method string
-	req    *Request // set once the request is complete (and then immutable)
+	// req is set once the request is complete (and then immutable), in ro;
+	// the exchange's End takes both (endRequest).
+	req *Request
+	ro  *requestObservation
 }
 
 // conn decodes one TCP connection. It implements TCPStream.
@@ -216,7 +219,10 @@ func (c *conn) endQueued(ts time.Time) {
 		ex := c.queue[0]
 		c.dequeue()
 		if ex.req != nil {
-			c.emit(&Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, Request: ex.req, End: &End{How: EndGap}})
+			eo := c.w.endObservation()
+			eo.end.How = EndGap
+			eo.obs = Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, End: &eo.end}
+			c.emitEnd(eo, ex)
 		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// newExchange queues ex (kept in its request's allocation) as the next
-// exchange awaiting a response.
-func (c *conn) newExchange(ex *exchange, method string) *exchange {
+// newExchange queues a new exchange as the next one awaiting a response.
+// It is an allocation of its own, not part of its request's, because the
+// request may be reused after the exchange's End while the exchange is
+// still referred to.
+func (c *conn) newExchange(method string) *exchange {
 	c.exchanges++
-	*ex = exchange{index: c.exchanges, method: method}
+	ex := &exchange{index: c.exchanges, method: method}
 	if len(c.queue) >= MaxPipelinedRequests {
 		c.w.stats.pipelineOverflows.Add(1)
 		c.overflowed = true

@@ -238,6 +238,15 @@ func keepObservation(o *Observation) *Observation {
 		r := *o.Response
 		c.Response = &r
 	}
+	if o.Request != nil {
+		c.Request = cloneRequest(o.Request)
+	}
+	return &c
+}
+
+func cloneRequest(r *Request) *Request {
+	c := *r
+	c.Messages = slices.Clone(r.Messages)
 	return &c
 }
 

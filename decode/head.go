@@ -61,7 +61,7 @@ func (d *dir) headTooLarge(midLine bool) {
 	if d.role == roleClient {
 		ro, _ := d.parseRequestHead()
 		ro.req.HeadTruncated = true
-		d.ex = d.c.newExchange(&ro.ex, ro.req.Method)
+		d.ex = d.c.newExchange(ro.req.Method)
 		d.req = ro
 		d.resetBody()
 		d.finishRequest(true)

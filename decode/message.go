@@ -57,23 +57,37 @@ func (d *dir) endResponse(how EndHow) {
 		}
 	}
 	end.Limit = d.limit
-	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, End: end,
-		reusable: reuse}
+	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Response: resp, End: end}
 	if reuse {
 		// The End is the last observation pointing to the response: it
 		// goes back to its pool with the End (release).
 		eo.resp = ro
 	}
-	d.c.emit(&eo.obs)
+	d.c.emitEnd(eo, d.ex)
 	d.resp = nil
+}
+
+// emitEnd emits the End of exchange ex, which takes the exchange's request:
+// no later observation points to it, so it is reused with the End (when
+// the pipeline reuses observations), and a second End could not take it.
+func (c *conn) emitEnd(eo *endObservation, ex *exchange) {
+	eo.obs.Request = ex.req
+	if c.w.cfg.ReuseObservations {
+		eo.obs.reusable = true
+		eo.req = ex.ro
+	}
+	ex.req, ex.ro = nil, nil
+	c.emit(&eo.obs)
 }
 
 // endObservation and bodyObservation hold an observation and its part in
 // one allocation, a body with room for the usual single message. An end
-// holds its response too when both are reused (release).
+// holds its exchange's request and response too when they are reused
+// (release).
 type endObservation struct {
 	obs  Observation
 	end  End
+	req  *requestObservation
 	resp *responseObservation
 }
 

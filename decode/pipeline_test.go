@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -277,10 +278,10 @@ func TestPipelineSkewedWorkersStayBounded(t *testing.T) {
 }
 
 // TestPipelineReusesObservations: with Config.ReuseObservations, event,
-// body and end observations and responses are reused once delivered, and a
-// consumer that copies what it keeps (keepObservation) sees what it would
-// see without reuse; one that keeps an event's DataHash uncopied sees it
-// change.
+// body and end observations are reused once delivered, requests and
+// responses once their End is, and a consumer that copies what it keeps
+// (keepObservation) sees what it would see without reuse; one that keeps an
+// event's DataHash uncopied sees it change.
 func TestPipelineReusesObservations(t *testing.T) {
 	const events, calls = 50, 20
 	feed := func(cfg Config, out func(*Observation)) *Pipeline {
@@ -335,12 +336,18 @@ func TestPipelineReusesObservations(t *testing.T) {
 		}
 		seen[p] = true
 	}
-	heads := map[[2]uint64]Response{} // each exchange's response as delivered
+	// Each exchange's request and response as delivered: one reused while
+	// its exchange still points to it would differ.
+	heads := map[[2]uint64]Response{}
+	reqs := map[[2]uint64]*Request{}
 	stale := 0
 	feed(cfg, func(o *Observation) {
 		ex := [2]uint64{o.Conn.ID, uint64(o.Exchange)}
 		if h, ok := heads[ex]; ok && o.Response != nil && *o.Response != h {
-			stale++ // a response reused while its exchange still pointed to it
+			stale++
+		}
+		if r, ok := reqs[ex]; ok && o.Request != nil && !reflect.DeepEqual(*o.Request, *r) {
+			stale++
 		}
 		switch o.Kind {
 		case KindEvent:
@@ -353,13 +360,16 @@ func TestPipelineReusesObservations(t *testing.T) {
 		case KindResponse:
 			note(o.Kind, o.Response)
 			heads[ex] = *o.Response
+		case KindRequest:
+			note(o.Kind, o.Request)
+			reqs[ex] = cloneRequest(o.Request)
 		}
 		got = append(got, keepObservation(o))
 	})
 	if stale > 0 {
-		t.Errorf("%d observations pointed to a response that had changed since it was delivered", stale)
+		t.Errorf("%d observations pointed to a request or response that had changed since it was delivered", stale)
 	}
-	for _, k := range []Kind{KindEvent, KindBody, KindEnd, KindResponse} {
+	for _, k := range []Kind{KindEvent, KindBody, KindEnd, KindResponse, KindRequest} {
 		if reused[k] == 0 {
 			t.Errorf("no %v was reused", k)
 		}

@@ -8,14 +8,12 @@ import (
 )
 
 // requestObservation holds what one request needs in a single allocation:
-// its observation, the Request, its exchange and room for the usual single
-// JSON-RPC message. The Request outlives the observation (later observations
-// of the exchange point to it), which keeps the rest alive too; that costs
-// less than four allocations per request.
+// its observation, the Request and room for the usual single JSON-RPC
+// message. The Request outlives the observation: later observations of the
+// exchange point to it, up to its End (endRequest).
 type requestObservation struct {
 	obs Observation
 	req Request
-	ex  exchange
 	msg [1]Message
 }
 
@@ -33,7 +31,7 @@ func redactQuery(dst, target []byte, q int) []byte {
 func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	in := &d.c.w.strings
 	method, target, _ := parseRequestLine(firstLine(d.buf))
-	ro := &requestObservation{}
+	ro := d.c.w.requestObservation()
 	req := &ro.req
 	if i := bytes.IndexByte(target, '?'); i >= 0 && !d.c.w.cfg.KeepQueryStrings {
 		target = redactQuery(d.c.w.scratch[:0], target, i)
@@ -88,7 +86,7 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 func (d *dir) requestHead() {
 	st := d.c.w.stats
 	ro, f := d.parseRequestHead()
-	d.ex = d.c.newExchange(&ro.ex, ro.req.Method)
+	d.ex = d.c.newExchange(ro.req.Method)
 	d.req = ro
 	d.resetBody()
 	d.keepBody = true
@@ -170,7 +168,7 @@ func (d *dir) finishRequest(incomplete bool) {
 	} else {
 		st.nonMCPExchanges.Add(1)
 	}
-	d.ex.req = req
+	d.ex.req, d.ex.ro = req, ro
 	ro.obs = Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req}
 	d.c.emit(&ro.obs)
 	d.req = nil

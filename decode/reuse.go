@@ -31,6 +31,7 @@ var (
 	bodyPool     pool[bodyObservation]
 	endPool      pool[endObservation]
 	responsePool pool[responseObservation]
+	requestPool  pool[requestObservation]
 )
 
 // newOf returns a zeroed value, from p when the pipeline reuses
@@ -48,12 +49,13 @@ func (w *worker) endObservation() *endObservation     { return newOf(w, &endPool
 func (w *worker) responseObservation() *responseObservation {
 	return newOf(w, &responsePool)
 }
+func (w *worker) requestObservation() *requestObservation { return newOf(w, &requestPool) }
 
 // release hands a delivered observation back to its pool if it came from
 // one. o is the first field of its event, body or end observation, so o's
 // address is that observation's. An End is the last observation of its
-// exchange to point to the response (endResponse), so its response goes
-// back with it.
+// exchange to point to its request and response (emitEnd), so they go back
+// with it.
 func release(o *Observation) {
 	if !o.reusable {
 		return
@@ -67,6 +69,9 @@ func release(o *Observation) {
 		eo := (*endObservation)(unsafe.Pointer(o))
 		if eo.resp != nil {
 			responsePool.put(eo.resp)
+		}
+		if eo.req != nil {
+			requestPool.put(eo.req)
 		}
 		endPool.put(eo)
 	}

@@ -244,10 +244,10 @@ func (d *Detector) advance(t time.Time) {
 }
 
 // Observe consumes one observation. Once it returns it keeps nothing of o
-// but a request's Messages (which the decoder never reuses): no pointer to
-// o, its Response, Event, Body or End, and strings that may share their
-// memory (an event's DataHash) are copied, so that the decoder may reuse
-// them (decode.Config.ReuseObservations).
+// (strings that may share its memory, an event's DataHash, are copied) but
+// a request's Messages, and those only until their exchange's End, when the
+// exchange is dropped: so the decoder may reuse them
+// (decode.Config.ReuseObservations).
 func (d *Detector) Observe(o *decode.Observation) {
 	if d.closed {
 		return
