@@ -219,6 +219,9 @@ func (p *Pipeline) insertLocked(items []item, src int) {
 	p.peak = max(p.peak, int64(p.buffered.len())+p.queued.Load())
 	var early []*Observation
 	for p.buffered.len() > p.cfg.MaxBufferedObservations {
+		if early == nil {
+			early = p.newBatch()
+		}
 		old := p.buffered.pop()
 		p.noteReleased(old, true)
 		early = append(early, old.obs)
