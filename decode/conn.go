@@ -41,7 +41,7 @@ type exchange struct {
 	index  int
 	method string
 	// req is set once the request is complete (and then immutable), in ro;
-	// the exchange's End takes both (endRequest).
+	// the exchange's End takes both (emitEnd).
 	req *Request
 	ro  *requestObservation
 }
