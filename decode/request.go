@@ -10,7 +10,7 @@ import (
 // requestObservation holds what one request needs in a single allocation:
 // its observation, the Request and room for the usual single JSON-RPC
 // message. The Request outlives the observation: later observations of the
-// exchange point to it, up to its End (endRequest).
+// exchange point to it, up to its End (emitEnd).
 type requestObservation struct {
 	obs Observation
 	req Request
