@@ -222,7 +222,7 @@ func (c *conn) endQueued(ts time.Time) {
 			eo := c.w.endObservation()
 			eo.end.How = EndGap
 			eo.obs = Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, End: &eo.end}
-			c.emitEnd(eo, ex)
+			c.emitEnd(eo, ex, nil)
 		}
 	}
 }

@@ -21,7 +21,6 @@ func (d *dir) endResponse(how EndHow) {
 	resp := &ro.resp
 	w := d.c.w
 	st := w.stats
-	reuse := w.cfg.ReuseObservations
 	eo := w.endObservation()
 	end := &eo.end
 	end.How = how
@@ -50,31 +49,31 @@ func (d *dir) endResponse(how EndHow) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 			bo.body = Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
 			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body,
-				reusable: reuse}
+				reusable: w.cfg.ReuseObservations}
 			d.c.emit(&bo.obs)
-		} else if reuse {
+		} else if w.cfg.ReuseObservations {
 			bodyPool.put(bo)
 		}
 	}
 	end.Limit = d.limit
-	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, Response: resp, End: end}
-	if reuse {
-		// The End is the last observation pointing to the response: it
-		// goes back to its pool with the End (release).
-		eo.resp = ro
-	}
-	d.c.emitEnd(eo, d.ex)
+	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, End: end}
+	d.c.emitEnd(eo, d.ex, ro)
 	d.resp = nil
 }
 
-// emitEnd emits the End of exchange ex, which takes the exchange's request:
-// no later observation points to it, so it is reused with the End (when
-// the pipeline reuses observations), and a second End could not take it.
-func (c *conn) emitEnd(eo *endObservation, ex *exchange) {
+// emitEnd emits the End of exchange ex and of its response ro (nil when
+// none was seen). The End takes the exchange's request: no later
+// observation points to the request or the response, so both are reused
+// with the End (when the pipeline reuses observations), and a second End
+// could not take the request too.
+func (c *conn) emitEnd(eo *endObservation, ex *exchange, ro *responseObservation) {
 	eo.obs.Request = ex.req
+	if ro != nil {
+		eo.obs.Response = &ro.resp
+	}
 	if c.w.cfg.ReuseObservations {
 		eo.obs.reusable = true
-		eo.req = ex.ro
+		eo.req, eo.resp = ex.ro, ro
 	}
 	ex.req, ex.ro = nil, nil
 	c.emit(&eo.obs)
