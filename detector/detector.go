@@ -556,9 +556,10 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.rev = ex.protoHeader
 	}
 	if ex.rev == "" && ex.hasReqSession {
-		if s, ok := d.sessions[string(d.scratchKey(ex.endpoint, ex.reqSession))]; ok {
+		key := d.scratchKey(ex.endpoint, ex.reqSession)
+		if s, ok := d.sessions[string(key)]; ok {
 			ex.rev = s.rev
-		} else if t, ok := d.tombs.byID[string(d.scratchKey(ex.endpoint, ex.reqSession))]; ok {
+		} else if t, ok := d.tombs.byID[string(key)]; ok {
 			ex.rev = t.rev
 		}
 	}
