@@ -208,6 +208,11 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 	st := asm.Stats()
 	s := buildSummary(capture.Stats{Files: len(files)}, decode.Stats{}, det.Stats(), problems)
 	s.Spans, s.HTTPExchanges, s.SSEEvents = st.Spans, st.HTTPSpans, events
+	if st.LateAfterEarlyRelease > 0 {
+		// A file's exports wait for room (never refused), so this is the
+		// only assembler limit that can cost an analysis anything.
+		s.LimitsHit["otlp.MaxBufferedObservations"] += int(st.LateAfterEarlyRelease)
+	}
 	times.report(s)
 	s.Elapsed = time.Since(start)
 	s.ElapsedSeconds = s.Elapsed.Seconds()

@@ -307,3 +307,49 @@ func TestSpansPipelineExpiresSessions(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSpanFileReportsWhatEarlyReleasesCost: a span file whose second
+// client's spans are an hour older than the first's. Behind the default
+// reorder window they are late, which is no limit's doing; with a window
+// of one observation the first client's observations leave early, and
+// the older ones late behind them are that limit's hits, in the summary.
+// Either way nothing is found that the two clients alone do not show.
+func TestSpanFileReportsWhatEarlyReleasesCost(t *testing.T) {
+	var alone []string
+	var tds []ptrace.Traces
+	for _, name := range []string{"ts-session-swap", "go-replayed-event"} {
+		td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", name+".pcap")}, spanproj.Guard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, spanFindings(t, name, td)...)
+		tds = append(tds, td)
+	}
+	slices.Sort(alone)
+	both := ptrace.NewTraces()
+	tds[0].ResourceSpans().MoveAndAppendTo(both.ResourceSpans())
+	spanproj.Shift(tds[1], spanproj.Start(tds[0]).Add(-time.Hour).Sub(spanproj.Start(tds[1]))).ResourceSpans().MoveAndAppendTo(both.ResourceSpans())
+	file := filepath.Join(t.TempDir(), "older-second.json")
+	if err := spanproj.WriteJSONLines(file, both, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, window := range []int{otlp.DefaultMaxBufferedObservations, 1} {
+		cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+		cfg.OTLP.MaxBufferedObservations = window
+		recs := recordsOf(t, []string{file}, func(w *jsonl.Writer) (*sink.Summary, error) {
+			return SpanFiles(context.Background(), []string{file}, cfg, w)
+		})
+		hits := 0.0
+		for _, r := range recs {
+			if r["type"] == "summary" {
+				hits, _ = r["limits_hit"].(map[string]any)["otlp.MaxBufferedObservations"].(float64)
+			}
+		}
+		if (hits > 0) != (window == 1) {
+			t.Errorf("window %d: %v hits of otlp.MaxBufferedObservations in the summary; want some only with a window of 1", window, hits)
+		}
+		if extra := missing(findingKeys(recs), alone); len(extra) > 0 {
+			t.Errorf("window %d: findings the clients alone do not show: %v", window, extra)
+		}
+	}
+}

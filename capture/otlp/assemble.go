@@ -30,9 +30,14 @@ type Stats struct {
 	Refused      uint64 // spans of exports refused because the buffer was full
 	Late         uint64 // observations that arrived after newer ones were released
 	EarlyRelease uint64 // observations released before the reorder window (MaxBufferedObservations)
-	Observations uint64 // observations released
-	Buffered     int    // spans held now
-	Pending      int    // observations waiting now
+	// LateAfterEarlyRelease counts the late observations that arrived
+	// older than one released early: what MaxBufferedObservations cost.
+	// An early release alone costs nothing, so this, not EarlyRelease, is
+	// the limit's hit count.
+	LateAfterEarlyRelease uint64
+	Observations          uint64 // observations released
+	Buffered              int    // spans held now
+	Pending               int    // observations waiting now
 }
 
 // recentSpans remembers the last RememberedSpans span ids received, to
@@ -78,7 +83,7 @@ type traceBuf struct {
 
 // joinCounts are the Stats counted while joining and releasing.
 type joinCounts struct {
-	http, mcp, nested, late, early, observations uint64
+	http, mcp, nested, late, early, lateEarly, observations uint64
 }
 
 // arrival queues a trace for settling.
@@ -109,7 +114,10 @@ type Assembler struct {
 	seq      uint64
 	newest   time.Time // the newest observation time converted
 	released time.Time // the newest observation time released
-	nextConn uint64
+	// releasedEarly: released left early (MaxBufferedObservations), so an
+	// older observation arriving now is late because of that limit.
+	releasedEarly bool
+	nextConn      uint64
 }
 
 // NewAssembler returns an assembler writing observations to out. key is
@@ -209,6 +217,7 @@ func (a *Assembler) publish() {
 	a.mu.Lock()
 	a.stats.HTTPSpans, a.stats.MCPSpans, a.stats.NestedSpans = c.http, c.mcp, c.nested
 	a.stats.Late, a.stats.EarlyRelease, a.stats.Observations = c.late, c.early, c.observations
+	a.stats.LateAfterEarlyRelease = c.lateEarly
 	a.stats.Pending = len(a.pending)
 	a.mu.Unlock()
 }
@@ -373,6 +382,10 @@ func (a *Assembler) queue(h *httpSpan) {
 			// Newer observations already went to the detector.
 			o.Late = decode.LateReorderWindow
 			a.counts.late++
+			if a.releasedEarly {
+				o.Late = decode.LateMaxBufferedObservations
+				a.counts.lateEarly++
+			}
 		}
 		if o.Time.After(a.newest) {
 			a.newest = o.Time
@@ -382,7 +395,7 @@ func (a *Assembler) queue(h *httpSpan) {
 	}
 	for len(a.pending) > a.cfg.MaxBufferedObservations {
 		a.counts.early++
-		a.emit(heap.Pop(&a.pending).(pendingObs).o)
+		a.emit(heap.Pop(&a.pending).(pendingObs).o, true)
 	}
 }
 
@@ -391,13 +404,15 @@ func (a *Assembler) queue(h *httpSpan) {
 func (a *Assembler) release(all bool) {
 	limit := a.newest.Add(-a.cfg.ReorderWindow)
 	for len(a.pending) > 0 && (all || !a.pending[0].o.Time.After(limit)) {
-		a.emit(heap.Pop(&a.pending).(pendingObs).o)
+		a.emit(heap.Pop(&a.pending).(pendingObs).o, false)
 	}
 }
 
-func (a *Assembler) emit(o *decode.Observation) {
+// emit hands o to out; early says it left before the reorder window.
+func (a *Assembler) emit(o *decode.Observation, early bool) {
 	if o.Time.After(a.released) {
 		a.released = o.Time
+		a.releasedEarly = early
 	}
 	a.counts.observations++
 	a.out(o)

@@ -316,7 +316,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			o.ObserveInt64(spanObs, u64(s.EarlyRelease), attrs(attribute.String("delivery", "early")))
 			o.ObserveInt64(spansHeld, int64(s.Buffered))
 			limit(o, "otlp.MaxBufferedSpans", u64(s.Refused))
-			limit(o, "otlp.MaxBufferedObservations", u64(s.EarlyRelease))
+			limit(o, "otlp.MaxBufferedObservations", u64(s.LateAfterEarlyRelease))
 		}
 		if src.Detector != nil {
 			s := src.Detector()

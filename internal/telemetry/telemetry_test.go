@@ -274,7 +274,7 @@ func fakeSources() PipelineSources {
 		Detector: det.Load,
 		Spans: func() otlp.Stats {
 			return otlp.Stats{Spans: 30, HTTPSpans: 20, MCPSpans: 5, NestedSpans: 2, IgnoredSpans: 3, Refused: 4,
-				Observations: 90, Late: 2, EarlyRelease: 1, Buffered: 7}
+				Observations: 90, Late: 2, EarlyRelease: 3, LateAfterEarlyRelease: 1, Buffered: 7}
 		},
 	}
 }
@@ -348,6 +348,11 @@ func TestMetrics(t *testing.T) {
 	check(t, fams, float64(plan.Detector), "replaywatch_memory_share_bytes", "part", "detector")
 	check(t, fams, float64(plan.HeapLimit), "replaywatch_memory_share_bytes", "part", "heap")
 	check(t, fams, 0, "replaywatch_limit_hits_total", "limit", "detector.MaxLostSessions")
+	check(t, fams, 85, "replaywatch_otlp_observations_total", "delivery", "in_order")
+	check(t, fams, 3, "replaywatch_otlp_observations_total", "delivery", "early")
+	check(t, fams, 4, "replaywatch_limit_hits_total", "limit", "otlp.MaxBufferedSpans")
+	// Early releases cost nothing; the late ones after them are the hits.
+	check(t, fams, 1, "replaywatch_limit_hits_total", "limit", "otlp.MaxBufferedObservations")
 
 	check(t, fams, 2, "replaywatch_decode_non_http_connections_total")
 	check(t, fams, 100, "replaywatch_decode_http_exchanges_total")
