@@ -146,6 +146,8 @@ type tcpSeg struct {
 	// readAt is the reader's capture time (the latest of any packet) when
 	// it read the segment: the same whatever worker the segment goes to,
 	// so decisions taken on it do not depend on the number of workers.
+	// Live's readers of several interfaces cap it at the time they have
+	// all reached (feeder.readCap); it can then be before ts.
 	readAt time.Time
 	ord    uint64
 }
@@ -744,8 +746,11 @@ func (w *worker) assemble(s *tcpSeg) {
 	}
 }
 
-// tick advances the worker's clocks to now (the reader's latest capture
-// time), runs the timeout checks when due and passes the time on.
+// tick advances the worker's clocks to now (the time its readers have all
+// reached), runs the timeout checks when due and passes the time on: the
+// worker's, unless now is earlier. A worker's own packets can be ahead of
+// now when several readers feed it (Live) and one lags; the Tick must not
+// pass what that one still holds.
 func (w *worker) tick(now time.Time) {
 	if now.After(w.now) {
 		w.now = now
@@ -757,8 +762,11 @@ func (w *worker) tick(now time.Time) {
 		w.checkProofs(now)
 	}
 	w.checkTimeouts()
-	if !w.now.IsZero() {
-		w.factory.Tick(w.now)
+	if at := w.now; !at.IsZero() {
+		if !now.IsZero() && now.Before(at) {
+			at = now
+		}
+		w.factory.Tick(at)
 	}
 }
 

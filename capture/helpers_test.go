@@ -22,6 +22,7 @@ import (
 
 // recStream records every call a connection receives, in order.
 type recStream struct {
+	f      *recFactory
 	meta   decode.ConnMeta
 	calls  []string
 	data   [2]bytes.Buffer // [0] from A, [1] from B
@@ -47,6 +48,9 @@ func (s *recStream) Data(fromA bool, p []byte, ts time.Time) {
 	}
 	s.data[i].Write(p)
 	s.times = append(s.times, ts)
+	if ts.Before(s.f.lastTick) {
+		s.f.stale++
+	}
 	s.calls = append(s.calls, fmt.Sprintf("data %s %q", side(fromA), p))
 }
 
@@ -74,11 +78,14 @@ type recFactory struct {
 	ticks     int
 	lastTick  time.Time
 	backwards int // ticks earlier than the one before
-	done      int
+	// stale counts data stamped before the last Tick: against the Tick
+	// contract, unless reassembly held it out of order.
+	stale int
+	done  int
 }
 
 func (f *recFactory) NewStream(meta decode.ConnMeta) decode.TCPStream {
-	s := &recStream{meta: meta}
+	s := &recStream{f: f, meta: meta}
 	f.streams = append(f.streams, s)
 	return s
 }

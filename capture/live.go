@@ -37,7 +37,8 @@ const (
 	// largest packet accepted (a 64 KiB GSO segment on loopback fits).
 	DefaultSnapLen = MaxPacketBytes
 	// DefaultTickInterval is how often each worker tells its StreamFactory
-	// the wall-clock time when no packet does, so that idle connections are
+	// the time its readers have reached (the wall clock, less a margin,
+	// when they are idle) when no packet does, so that idle connections are
 	// flushed and downstream timeouts advance on a quiet network.
 	DefaultTickInterval = time.Second
 	// MaxPorts bounds LiveConfig.Ports: the compiled filter compares each
@@ -80,7 +81,7 @@ type LiveConfig struct {
 	// capture runs (not with "any").
 	Promiscuous bool
 	// TickInterval is how often workers Tick their StreamFactory with the
-	// wall-clock time.
+	// time their readers have reached (DefaultTickInterval).
 	TickInterval time.Duration
 
 	// traceReader (tests only) is called by each socket reader with the
@@ -89,6 +90,9 @@ type LiveConfig struct {
 	// missReader (tests only), when it returns true, makes a socket
 	// reader drop a TCP segment as if that interface had never seen it.
 	missReader func(iface int, tcp *layers.TCP) bool
+	// holdReader (tests only) is called by each socket reader before it
+	// reads the next packet; a reader is held while it blocks.
+	holdReader func(iface int)
 }
 
 // WithDefaults returns the config a run really uses: zero fields replaced by

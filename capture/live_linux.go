@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -35,10 +36,10 @@ const (
 	// liveFlushEvery is how much capture time a segment may wait in a
 	// reader's partly filled batch before the batch is sent anyway.
 	liveFlushEvery = 20 * time.Millisecond
-	// liveTickLag is how far behind the wall clock the workers' timed Ticks
-	// are: a packet still in a ring (liveBlockTimeout) or in a reader's
-	// batch (liveFlushEvery, livePollTimeout) when a Tick comes is stamped
-	// after it, as the Tick contract wants.
+	// liveTickLag is how far behind the wall clock an idle reader vouches
+	// for (readerClocks): a packet still in a ring (liveBlockTimeout) or
+	// in a reader's batch (liveFlushEvery, livePollTimeout) when a Tick
+	// comes is stamped after it, as the Tick contract wants.
 	liveTickLag = 250 * time.Millisecond
 	// livePublishEvery is how often readers publish their counters for
 	// Snapshot, and read their socket's kernel counters at most every
@@ -379,12 +380,13 @@ func (c *LiveCapture) Run(ctx context.Context) (LiveStats, error) {
 	}()
 
 	queues := make([]chan *batch, c.cfg.Workers)
+	clocks := newReaderClocks(len(c.sockets), c.start)
 	var workers sync.WaitGroup
 	for i := range queues {
 		w := newWorker(c.cfg.Config, c.newFactory(i))
 		w.ids = &c.ids
 		queues[i] = make(chan *batch, batchesPerWorker*len(c.ifaces))
-		lw := &liveWorker{w: w, dup: newDupWindow(DuplicateWindow), q: queues[i], slot: &c.workerStats[i]}
+		lw := &liveWorker{w: w, dup: newDupWindow(DuplicateWindow), q: queues[i], slot: &c.workerStats[i], clocks: clocks}
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -399,6 +401,10 @@ func (c *LiveCapture) Run(ctx context.Context) (LiveStats, error) {
 	var readers sync.WaitGroup
 	for k, s := range c.sockets {
 		r := c.newReader(s, &c.readerStats[k], queues)
+		r.clocks, r.k, r.vouched = clocks, k, clocks[k].Load()
+		if r.capReads {
+			r.feed.readCap = c.start // a zero cap is none
+		}
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -420,19 +426,54 @@ func (c *LiveCapture) Run(ctx context.Context) (LiveStats, error) {
 	return c.Snapshot(), err
 }
 
-// liveWorker runs a worker: the batches every reader sends it, and Ticks on
-// the wall clock.
+// readerClocks holds, for each reader, the capture time it vouches for
+// (Unix nanoseconds): it has sent the workers every packet it will ever
+// read stamped before that. A reader vouches for its newest packet once it
+// has sent everything pending, and for the wall clock less liveTickLag
+// when its ring is idle. A reader that falls behind its ring vouches only
+// for what it has read, so the workers' Ticks, bounded by the earliest of
+// the readers' clocks, never pass packets still waiting in a ring: a Tick
+// on the wall clock did, and a backlog longer than the decoder's reorder
+// window then reached it late.
+type readerClocks []atomic.Int64
+
+func newReaderClocks(n int, start time.Time) readerClocks {
+	rc := make(readerClocks, n)
+	for i := range rc {
+		rc[i].Store(start.UnixNano()) // packets stamped before start are not read
+	}
+	return rc
+}
+
+// floor is the time every reader has reached.
+func (rc readerClocks) floor() time.Time {
+	m := int64(math.MaxInt64)
+	for i := range rc {
+		m = min(m, rc[i].Load())
+	}
+	return time.Unix(0, m).UTC()
+}
+
+// liveWorker runs a worker: the batches every reader sends it, and Ticks to
+// the time the readers have all reached.
 type liveWorker struct {
-	w    *worker
-	dup  *dupWindow
-	q    <-chan *batch
-	slot *statsSlot
+	w      *worker
+	dup    *dupWindow
+	q      <-chan *batch
+	slot   *statsSlot
+	clocks readerClocks
+	// claim is the readers' floor when it was read; it holds for this
+	// worker once the owed batches, those queued at that moment (FIFO:
+	// every packet a reader vouched for is among them or already run),
+	// have run.
+	claim time.Time
+	owed  int
 }
 
 func (lw *liveWorker) run(tickEvery time.Duration) {
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
-	lw.w.tick(wallTick())
+	lw.stake()
 	for {
 		select {
 		case b, ok := <-lw.q:
@@ -442,18 +483,37 @@ func (lw *liveWorker) run(tickEvery time.Duration) {
 				return
 			}
 			lw.w.runBatch(b, lw.dup)
-			lw.w.tick(b.now)
 			b.release()
+			lw.ran()
 		case <-t.C:
-			lw.w.tick(wallTick())
+			if lw.owed == 0 {
+				lw.stake()
+			}
 		}
 		lw.slot.set(&lw.w.stats, lw.dup.dropped, 0, len(lw.w.byKey))
 	}
 }
 
-// wallTick is the time a worker's timed Tick reports.
-func wallTick() time.Time {
-	return time.Now().Add(-liveTickLag).UTC()
+// ran notes a batch run: once the batches a claim owed have run, it holds,
+// and the next is staked.
+func (lw *liveWorker) ran() {
+	if lw.owed > 0 {
+		if lw.owed--; lw.owed > 0 {
+			return
+		}
+		lw.w.tick(lw.claim)
+	}
+	lw.stake()
+}
+
+// stake reads the readers' floor (before the queue's length: a reader
+// sends, then vouches) and ticks to it now, or once the batches queued
+// before it have run.
+func (lw *liveWorker) stake() {
+	lw.claim = lw.clocks.floor()
+	if lw.owed = len(lw.q); lw.owed == 0 {
+		lw.w.tick(lw.claim)
+	}
 }
 
 // liveReader reads one socket: it decodes each packet and hands its TCP
@@ -474,6 +534,14 @@ type liveReader struct {
 	links   map[int]layers.LinkType // on "any", by interface index
 	trace   func(worker, iface int, key flowKey, fromLo bool)
 	miss    func(iface int, tcp *layers.TCP) bool
+	hold    func(iface int)
+	// clocks[k] is what this reader vouches for (vouched, as last stored).
+	clocks  readerClocks
+	k       int
+	vouched int64
+	// capReads: the readers read several interfaces, so a segment's
+	// reader time is capped by what they all have read (feeder.readCap).
+	capReads bool
 
 	stats       Stats
 	beforeStart uint64
@@ -494,8 +562,8 @@ func (c *LiveCapture) newReader(s *liveSocket, slot *statsSlot, queues []chan *b
 		// Each reader can hold a batch for every worker while the
 		// workers' queues are full.
 		feed:    newFeeder(queues, len(queues)+batchesPerWorker),
-		workers: len(queues), fixed: c.ifaces[s.iface].linkType, links: map[int]layers.LinkType{},
-		trace: c.cfg.traceReader, miss: c.cfg.missReader}
+		workers: len(queues), fixed: c.ifaces[s.iface].linkType, links: map[int]layers.LinkType{}, capReads: len(c.ifaces) > 1,
+		trace: c.cfg.traceReader, miss: c.cfg.missReader, hold: c.cfg.holdReader}
 }
 
 func (r *liveReader) run(ctx context.Context) error {
@@ -519,10 +587,14 @@ func (r *liveReader) run(ctx context.Context) error {
 
 // read reads one packet, or reports the ring idle for livePollTimeout.
 func (r *liveReader) read() (idle bool, err error) {
+	if r.hold != nil {
+		r.hold(r.s.iface)
+	}
 	data, ci, err := r.s.tp.ZeroCopyReadPacketData()
 	switch {
 	case err == afpacket.ErrTimeout:
 		r.flush()
+		r.vouch(time.Now().Add(-liveTickLag))
 		r.publish()
 		return true, nil
 	case errors.Is(err, afpacket.ErrPoll):
@@ -570,10 +642,23 @@ func (r *liveReader) handle(data []byte, ci gopacket.CaptureInfo) {
 	}
 }
 
-// flush sends the pending segments.
+// flush sends the pending segments, and vouches for the newest.
 func (r *liveReader) flush() {
 	r.feed.flush()
 	r.flushAt = time.Time{}
+	r.vouch(r.feed.now)
+}
+
+// vouch says this reader has sent every packet it will read stamped before
+// t (readerClocks).
+func (r *liveReader) vouch(t time.Time) {
+	if n := t.UnixNano(); n > r.vouched {
+		r.vouched = n
+		r.clocks[r.k].Store(n)
+	}
+	if r.capReads {
+		r.feed.readCap = r.clocks.floor()
+	}
 }
 
 // publish makes the counters visible to Snapshot, and reads the kernel's,
@@ -584,6 +669,11 @@ func (r *liveReader) publish() {
 		return
 	}
 	r.nextPublish = now.Add(livePublishEvery)
+	if r.flushAt.IsZero() {
+		// Nothing pending (a busy ring of segments no worker wants):
+		// what was read is all sent.
+		r.vouch(r.feed.now)
+	}
 	r.slot.set(&r.stats, 0, r.beforeStart, 0)
 	if now.After(r.nextKernel) {
 		r.nextKernel = now.Add(liveKernelStatsEvery)

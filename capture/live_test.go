@@ -463,6 +463,58 @@ func TestLiveCancel(t *testing.T) {
 	}
 }
 
+// TestLiveBacklogNeverTicksAhead: readers that fall behind their rings
+// (held here, as a busy core holds them) keep their workers' Ticks behind
+// the packets still in the rings. A Tick on the wall clock alone would
+// run ahead of them, and data a second old would reach the decoder after a
+// Tick that said it was all there: late, its checks unverifiable.
+func TestLiveBacklogNeverTicksAhead(t *testing.T) {
+	requireRoot(t)
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			from := time.Now()
+			l := listen(t, "127.0.0.1:0")
+			srv := serve(t, l)
+			var gate atomic.Pointer[chan struct{}]
+			entered := make(chan struct{}, workers)
+			cfg := LiveConfig{Interfaces: []string{"lo"}, Ports: []uint16{port(l)}, TickInterval: 20 * time.Millisecond,
+				Config: Config{Workers: workers}}
+			cfg.holdReader = func(int) {
+				if g := gate.Load(); g != nil {
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					<-*g
+				}
+			}
+			r := startLive(t, cfg)
+			exchange(t, l.Addr(), 100, 100)
+			r.waitFor(t, "the first connection to end", func(st LiveStats) bool { return st.Fins >= 2 })
+
+			g := make(chan struct{})
+			gate.Store(&g)
+			for range workers {
+				<-entered
+			}
+			for range 4 {
+				exchange(t, l.Addr(), 3000, 20000)
+			}
+			time.Sleep(time.Second) // the rings hold a second's backlog; the ticker goes on
+			gate.Store(nil)
+			close(g)
+			r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= 10 })
+			r.stop(t)
+			checkStreams(t, "backlog", r.rec, srv.records(), from, time.Now())
+			for i, f := range r.rec.factories {
+				if f.stale > 0 {
+					t.Errorf("worker %d: %d data calls stamped before a Tick that came earlier", i, f.stale)
+				}
+			}
+		})
+	}
+}
+
 // TestLiveDuplicates: traffic between the host and a network namespace
 // crosses a bridge and a veth, and a capture on both sees every segment
 // twice; one on "any" too. Both must make the very streams a capture on the
@@ -635,41 +687,75 @@ func listenInNetns(t *testing.T, ns, addr string) net.Listener {
 // each interface misses segments the other one saw (a reader dropping them,
 // as a busy ring or an offload quirk would on one interface only) makes the
 // very streams the bridge alone makes, with no gap: every byte was seen
-// once somewhere.
+// once somewhere. Also when the veth's readers fall a second behind their
+// rings, twice LossProofDelay: the bridge's reader proves holes whose bytes
+// still wait in the veth's rings, and the proofs must wait for them.
 func TestLiveMissedOnOneInterface(t *testing.T) {
 	requireRoot(t)
 	nb := setupNetns(t)
-	l := listenInNetns(t, nb.ns, netip.AddrPortFrom(nb.nsIP, 0).String())
-	srv := serve(t, l)
-	ports := []uint16{port(l)}
-	single := startLive(t, LiveConfig{Interfaces: []string{nb.bridge}, Ports: ports})
-	cfg := LiveConfig{Interfaces: []string{nb.bridge, nb.veth}, Ports: ports}
-	var missed [2]atomic.Uint64
-	cfg.missReader = func(iface int, tcp *layers.TCP) bool {
-		// One segment in four is missed, on one interface or the
-		// other by a hash of its sequence number, never on both.
-		h := tcp.Seq * 2654435761
-		if len(tcp.Payload) == 0 || h>>24&3 != 0 || int(h>>28&1) != iface {
-			return false
-		}
-		missed[iface].Add(1)
-		return true
+	for _, behind := range []bool{false, true} {
+		t.Run(fmt.Sprintf("veth behind %v", behind), func(t *testing.T) {
+			l := listenInNetns(t, nb.ns, netip.AddrPortFrom(nb.nsIP, 0).String())
+			srv := serve(t, l)
+			ports := []uint16{port(l)}
+			single := startLive(t, LiveConfig{Interfaces: []string{nb.bridge}, Ports: ports})
+			cfg := LiveConfig{Interfaces: []string{nb.bridge, nb.veth}, Ports: ports}
+			var missed [2]atomic.Uint64
+			cfg.missReader = func(iface int, tcp *layers.TCP) bool {
+				// One segment in four is missed, on one interface or the
+				// other by a hash of its sequence number, never on both.
+				h := tcp.Seq * 2654435761
+				if len(tcp.Payload) == 0 || h>>24&3 != 0 || int(h>>28&1) != iface {
+					return false
+				}
+				missed[iface].Add(1)
+				return true
+			}
+			var gate atomic.Pointer[chan struct{}]
+			entered := make(chan struct{}, 2)
+			cfg.holdReader = func(iface int) {
+				if g := gate.Load(); g != nil && iface == 1 {
+					select {
+					case entered <- struct{}{}:
+					default:
+					}
+					<-*g
+				}
+			}
+			lossy := startLive(t, cfg)
+			g := make(chan struct{})
+			if behind {
+				gate.Store(&g)
+				for range 2 { // the veth's two readers, one per worker
+					<-entered
+				}
+			}
+			for _, sz := range [][2]int{{100, 200}, {70000, 10}, {10, 300000}, {5000, 5000}, {2000, 150000}} {
+				exchange(t, l.Addr(), sz[0], sz[1])
+			}
+			if behind {
+				// The bridge's reader moves on past the proof delay, with
+				// traffic for both workers (by the flow hash, most likely).
+				time.Sleep(2 * LiveMultiInterfaceLossProofDelay)
+				for range 4 {
+					exchange(t, l.Addr(), 10, 10)
+				}
+				gate.Store(nil)
+				close(g)
+			}
+			conns := srv.records()
+			for _, r := range []*liveRun{single, lossy} {
+				r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= uint64(2*len(conns)) })
+			}
+			stSingle, stLossy := single.stop(t), lossy.stop(t)
+			sameStreams(t, "bridge+veth, each missing segments", lossy.rec, single.rec)
+			if missed[0].Load() == 0 || missed[1].Load() == 0 {
+				t.Fatalf("missed %d and %d segments: the test did not damage both interfaces", missed[0].Load(), missed[1].Load())
+			}
+			if stLossy.Gaps != 0 || stLossy.PayloadBytes != stSingle.PayloadBytes {
+				t.Errorf("with misses: %+v\nthe bridge alone: %+v", stLossy.Stats, stSingle.Stats)
+			}
+			t.Logf("missed %d segments on the bridge, %d on the veth", missed[0].Load(), missed[1].Load())
+		})
 	}
-	lossy := startLive(t, cfg)
-	for _, sz := range [][2]int{{100, 200}, {70000, 10}, {10, 300000}, {5000, 5000}, {2000, 150000}} {
-		exchange(t, l.Addr(), sz[0], sz[1])
-	}
-	conns := srv.records()
-	for _, r := range []*liveRun{single, lossy} {
-		r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= uint64(2*len(conns)) })
-	}
-	stSingle, stLossy := single.stop(t), lossy.stop(t)
-	sameStreams(t, "bridge+veth, each missing segments", lossy.rec, single.rec)
-	if missed[0].Load() == 0 || missed[1].Load() == 0 {
-		t.Fatalf("missed %d and %d segments: the test did not damage both interfaces", missed[0].Load(), missed[1].Load())
-	}
-	if stLossy.Gaps != 0 || stLossy.PayloadBytes != stSingle.PayloadBytes {
-		t.Errorf("with misses: %+v\nthe bridge alone: %+v", stLossy.Stats, stSingle.Stats)
-	}
-	t.Logf("missed %d segments on the bridge, %d on the veth", missed[0].Load(), missed[1].Load())
 }

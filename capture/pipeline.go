@@ -47,7 +47,7 @@ type segment struct {
 	ipID           uint16 // the IPv4 identification (0 for IPv6), for Live's duplicate check
 	seq, ack       uint32
 	lost           uint32 // payload bytes the capture did not keep (tcpSeg.lost)
-	behind         int64  // the reader's capture time when it read the segment, less the segment's (tcpSeg.readAt)
+	behind         int64  // the reader's capture time when it read the segment (at most feeder.readCap), less the segment's (tcpSeg.readAt)
 	nsec           int32
 	zoned          int32 // 1 + index of the time in batch.times; 0: sec and nsec
 	sec            int64
@@ -114,6 +114,11 @@ type feeder struct {
 	free chan *batch
 	made int
 	now  time.Time // the reader's latest capture time, sent with each batch
+	// readCap, when set, caps the reader's time a segment carries
+	// (tcpSeg.readAt): Live's readers of several interfaces set it to
+	// the time every reader has reached, so that a loss proof never
+	// outruns a copy of the segment still in another reader's ring.
+	readCap time.Time
 }
 
 func newFeeder(queues []chan *batch, batches int) *feeder {
@@ -139,6 +144,9 @@ func (f *feeder) add(i int, key flowKey, fromLo bool, tcp *layers.TCP, lost int,
 	b.setTime(&b.segs[len(b.segs)-1], ts)
 	if f.now.After(ts) {
 		b.segs[len(b.segs)-1].behind = int64(f.now.Sub(ts))
+	}
+	if !f.readCap.IsZero() && f.readCap.Before(f.now) {
+		b.segs[len(b.segs)-1].behind = int64(f.readCap.Sub(ts)) // negative when ts is past the cap
 	}
 	if b.full() {
 		f.send(i)
