@@ -52,7 +52,7 @@ func (d *dir) endResponse(how EndHow) {
 				reusable: w.cfg.ReuseObservations}
 			d.c.emit(&bo.obs)
 		} else if w.cfg.ReuseObservations {
-			bodyPool.put(bo)
+			w.dropBody(bo)
 		}
 	}
 	end.Limit = d.limit

@@ -70,6 +70,11 @@ type Pipeline struct {
 	free chan []*Observation
 	wg   sync.WaitGroup
 
+	// reused holds the reused observations (reuse.go); back is the
+	// delivering goroutine's side of it.
+	reused freeLists
+	back   spareSet
+
 	delivered, late, early atomic.Int64
 	lateEarly              atomic.Int64 // late after an early release
 	// queued counts observations released and not yet delivered; peak is
@@ -140,7 +145,7 @@ func (p *Pipeline) deliver() {
 	for batch := range p.outCh {
 		for _, o := range batch {
 			p.out(o)
-			release(o)
+			p.release(o)
 		}
 		p.delivered.Add(int64(len(batch)))
 		p.queued.Add(-int64(len(batch)))
@@ -310,6 +315,7 @@ type worker struct {
 	lower    [maxKnownHeaderName]byte
 	scratch  []byte // a request target without its query (redactQuery)
 
+	spare    spareSet // this worker's side of the pipeline's free lists
 	pending  []item
 	tick     time.Time // latest Tick
 	sentTick time.Time // latest Tick the merger knows

@@ -283,7 +283,9 @@ func TestPipelineSkewedWorkersStayBounded(t *testing.T) {
 // (keepObservation) sees what it would see without reuse; one that keeps an
 // event's DataHash uncopied sees it change.
 func TestPipelineReusesObservations(t *testing.T) {
-	const events, calls = 50, 20
+	// Values go back a chunk at a time: enough of each kind for a chunk
+	// to come round again.
+	const events, calls = reuseChunk + 50, reuseChunk + 20
 	feed := func(cfg Config, out func(*Observation)) *Pipeline {
 		p := NewPipeline(cfg, 1, out)
 		f := p.Factory(0)
