@@ -988,7 +988,13 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 	d := dirIndex(dir)
 	if nextSeq >= 0 {
 		c.nextSeq[d] = uint32(nextSeq)
-		c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
+		if !c.fin[d] {
+			// Past its FIN a half's deliv counts the FIN's sequence
+			// number, which the assembler's nextSeq does not: a FIN sent
+			// again (a copy from another interface, split otherwise)
+			// would make the FIN a hole at close.
+			c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
+		}
 		if len(tcp.Payload) > 0 && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
 			if len(c.held[d]) < maxHeldStarts {
 				c.held[d] = append(c.held[d], tcp.Seq)

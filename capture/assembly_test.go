@@ -103,6 +103,19 @@ func TestReassembly(t *testing.T) {
 			calls: []string{`data A "abcdef"`, "fin A", "close fin"},
 		},
 		{
+			// Two interfaces can split a stream differently: the FIN
+			// comes again on a shorter segment after it was delivered.
+			name: "FIN sent again, split otherwise, after it was delivered",
+			segs: []seg{syn, synAck, c2s(1001, "ab", ms), withFlags(c2s(1006, "fgh", 2*ms), "FPA"), c2s(1003, "cde", 3*ms),
+				withFlags(c2s(1008, "h", 4*ms), "FPA"), withFlags(s2c(5001, "", 5*ms), "A")},
+			calls: []string{`data A "ab"`, `data A "cdefgh"`, "fin A", "close fin"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.Gaps != 0 {
+					t.Errorf("the FIN counted as lost: stats %+v", st)
+				}
+			},
+		},
+		{
 			name:  "no SYN: followed from the first segment, A is its sender",
 			segs:  []seg{s2c(7000, "event: x\n\n", ms), c2s(3000, "GET", 2*ms), s2c(7010, "more", 3*ms)},
 			calls: []string{`data A "event: x\n\n"`, `data B "GET"`, `data A "more"`, "close eof"},
