@@ -41,10 +41,12 @@ func requireRoot(t *testing.T) {
 	t.Skip("live capture tests need root: run `go test` as root (with CI set a missing root fails)")
 }
 
-// smallRing keeps the tests' rings at 8 MiB a socket, and uses two
-// workers unless told otherwise.
+// smallRing keeps the tests' rings at 8 MiB a socket unless told
+// otherwise, and uses two workers unless told otherwise.
 func smallRing(cfg LiveConfig) LiveConfig {
-	cfg.BlockSize, cfg.NumBlocks = 1<<20, 8
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize, cfg.NumBlocks = 1<<20, 8
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 2
 	}
@@ -463,6 +465,11 @@ func TestLiveCancel(t *testing.T) {
 	}
 }
 
+// A ring whose reader a test holds for a second must hold that second's
+// packets: a block goes to the reader 20 ms after its first packet however
+// little it holds, so it is the number of blocks that counts.
+const heldBlockSize, heldBlocks = 512 << 10, 48
+
 // TestLiveBacklogNeverTicksAhead: readers that fall behind their rings
 // (held here, as a busy core holds them) keep their workers' Ticks behind
 // the packets still in the rings. A Tick on the wall clock alone would
@@ -478,7 +485,7 @@ func TestLiveBacklogNeverTicksAhead(t *testing.T) {
 			var gate atomic.Pointer[chan struct{}]
 			entered := make(chan struct{}, workers)
 			cfg := LiveConfig{Interfaces: []string{"lo"}, Ports: []uint16{port(l)}, TickInterval: 20 * time.Millisecond,
-				Config: Config{Workers: workers}}
+				Config: Config{Workers: workers}, BlockSize: heldBlockSize, NumBlocks: heldBlocks}
 			cfg.holdReader = func(int) {
 				if g := gate.Load(); g != nil {
 					select {
@@ -699,7 +706,7 @@ func TestLiveMissedOnOneInterface(t *testing.T) {
 			srv := serve(t, l)
 			ports := []uint16{port(l)}
 			single := startLive(t, LiveConfig{Interfaces: []string{nb.bridge}, Ports: ports})
-			cfg := LiveConfig{Interfaces: []string{nb.bridge, nb.veth}, Ports: ports}
+			cfg := LiveConfig{Interfaces: []string{nb.bridge, nb.veth}, Ports: ports, BlockSize: heldBlockSize, NumBlocks: heldBlocks}
 			var missed [2]atomic.Uint64
 			cfg.missReader = func(iface int, tcp *layers.TCP) bool {
 				// One segment in four is missed, on one interface or the
@@ -743,9 +750,19 @@ func TestLiveMissedOnOneInterface(t *testing.T) {
 				gate.Store(nil)
 				close(g)
 			}
-			conns := srv.records()
-			for _, r := range []*liveRun{single, lossy} {
-				r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= uint64(2*len(conns)) })
+			var conns []*connRecord
+			ended := func() {
+				conns = srv.records()
+				for _, r := range []*liveRun{single, lossy} {
+					r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= uint64(2*len(conns)) })
+				}
+			}
+			ended()
+			// The misses are drawn by sequence numbers, which are random:
+			// more traffic until each interface has missed some.
+			for i := 0; i < 20 && (missed[0].Load() == 0 || missed[1].Load() == 0); i++ {
+				exchange(t, l.Addr(), 5000, 5000)
+				ended()
 			}
 			stSingle, stLossy := single.stop(t), lossy.stop(t)
 			sameStreams(t, "bridge+veth, each missing segments", lossy.rec, single.rec)

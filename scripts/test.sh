@@ -142,11 +142,7 @@ REPLAYWATCH_PLUGIN_BUILD=1 go test -count=1 -timeout 15m -run TestBuildScript ./
 log "go test -race (decode, detector, sink, guard)"
 go test -race -count=1 -timeout 10m ./decode/... ./detector/... ./sink/... ./guard/...
 log "go test -race (capture)"
-# TestLiveMissedOnOneInterface is left out here (it runs in go test above):
-# it requires that a segment missed on one interface be filled by the other
-# interface's copy within the same reassembly round, which the race
-# detector's slowdown of the two readers breaks (seen in CI: a 1-byte gap).
-go test -race -count=1 -timeout 5m -skip 'TestLiveMissedOnOneInterface' ./capture/...
+go test -race -count=1 -timeout 5m ./capture/...
 log "go test -race (end to end)"
 go test -race -count=1 -timeout 10m -run 'TestFixtureSpecs|TestCrowdSDKDoubleCharges$|TestSharedStoreLeaks|Spans' ./pipeline
 go test -race -count=1 -timeout 10m -skip 'TestAgentSoak' \
