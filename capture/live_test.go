@@ -465,6 +465,36 @@ func TestLiveCancel(t *testing.T) {
 	}
 }
 
+// readerHold holds socket readers before their next read, as a busy core
+// holds them, while the test makes traffic (LiveConfig.holdReader).
+type readerHold struct {
+	iface   int // the interface whose readers are held; -1: all
+	gate    atomic.Pointer[chan struct{}]
+	entered chan struct{}
+}
+
+func newReaderHold(iface int) *readerHold {
+	return &readerHold{iface: iface, entered: make(chan struct{}, 64)}
+}
+
+func (h *readerHold) hook(iface int) {
+	if g := h.gate.Load(); g != nil && (h.iface < 0 || iface == h.iface) {
+		h.entered <- struct{}{}
+		<-*g
+	}
+}
+
+// hold returns once n readers are held.
+func (h *readerHold) hold(n int) {
+	g := make(chan struct{})
+	h.gate.Store(&g)
+	for range n {
+		<-h.entered
+	}
+}
+
+func (h *readerHold) release() { close(*h.gate.Swap(nil)) }
+
 // A ring whose reader a test holds for a second must hold that second's
 // packets: a block goes to the reader 20 ms after its first packet however
 // little it holds, so it is the number of blocks that counts.
@@ -482,34 +512,20 @@ func TestLiveBacklogNeverTicksAhead(t *testing.T) {
 			from := time.Now()
 			l := listen(t, "127.0.0.1:0")
 			srv := serve(t, l)
-			var gate atomic.Pointer[chan struct{}]
-			entered := make(chan struct{}, workers)
+			h := newReaderHold(-1)
 			cfg := LiveConfig{Interfaces: []string{"lo"}, Ports: []uint16{port(l)}, TickInterval: 20 * time.Millisecond,
 				Config: Config{Workers: workers}, BlockSize: heldBlockSize, NumBlocks: heldBlocks}
-			cfg.holdReader = func(int) {
-				if g := gate.Load(); g != nil {
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					<-*g
-				}
-			}
+			cfg.holdReader = h.hook
 			r := startLive(t, cfg)
 			exchange(t, l.Addr(), 100, 100)
 			r.waitFor(t, "the first connection to end", func(st LiveStats) bool { return st.Fins >= 2 })
 
-			g := make(chan struct{})
-			gate.Store(&g)
-			for range workers {
-				<-entered
-			}
+			h.hold(workers)
 			for range 4 {
 				exchange(t, l.Addr(), 3000, 20000)
 			}
 			time.Sleep(time.Second) // the rings hold a second's backlog; the ticker goes on
-			gate.Store(nil)
-			close(g)
+			h.release()
 			r.waitFor(t, "every connection to end", func(st LiveStats) bool { return st.Fins >= 10 })
 			r.stop(t)
 			checkStreams(t, "backlog", r.rec, srv.records(), from, time.Now())
@@ -718,24 +734,11 @@ func TestLiveMissedOnOneInterface(t *testing.T) {
 				missed[iface].Add(1)
 				return true
 			}
-			var gate atomic.Pointer[chan struct{}]
-			entered := make(chan struct{}, 2)
-			cfg.holdReader = func(iface int) {
-				if g := gate.Load(); g != nil && iface == 1 {
-					select {
-					case entered <- struct{}{}:
-					default:
-					}
-					<-*g
-				}
-			}
+			h := newReaderHold(1) // the veth's readers
+			cfg.holdReader = h.hook
 			lossy := startLive(t, cfg)
-			g := make(chan struct{})
 			if behind {
-				gate.Store(&g)
-				for range 2 { // the veth's two readers, one per worker
-					<-entered
-				}
+				h.hold(2) // one per worker
 			}
 			for _, sz := range [][2]int{{100, 200}, {70000, 10}, {10, 300000}, {5000, 5000}, {2000, 150000}} {
 				exchange(t, l.Addr(), sz[0], sz[1])
@@ -747,8 +750,7 @@ func TestLiveMissedOnOneInterface(t *testing.T) {
 				for range 4 {
 					exchange(t, l.Addr(), 10, 10)
 				}
-				gate.Store(nil)
-				close(g)
+				h.release()
 			}
 			var conns []*connRecord
 			ended := func() {
