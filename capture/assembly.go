@@ -988,11 +988,11 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 	d := dirIndex(dir)
 	if nextSeq >= 0 {
 		c.nextSeq[d] = uint32(nextSeq)
-		if !c.fin[d] {
-			// Past its FIN a half's deliv counts the FIN's sequence
-			// number, which the assembler's nextSeq does not: a FIN sent
-			// again (a copy from another interface, split otherwise)
-			// would make the FIN a hole at close.
+		if !c.delivKnown[d] || after(uint32(nextSeq), c.deliv[d]) {
+			// Never back: past a delivered FIN, deliv counts the FIN's
+			// sequence number, which the assembler's nextSeq may not (a
+			// FIN sent again, split otherwise on another interface), and
+			// the FIN would be a hole at close.
 			c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
 		}
 		if len(tcp.Payload) > 0 && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {

@@ -29,6 +29,11 @@ func withFlags(s seg, flags string) seg {
 	return s
 }
 
+func withAck(s seg, ack uint32) seg {
+	s.ack = ack
+	return s
+}
+
 // TestReassembly checks the exact calls one connection receives.
 func TestReassembly(t *testing.T) {
 	ms := time.Millisecond
@@ -112,6 +117,21 @@ func TestReassembly(t *testing.T) {
 			check: func(t *testing.T, s *recStream, st Stats) {
 				if st.Gaps != 0 {
 					t.Errorf("the FIN counted as lost: stats %+v", st)
+				}
+			},
+		},
+		{
+			// The client's half ends in order; the server's data then
+			// comes out of order, and the assembler takes the connection
+			// over, the client's FIN included.
+			name: "a half closed in order, then handed to the assembler",
+			segs: []seg{syn, synAck, c2s(1001, "abc", ms), withFlags(c2s(1004, "", 2*ms), "FA"), withAck(s2c(5001, "", 3*ms), 1005),
+				s2c(5004, "def", 4*ms), s2c(5001, "abc", 5*ms), withAck(withFlags(s2c(5007, "", 6*ms), "FA"), 1005),
+				withAck(withFlags(c2s(1005, "", 7*ms), "A"), 5008)},
+			calls: []string{`data A "abc"`, "fin A", `data B "abcdef"`, "fin B", "close fin"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.Gaps != 0 {
+					t.Errorf("a FIN counted as lost: stats %+v", st)
 				}
 			},
 		},
