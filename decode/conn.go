@@ -40,10 +40,18 @@ const (
 type exchange struct {
 	index  int
 	method string
-	// req is set once the request is complete (and then immutable), in ro;
-	// the exchange's End takes both (emitEnd).
-	req *Request
-	ro  *requestObservation
+	// ro is set once the request is complete (and then immutable); the
+	// exchange's End takes it (emitEnd).
+	ro *requestObservation
+}
+
+// request is the exchange's complete request, nil before it is complete
+// and after its End.
+func (ex *exchange) request() *Request {
+	if ex.ro == nil {
+		return nil
+	}
+	return &ex.ro.req
 }
 
 // conn decodes one TCP connection. It implements TCPStream.
@@ -218,7 +226,7 @@ func (c *conn) endQueued(ts time.Time) {
 	for len(c.queue) > 0 {
 		ex := c.queue[0]
 		c.dequeue()
-		if ex.req != nil {
+		if ex.ro != nil {
 			eo := c.w.endObservation()
 			eo.end.How = EndGap
 			eo.obs = Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, End: &eo.end}

@@ -60,7 +60,7 @@ func (d *dir) onEvent(e *SSEEvent) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 		}
 	}
-	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: &d.resp.resp, Event: &eo.ev,
+	eo.obs = Observation{Kind: KindEvent, Time: d.ts, Exchange: d.ex.index, Request: d.ex.request(), Response: &d.resp.resp, Event: &eo.ev,
 		reusable: d.c.w.cfg.ReuseObservations}
 	d.c.emit(&eo.obs)
 }

@@ -48,7 +48,7 @@ func (d *dir) endResponse(how EndHow) {
 		if HasJSONRPC(msgs) {
 			st.jsonrpcMessages.Add(int64(len(msgs)))
 			bo.body = Body{Messages: msgs, Batch: batch, Bytes: d.bodyBytes}
-			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.req, Response: resp, Body: &bo.body,
+			bo.obs = Observation{Kind: KindBody, Time: d.ts, Exchange: d.ex.index, Request: d.ex.request(), Response: resp, Body: &bo.body,
 				reusable: w.cfg.ReuseObservations}
 			d.c.emit(&bo.obs)
 		} else if w.cfg.ReuseObservations {
@@ -67,7 +67,7 @@ func (d *dir) endResponse(how EndHow) {
 // with the End (when the pipeline reuses observations), and a second End
 // could not take the request too.
 func (c *conn) emitEnd(eo *endObservation, ex *exchange, ro *responseObservation) {
-	eo.obs.Request = ex.req
+	eo.obs.Request = ex.request()
 	if ro != nil {
 		eo.obs.Response = &ro.resp
 	}
@@ -75,7 +75,7 @@ func (c *conn) emitEnd(eo *endObservation, ex *exchange, ro *responseObservation
 		eo.obs.reusable = true
 		eo.req, eo.resp = ex.ro, ro
 	}
-	ex.req, ex.ro = nil, nil
+	ex.ro = nil
 	c.emit(&eo.obs)
 }
 

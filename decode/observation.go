@@ -133,7 +133,7 @@ type Observation struct {
 	// one out first. Checks whose evidence spans it cannot trust the order.
 	Late Late
 	// reusable: the observation is the first field of an event, body or
-	// end observation from a pool, to go back once delivered
+	// end observation from a free list, to go back once delivered
 	// (Config.ReuseObservations, reuse.go).
 	reusable bool
 	Time     time.Time

@@ -168,7 +168,7 @@ func (d *dir) finishRequest(incomplete bool) {
 	} else {
 		st.nonMCPExchanges.Add(1)
 	}
-	d.ex.req, d.ex.ro = req, ro
+	d.ex.ro = ro
 	ro.obs = Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req}
 	d.c.emit(&ro.obs)
 	d.req = nil

@@ -58,9 +58,9 @@ func (d *dir) emitResponse(ro *responseObservation) {
 		// Pairing may be shifted by the forgotten request; it is right
 		// again after a response that found no request waiting.
 		ro.resp.PipelineOverflow = true
-		d.c.overflowed = ex.req != nil
+		d.c.overflowed = ex.ro != nil
 	}
-	ro.obs = Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.req, Response: &ro.resp}
+	ro.obs = Observation{Kind: KindResponse, Time: d.ts, Exchange: ex.index, Request: ex.request(), Response: &ro.resp}
 	d.c.emit(&ro.obs)
 }
 
@@ -90,7 +90,7 @@ func (d *dir) responseHead() {
 	}
 	if resp.SSE && !noBody {
 		st.sseStreams.Add(1)
-		if ex.req != nil && !ex.req.MCP {
+		if req := ex.request(); req != nil && !req.MCP {
 			st.nonMCPSSEStreams.Add(1)
 		}
 		if d.sse == nil {
