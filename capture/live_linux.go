@@ -400,11 +400,7 @@ func (c *LiveCapture) Run(ctx context.Context) (LiveStats, error) {
 	defer cancel(nil)
 	var readers sync.WaitGroup
 	for k, s := range c.sockets {
-		r := c.newReader(s, &c.readerStats[k], queues)
-		r.clocks, r.k, r.vouched = clocks, k, clocks[k].Load()
-		if r.capReads {
-			r.feed.readCap = c.start // a zero cap is none
-		}
+		r := c.newReader(s, &c.readerStats[k], queues, clocks, k)
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -557,13 +553,19 @@ type liveReader struct {
 	past   bool // a packet stamped after stopAt was read
 }
 
-func (c *LiveCapture) newReader(s *liveSocket, slot *statsSlot, queues []chan *batch) *liveReader {
-	return &liveReader{c: c, s: s, slot: slot, dec: newPacketDecoder(),
+// newReader makes the reader of socket s, the k-th of clocks.
+func (c *LiveCapture) newReader(s *liveSocket, slot *statsSlot, queues []chan *batch, clocks readerClocks, k int) *liveReader {
+	r := &liveReader{c: c, s: s, slot: slot, dec: newPacketDecoder(),
 		// Each reader can hold a batch for every worker while the
 		// workers' queues are full.
 		feed:    newFeeder(queues, len(queues)+batchesPerWorker),
 		workers: len(queues), fixed: c.ifaces[s.iface].linkType, links: map[int]layers.LinkType{}, capReads: len(c.ifaces) > 1,
-		trace: c.cfg.traceReader, miss: c.cfg.missReader, hold: c.cfg.holdReader}
+		trace: c.cfg.traceReader, miss: c.cfg.missReader, hold: c.cfg.holdReader,
+		clocks: clocks, k: k, vouched: clocks[k].Load()}
+	if r.capReads {
+		r.feed.readCap = c.start // a zero cap is none
+	}
+	return r
 }
 
 func (r *liveReader) run(ctx context.Context) error {
