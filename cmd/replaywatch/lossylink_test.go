@@ -55,7 +55,8 @@ var lossyImpairments = []struct {
 const lossyTimeout = 5 * time.Second
 
 // lossyAttempts bounds the runs of a scenario on one link: a run that did
-// not play as intended (the client's own report says so) is run again. The
+// not play as intended (the client's own report says so), or on which the
+// rig's forwarder failed to write a frame, is run again. The
 // findings of a run that did are compared strictly.
 const lossyAttempts = 3
 
@@ -223,6 +224,13 @@ func lossyRun(ctx context.Context, t *testing.T, rig *netnsrig.Rig, tcpdump, dir
 			strings.ReplaceAll(capLog, "\n", ", "), r.stats)
 		if runErr != nil {
 			t.Logf("%s link, attempt %d: the scenario failed: %v\n%s", link, attempt, runErr, rig.Logs())
+			continue
+		}
+		if n := r.stats.AToB.WriteErrors + r.stats.BToA.WriteErrors; n != 0 {
+			// The rig's forwarder could not hand a frame to a TAP device:
+			// the link failed, not analyze, so the run proves nothing.
+			t.Logf("%s link, attempt %d: the forwarder failed %d writes (%q, %q)", link, attempt, n,
+				r.stats.AToB.FirstWriteError, r.stats.BToA.FirstWriteError)
 			continue
 		}
 		r.story = lossyStory(r.res)

@@ -82,6 +82,8 @@ type DirStats struct {
 	// (a duplicate is written twice).
 	Written     int64 `json:"written"`
 	WriteErrors int64 `json:"write_errors"`
+	// FirstWriteError is what the first failed write said.
+	FirstWriteError string `json:"first_write_error,omitempty"`
 }
 
 // Add is the sum of two counts.
@@ -90,8 +92,12 @@ func (s LinkStats) Add(o LinkStats) LinkStats {
 }
 
 func (d DirStats) add(o DirStats) DirStats {
+	first := d.FirstWriteError
+	if first == "" {
+		first = o.FirstWriteError
+	}
 	return DirStats{d.Frames + o.Frames, d.Bytes + o.Bytes, d.Dropped + o.Dropped, d.Duplicated + o.Duplicated,
-		d.Reordered + o.Reordered, d.HoldTimeouts + o.HoldTimeouts, d.Written + o.Written, d.WriteErrors + o.WriteErrors}
+		d.Reordered + o.Reordered, d.HoldTimeouts + o.HoldTimeouts, d.Written + o.Written, d.WriteErrors + o.WriteErrors, first}
 }
 
 // LossyLink is a running lossy client link.

@@ -47,6 +47,7 @@ type pipe struct {
 
 	frames, bytes, dropped, duplicated, reordered, holdTimeouts atomic.Int64
 	written, writeErrors                                        atomic.Int64
+	firstWriteError                                             atomic.Pointer[string]
 }
 
 // timed is a frame and when to write it.
@@ -147,6 +148,8 @@ func (p *pipe) writer() {
 		}
 		if err := p.write(t.frame); err != nil {
 			p.writeErrors.Add(1)
+			msg := err.Error()
+			p.firstWriteError.CompareAndSwap(nil, &msg)
 		} else {
 			p.written.Add(1)
 		}
@@ -155,7 +158,7 @@ func (p *pipe) writer() {
 
 // stats are the pipe's counters so far.
 func (p *pipe) stats() netnsrig.DirStats {
-	return netnsrig.DirStats{
+	st := netnsrig.DirStats{
 		Frames:       p.frames.Load(),
 		Bytes:        p.bytes.Load(),
 		Dropped:      p.dropped.Load(),
@@ -165,4 +168,8 @@ func (p *pipe) stats() netnsrig.DirStats {
 		Written:      p.written.Load(),
 		WriteErrors:  p.writeErrors.Load(),
 	}
+	if msg := p.firstWriteError.Load(); msg != nil {
+		st.FirstWriteError = *msg
+	}
+	return st
 }
