@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 FUZZTIME="${FUZZTIME:-10s}"
 
-# Each step is logged with the time since the start (m:ss): CI keeps the suite
-# within 20 minutes on 2 cores, and this says where they go.
+# Each step is logged with the time since the start (m:ss): CI wants the
+# suite within 20 minutes on 2 cores, and this says where the time goes.
 log() { printf '==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 as_root() {
