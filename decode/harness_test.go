@@ -317,6 +317,9 @@ func render(obs []*Observation) string {
 			if r.AuthHash != "" {
 				fmt.Fprintf(&b, " auth=%s", short(r.AuthHash))
 			}
+			if r.ContentEncoding != "" {
+				fmt.Fprintf(&b, " encoding=%q", r.ContentEncoding)
+			}
 			if r.BodyIncomplete {
 				b.WriteString(" incomplete")
 			}
@@ -332,6 +335,9 @@ func render(obs []*Observation) string {
 			fmt.Fprintf(&b, " %d type=%q sse=%v chunked=%v length=%d", r.Status, r.ContentType, r.SSE, r.Chunked, r.ContentLength)
 			if r.HasSessionID {
 				fmt.Fprintf(&b, " session=%q", r.SessionID)
+			}
+			if r.ContentEncoding != "" {
+				fmt.Fprintf(&b, " encoding=%q", r.ContentEncoding)
 			}
 			if r.HeadTruncated {
 				b.WriteString(" head-truncated")
@@ -387,6 +393,9 @@ func renderStats(s Stats) string {
 		s.SSEStreams, s.SSEEvents, s.NonMCPSSEStreams, s.JSONRPCMessages)
 	fmt.Fprintf(&b, " resyncs=%d skipped=%d gaps=%d limits=%d/%d/%d/%d",
 		s.Resyncs, s.ResyncSkippedBytes, s.Gaps, s.HeaderLimitHits, s.LineLimitHits, s.EventLimitHits, s.BodyLimitHits)
+	if s.EncodedBodies > 0 {
+		fmt.Fprintf(&b, " encoded=%d", s.EncodedBodies)
+	}
 	for _, name := range parseErrNames {
 		if n := s.ParseErrors[name]; n > 0 {
 			fmt.Fprintf(&b, " %s=%d", name, n)

@@ -186,6 +186,9 @@ type framing struct {
 	chunked       bool
 	otherCoding   bool // Transfer-Encoding without chunked last
 	badLength     bool
+	// contentCoding is the first Content-Encoding other than identity
+	// (it points into the head being parsed).
+	contentCoding []byte
 }
 
 func (f *framing) field(name, value []byte) bool {
@@ -199,10 +202,24 @@ func (f *framing) field(name, value []byte) bool {
 	case "transfer-encoding":
 		f.chunked = lastCodingIsChunked(value)
 		f.otherCoding = !f.chunked
+	case "content-encoding":
+		if v := bytes.TrimSpace(value); f.contentCoding == nil && len(v) > 0 && !bytes.EqualFold(v, []byte("identity")) {
+			f.contentCoding = v
+		}
 	default:
 		return false
 	}
 	return true
+}
+
+// maxCodingLen bounds a kept Content-Encoding value: a coding list longer
+// than this is cut (what matters is that there is one).
+const maxCodingLen = 64
+
+// coding is the head's Content-Encoding as kept in Request and Response:
+// "" when absent or identity.
+func (f *framing) coding(in *interner) string {
+	return in.str(f.contentCoding[:min(len(f.contentCoding), maxCodingLen)])
 }
 
 func (d *dir) headDone() {

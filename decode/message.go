@@ -25,6 +25,9 @@ func (d *dir) endResponse(how EndHow) {
 	end := &eo.end
 	end.How = how
 	end.ClientClosed = d.c.clientFin
+	if resp.ContentEncoding != "" && d.bodyBytes > 0 {
+		st.encodedBodies.Add(1)
+	}
 	if d.sseOn {
 		if d.sse.MidEvent() {
 			if how == EndClean {

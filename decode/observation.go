@@ -190,6 +190,10 @@ type Request struct {
 	// peeked (BodyIncomplete is set too), so Messages is empty and MCP
 	// rests on the headers alone.
 	BodyTruncated bool
+	// ContentEncoding is the Content-Encoding header ("" when absent or
+	// identity). A body under one is counted and delimited, never read:
+	// Messages is empty and MCP rests on the headers alone.
+	ContentEncoding string
 }
 
 // Response is an HTTP response head.
@@ -202,6 +206,11 @@ type Response struct {
 	ProtocolVersion string
 	Chunked         bool
 	ContentLength   int64 // -1 when absent
+	// ContentEncoding is the Content-Encoding header ("" when absent or
+	// identity), gzip from a compression middleware or proxy most often. A
+	// body under one is counted and delimited, never read: an SSE stream
+	// under one dispatches no events, and its End has no ids.
+	ContentEncoding string
 	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
 	// what arrived before the limit, and the response ends "truncated" at once
 	// because its body cannot be delimited.

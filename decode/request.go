@@ -80,6 +80,7 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	if it.bad {
 		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
+	req.ContentEncoding = f.coding(in)
 	return ro, f
 }
 
@@ -89,7 +90,7 @@ func (d *dir) requestHead() {
 	d.ex = d.c.newExchange(ro.req.Method)
 	d.req = ro
 	d.resetBody()
-	d.keepBody = true
+	d.keepBody = ro.req.ContentEncoding == ""
 	switch {
 	case f.badLength && !f.chunked:
 		st.parseErrors[errBadContentLength].Add(1)
@@ -149,6 +150,9 @@ func (d *dir) finishRequest(incomplete bool) {
 	req.BodyBytes = d.bodyBytes
 	req.BodyIncomplete = incomplete || d.bodyOver
 	req.BodyTruncated = d.bodyOver
+	if req.ContentEncoding != "" && req.BodyBytes > 0 {
+		st.encodedBodies.Add(1)
+	}
 	if !req.BodyIncomplete && len(d.body) > 0 {
 		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
 		if HasJSONRPC(msgs) {

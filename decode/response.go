@@ -43,6 +43,7 @@ func (d *dir) parseResponseHead() (*responseObservation, framing) {
 	if it.bad {
 		d.c.w.stats.parseErrors[errBadHeader].Add(1)
 	}
+	resp.ContentEncoding = f.coding(&d.c.w.strings)
 	resp.SSE = mediaTypeIs(resp.ContentType, "text/event-stream")
 	resp.Chunked = f.chunked
 	if !f.badLength {
@@ -93,6 +94,13 @@ func (d *dir) responseHead() {
 		if req := ex.request(); req != nil && !req.MCP {
 			st.nonMCPSSEStreams.Add(1)
 		}
+	}
+	switch {
+	case noBody:
+	case resp.ContentEncoding != "":
+		// Compressed, most likely: the body is delimited by its framing
+		// and counted, but its bytes are not SSE or JSON text.
+	case resp.SSE:
 		if d.sse == nil {
 			d.sse = d.c.w.getSSE(d.onEvent)
 		} else {
@@ -101,7 +109,7 @@ func (d *dir) responseHead() {
 		d.sseHits = [2]int{}
 		d.evLineHits = 0
 		d.sseOn = true
-	} else {
+	default:
 		ct := resp.ContentType
 		d.keepBody = ct == "" || strings.Contains(strings.ToLower(ct), "json")
 	}

@@ -35,6 +35,7 @@ type Stats struct {
 	SSEEvents          int64 // dispatched SSE events
 	NonMCPSSEStreams   int64 // SSE responses to requests that were not MCP
 	JSONRPCMessages    int64 // JSON-RPC messages in requests, bodies and events
+	EncodedBodies      int64 // request and response bodies under a Content-Encoding: counted, not read
 	// ParseErrors counts malformed input by kind (bad_start_line,
 	// bad_header, bad_content_length, bad_transfer_encoding, bad_chunk,
 	// role_conflict).
@@ -65,7 +66,7 @@ type Stats struct {
 // workers run; each worker writes only its own.
 type counters struct {
 	connections, nonHTTPConnections, httpExchanges, mcpExchanges, nonMCPExchanges atomic.Int64
-	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages                      atomic.Int64
+	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages, encodedBodies       atomic.Int64
 	resyncs, resyncSkippedBytes, gaps                                             atomic.Int64
 	headerLimitHits, lineLimitHits, eventLimitHits, bodyLimitHits                 atomic.Int64
 	pipelineOverflows, bufferLimitHits, peakHeld                                  atomic.Int64
@@ -82,6 +83,7 @@ func (c *counters) addTo(s *Stats) {
 	s.SSEEvents += c.sseEvents.Load()
 	s.NonMCPSSEStreams += c.nonMCPSSEStreams.Load()
 	s.JSONRPCMessages += c.jsonrpcMessages.Load()
+	s.EncodedBodies += c.encodedBodies.Load()
 	s.Resyncs += c.resyncs.Load()
 	s.ResyncSkippedBytes += c.resyncSkippedBytes.Load()
 	s.Gaps += c.gaps.Load()

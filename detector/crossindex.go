@@ -118,7 +118,7 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 	case !s.startSeen:
 		reason = ReasonStartNotCaptured
 	case s.indexLimit != "":
-		reason = ReasonLimitPrefix + s.indexLimit
+		reason = limitReason(s.indexLimit)
 	case s.gap || d.gapped(ex, s.firstSeen):
 		reason = ReasonCaptureGap
 	}

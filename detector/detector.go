@@ -521,6 +521,10 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.limit = "MaxHeaderBytes"
 	case r.BodyTruncated:
 		ex.limit = "MaxBodyBytes"
+	case r.ContentEncoding != "" && r.BodyBytes > 0:
+		// Not read, like a body over MaxBodyBytes: an initialize may be
+		// in it.
+		ex.limit = encodedBody
 	}
 	if ex.ignored && ex.limit != "" {
 		// What would have shown it to be MCP may be in the part the
@@ -677,6 +681,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		ex.limit = "MaxPipelinedRequests"
 	case r.HeadTruncated && ex.limit == "":
 		ex.limit = "MaxHeaderBytes"
+	case r.ContentEncoding != "" && ex.limit == "":
+		// The head is read; the body (events, their ids, messages) is not.
+		ex.limit = encodedBody
 	}
 	if r.HeadTruncated && ex.sess != nil && ex.sess.indexLimit == "" {
 		// The body (a stream's event ids) is skipped.
@@ -789,6 +796,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		return
 	}
+	if r.ContentEncoding != "" {
+		d.responseUnread(ex, s, r)
+	}
 	if ex.method == "DELETE" {
 		s.deleted = true
 		d.endSession(s, "deleted")
@@ -807,12 +817,17 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 // limitHidesPairing handles a 2xx response whose session cannot be judged
 // because a limit cut the request or response head (the session header may
 // be in the cut part), the request body (an initialize may be in it), or
-// shifted request/response pairing (MaxPipelinedRequests): session_swap and
+// shifted request/response pairing (MaxPipelinedRequests), or a request body
+// under a Content-Encoding (unread, as over MaxBodyBytes): session_swap and
 // the resume become Unverifiable naming the limit, never a violation. It
 // reports whether onResponse must stop there.
 func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 	switch ex.limit {
 	case "MaxHeaderBytes", "MaxBodyBytes", "MaxPipelinedRequests":
+	case encodedBody:
+		if o.Request == nil || o.Request.ContentEncoding == "" {
+			return false // only the response's body is unread: the pairing is shown
+		}
 	default:
 		return false
 	}
@@ -827,7 +842,7 @@ func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 	if pairing && s == nil && !ex.hasRespSession {
 		return false // no session on either side: nothing to pair
 	}
-	reason := ReasonLimitPrefix + ex.limit
+	reason := limitReason(ex.limit)
 	d.unverifiable(o.Time, s, ex, "session_swap", reason, ex.respSession)
 	if ex.resume != nil {
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
@@ -1041,6 +1056,31 @@ func (d *Detector) Close(now time.Time) {
 	d.closed = true
 }
 
+// responseUnread: ex's response body is under a Content-Encoding. Whether
+// its calls were answered cannot be told, and a stream's ids are missing
+// from the session's event index from now on.
+func (d *Detector) responseUnread(ex *exchange, s *session, r *decode.Response) {
+	if r.SSE && s.indexLimit == "" {
+		s.indexLimit = encodedBody
+	}
+	for i := range ex.msgs {
+		if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial {
+			c.unread = true
+		}
+	}
+}
+
+// unreadOutcome records a call whose answer may be in a body not read as
+// Unverifiable instead of an unknown outcome, and says whether it did.
+func (d *Detector) unreadOutcome(t time.Time, s *session, c *call) bool {
+	if !c.unread {
+		return false
+	}
+	c.unknown = true
+	d.unverifiable(t, s, nil, "unknown_outcome", ReasonEncodedBody, "call", c.id)
+	return true
+}
+
 // cutCallsUnknown turns tools/calls whose stream was cut, and which no resume
 // answered, into unknown outcomes.
 func (d *Detector) cutCallsUnknown(s *session) {
@@ -1060,6 +1100,9 @@ func (d *Detector) cutCallsUnknown(s *session) {
 	at := s.lastSeen
 	for _, id := range ids {
 		c := s.calls.at(id)
+		if d.unreadOutcome(at, s, c) {
+			continue
+		}
 		c.unknown = true
 		if s.ended == "evicted" {
 			// The detector let go of the session, not the client: a

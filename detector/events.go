@@ -278,7 +278,7 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	if s.indexLimit != "" {
 		// Ids the index had no room for look new when they come again
 		// (a replay after a resume): their order proves nothing.
-		d.unverifiable(o.Time, s, ex, "event order", ReasonLimitPrefix+s.indexLimit, o.Event.ID)
+		d.unverifiable(o.Time, s, ex, "event order", limitReason(s.indexLimit), o.Event.ID)
 		return
 	}
 	if d.gapped(ex, s.firstSeen) {

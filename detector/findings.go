@@ -258,7 +258,32 @@ const (
 	ReasonResponsesLimit    = ReasonLimitPrefix + "MaxResponsesPerSession"
 	ReasonProgressLimit     = ReasonLimitPrefix + "MaxProgressTokensPerSession"
 	ReasonOpenExchangeLimit = ReasonLimitPrefix + "MaxOpenExchanges"
+	// ReasonEncodedBody: a body the evidence needs was under a
+	// Content-Encoding (gzip from a compression middleware or proxy), which
+	// the decoder delimits but does not read: its events, ids and messages
+	// are not in the capture's reading.
+	ReasonEncodedBody = "body under a Content-Encoding, not decoded"
 )
+
+// encodedBody stands in ex.limit and session.indexLimit where a limit's
+// name would: what made an exchange's content, or a session's event index,
+// incomplete. It is not a limit and is never counted as one.
+const encodedBody = "Content-Encoding"
+
+// limitReason is the Unverifiable reason for what ex.limit or
+// session.indexLimit names.
+func limitReason(name string) string {
+	if name == encodedBody {
+		return ReasonEncodedBody
+	}
+	return ReasonLimitPrefix + name
+}
+
+// contentUnread says a reason is a limit's or an encoded body's: content
+// the capture carried but the pipeline did not read, where anything may be.
+func contentUnread(reason string) bool {
+	return reason == ReasonEncodedBody || strings.HasPrefix(reason, ReasonLimitPrefix)
+}
 
 func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, reason string, idParts ...string) {
 	u := &Unverifiable{Time: t, Reason: reason, Check: check}

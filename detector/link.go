@@ -363,6 +363,9 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 	sort.Strings(ids)
 	for _, id := range ids {
 		c := s.calls.at(id)
+		if d.unreadOutcome(t, s, c) {
+			continue
+		}
 		c.unknown = true
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, t, reason))
 	}
@@ -520,14 +523,17 @@ func (s *session) isRepeatable(tool string) bool {
 // reissuedCall raises form 2: S1's tools/call c issued again, identical, as
 // m on S2. Critical when c's outcome was unknown (in flight when S1 was lost:
 // it may have run, and now runs again); high when it had completed (the
-// client is replaying its log).
+// client is replaying its log) or when its answer was not read (compressed).
 func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *session, c *call, m *decode.Message, link linkResult) {
 	severity, state := SeverityHigh, "had completed"
-	if !c.answered {
-		severity, state = SeverityCritical, "was in flight (its outcome unknown to the client)"
-	}
 	reached := "the server accepted it and answered it"
-	if !c.answered {
+	switch {
+	case !c.answered && c.unread:
+		// Its answer may have come, compressed: in flight is not shown.
+		state = "had been answered with a body under a Content-Encoding, not read here"
+		reached = "the server accepted it; whether it ran is unknown"
+	case !c.answered:
+		severity, state = SeverityCritical, "was in flight (its outcome unknown to the client)"
 		reached = "the server had accepted it; whether it ran is unknown"
 	}
 	d.violation(&Violation{
@@ -729,7 +735,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	if ex.limit != "" && (e.How == decode.EndClean || e.How == decode.EndTruncated) {
 		// An id line, the response, or the stream's real end may be in
 		// what the limit cut.
-		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonLimitPrefix+ex.limit)
+		d.unverifiable(o.Time, s, ex, "unresumable_close", limitReason(ex.limit))
 		return
 	}
 	switch e.How {

@@ -98,10 +98,11 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream,
+		ReasonEncodedBody:
 		return reason
 	}
-	if strings.HasPrefix(reason, ReasonLimitPrefix) {
+	if contentUnread(reason) {
 		return reason // a limit's name is stable
 	}
 	return "resume outcome not shown by the capture"
@@ -165,7 +166,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		}
 		ex.stream = st
 		if ex.limit != "" {
-			rs.unverifiable = ReasonLimitPrefix + ex.limit
+			rs.unverifiable = limitReason(ex.limit)
 		} else if st.primingFull {
 			rs.unverifiable = ReasonLimitPrefix + "maxPrimingPositions"
 		} else if st.gap || d.gapped(ex, s.firstSeen) {
@@ -174,17 +175,17 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			// the server did replay.
 			rs.unverifiable = ReasonCaptureGap
 		} else if s.indexLimit != "" {
-			rs.unverifiable = ReasonLimitPrefix + s.indexLimit
+			rs.unverifiable = limitReason(s.indexLimit)
 		}
 		return
 	}
 	switch {
 	case ex.limit != "":
-		rs.unverifiable = ReasonLimitPrefix + ex.limit
+		rs.unverifiable = limitReason(ex.limit)
 	case !s.startSeen:
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
-		rs.unverifiable = ReasonLimitPrefix + s.indexLimit
+		rs.unverifiable = limitReason(s.indexLimit)
 	case s.gap || d.gapped(ex, s.firstSeen):
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
@@ -263,7 +264,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 				// Not indexed need not mean never delivered: the index
 				// was full.
 				if ex.once(onceReset) {
-					d.unverifiable(o.Time, s, ex, "event order", ReasonLimitPrefix+s.indexLimit, ev.ID)
+					d.unverifiable(o.Time, s, ex, "event order", limitReason(s.indexLimit), ev.ID)
 				}
 			case n < rs.goCursor && !known && ex.once(onceReset):
 				// Ordered before the cursor, yet never delivered in this
@@ -271,7 +272,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 				// would claim a delivery the capture does not show.
 				d.eventIDReset(ex, s, ex.stream, o, fmt.Sprintf("go-sdk index %d after resuming from index %d, an id this capture never saw delivered", n, rs.goCursor))
 			case n > rs.goNext && (ex.gap || ex.limit != "" || rs.unverifiable == ReasonCaptureGap ||
-				strings.HasPrefix(rs.unverifiable, ReasonLimitPrefix)):
+				contentUnread(rs.unverifiable)):
 				// Lost or unread bytes, or a limit, may hold the events
 				// between.
 			case n > rs.goNext && rs.primingBetween(s, rs.goNext, n):
@@ -401,14 +402,14 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 		if !ex.hasResponse {
 			reason = "no response captured"
 		} else if ex.limit != "" {
-			reason = ReasonLimitPrefix + ex.limit
+			reason = limitReason(ex.limit)
 		}
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
 		return
 	}
 	if ex.limit != "" && (o.End.How != decode.EndClean || o.End.Limit != "") {
 		// The limit, not the server, may have cut the stream.
-		d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonLimitPrefix+ex.limit)
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, limitReason(ex.limit))
 		return
 	}
 	switch o.End.How {
@@ -418,7 +419,7 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 			// cursor beyond it: lost. Otherwise it may resume again.
 			d.checkOwed(ex, ex.sess, o, rs.maxGot)
 			reason := ReasonOwedNotReplayed
-			if rs.unverifiable != "" && strings.HasPrefix(rs.unverifiable, ReasonLimitPrefix) {
+			if rs.unverifiable != "" && contentUnread(rs.unverifiable) {
 				reason = rs.unverifiable
 			}
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)

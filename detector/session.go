@@ -69,6 +69,9 @@ type call struct {
 	resultHash     uint64 // hash64 of the result: only compared
 	// cut: the stream that should carry the response ended without it.
 	cut bool
+	// unread: the response to it was under a Content-Encoding, not read:
+	// whether it was answered cannot be told.
+	unread bool
 	// unknown: an UnknownOutcome was already made for it.
 	unknown bool
 	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue

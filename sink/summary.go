@@ -48,6 +48,7 @@ type Summary struct {
 	SnaplenBytes       uint64   `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
 	UnreadFileBytes    uint64   `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
 	UndecodablePackets uint64   `json:"undecodable_packets"` // packets whose headers could not be decoded
+	EncodedBodies      uint64   `json:"encoded_bodies"`      // HTTP bodies under a Content-Encoding: delimited, not read
 	AnalysedShare      *float64 `json:"analysed_share"`      // 0..1
 	// PartialReason says why the capture could not be analysed (less than
 	// half of it analysed, or most packets undecodable); nil when it could.

@@ -34,6 +34,7 @@ var metricNames = []string{
 	"replaywatch_decode_non_mcp_sse_streams_total",
 	"replaywatch_decode_sse_events_total",
 	"replaywatch_decode_jsonrpc_messages_total",
+	"replaywatch_decode_encoded_bodies_total",
 	"replaywatch_decode_parse_errors_total",
 	"replaywatch_decode_resyncs_total",
 	"replaywatch_decode_resync_skipped_bytes_total",

@@ -165,6 +165,7 @@ var decodeCounters = []counterRow[decode.Stats]{
 	{"replaywatch.decode.non_mcp_sse_streams", "{stream}", "SSE responses to requests that were not MCP", func(s *decode.Stats) int64 { return s.NonMCPSSEStreams }},
 	{"replaywatch.decode.sse_events", "{event}", "SSE events dispatched", func(s *decode.Stats) int64 { return s.SSEEvents }},
 	{"replaywatch.decode.jsonrpc_messages", "{message}", "JSON-RPC messages in requests, bodies and events", func(s *decode.Stats) int64 { return s.JSONRPCMessages }},
+	{"replaywatch.decode.encoded_bodies", "{body}", "Request and response bodies under a Content-Encoding: delimited and counted, not read", func(s *decode.Stats) int64 { return s.EncodedBodies }},
 	{"replaywatch.decode.resyncs", "{resync}", "Times a direction found its footing again after skipping or losing bytes", func(s *decode.Stats) int64 { return s.Resyncs }},
 	{"replaywatch.decode.resync_skipped_bytes", "By", "Bytes skipped while looking for a request or status line", func(s *decode.Stats) int64 { return s.ResyncSkippedBytes }},
 	{"replaywatch.decode.gaps", "{gap}", "Gaps the decoder was handed", func(s *decode.Stats) int64 { return s.Gaps }},

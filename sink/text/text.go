@@ -144,6 +144,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	if s.UnreadFileBytes > 0 {
 		row("Unread", "%s of damaged files", humanize.Bytes(int64(s.UnreadFileBytes)))
 	}
+	if s.EncodedBodies > 0 {
+		row("Encoded bodies", "%d under a Content-Encoding (compressed): not read, their checks unverifiable", s.EncodedBodies)
+	}
 	switch {
 	case spans:
 	case s.AnalysedShare != nil:
