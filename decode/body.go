@@ -123,6 +123,16 @@ func (d *dir) payload(b []byte) {
 		return
 	}
 	d.bodyBytes += int64(len(b))
+	if d.inflate != nil {
+		d.inflate.write(b, d.plain)
+		return
+	}
+	d.readPlain(b)
+}
+
+// readPlain reads body bytes as they are (inflated, when the body was
+// compressed): SSE, or kept for the JSON-RPC peek.
+func (d *dir) readPlain(b []byte) {
 	if d.sseOn {
 		d.sse.Write(b)
 		d.countSSEHits()

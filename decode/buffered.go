@@ -41,6 +41,9 @@ func (c *conn) held() int64 {
 	for i := range c.dirs {
 		d := &c.dirs[i]
 		n += cap(d.buf) + cap(d.body)
+		if d.inflate != nil {
+			n += inflaterBytes
+		}
 		if d.sse != nil {
 			n += cap(d.sse.line) + cap(d.sse.data)
 		}

@@ -63,6 +63,12 @@ const (
 	// connection; beyond it the oldest is forgotten (its response, if it ever
 	// comes, is paired with the next one).
 	MaxPipelinedRequests = 256
+	// MaxInflatingBodies bounds the gzip and deflate bodies inflated at
+	// once (split evenly between the workers; inflate.go), each holding
+	// about 64 KiB, counted in MaxBufferedBytes too. A body past it is
+	// delimited and counted, not read (EncodedUnread), and the limit's
+	// hit counted.
+	MaxInflatingBodies = 256
 )
 
 // Config holds the decoder's limits, the merger's reorder window and what

@@ -149,6 +149,10 @@ type dir struct {
 	chunk     uint8
 	sawCR     bool
 	body      []byte // kept for the JSON-RPC peek, up to MaxBodyBytes
+	// inflate inflates the body being read (gzip or deflate); plain is
+	// what its output goes to (d.plain, bound once).
+	inflate   *inflater
+	plain     func([]byte)
 	bodyBytes int64
 	bodyOver  bool
 	keepBody  bool
@@ -263,6 +267,7 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		if !c.dead {
 			d.finish(how)
 		}
+		d.dropCoding()
 		d.state = stDone
 		if d.sse != nil {
 			c.w.putSSE(d.sse)

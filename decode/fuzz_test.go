@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -71,6 +73,52 @@ func FuzzHTTP(f *testing.F) {
 	f.Fuzz(func(t *testing.T, client, server []byte, seed int64, syn bool) {
 		checkSplitDelivery(t, fuzzScript(client, server, syn), seed)
 	})
+}
+
+// FuzzInflate: an SSE stream compressed with gzip (a sync flush every
+// flushEvery bytes, as a middleware flushes per write) must give the
+// events the plain stream gives, delivered whole or split; and the same
+// compressed bytes with one byte flipped must not break the decoder
+// (checkSplitDelivery's invariants), whatever they inflate to.
+func FuzzInflate(f *testing.F) {
+	f.Add([]byte("id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"x\"}\n\nid: 2\ndata:\n\n"), uint8(7), uint16(0), int64(1))
+	f.Add([]byte("data: a\r\n\r\n: comment\n\nevent: close\nretry: 5\n\n"), uint8(0), uint16(40), int64(2))
+	f.Fuzz(checkInflate)
+}
+
+func checkInflate(t *testing.T, plain []byte, flushEvery uint8, flip uint16, seed int64) {
+	{
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		for rest := plain; len(rest) > 0; {
+			n := min(len(rest), int(flushEvery)+1)
+			zw.Write(rest[:n])
+			zw.Flush()
+			rest = rest[n:]
+		}
+		zw.Close()
+		head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+		request := []byte("GET / HTTP/1.1\r\n\r\n")
+		events := func(sc script) string {
+			obs, _ := run(t, sc.cfg, whole, sc)
+			var b strings.Builder
+			for _, line := range strings.Split(render(obs), "\n") {
+				if !strings.Contains(line, " response ") { // the only line naming the coding
+					b.WriteString(line + "\n")
+				}
+			}
+			return b.String()
+		}
+		compressed := fuzzScript(request, append([]byte(head+"Content-Encoding: gzip\r\n\r\n"), z.Bytes()...), true)
+		if got, want := events(compressed), events(fuzzScript(request, append([]byte(head+"\r\n"), plain...), true)); got != want {
+			t.Fatalf("gzip stream reads differently from the plain one:\n%s\nwant\n%s", got, want)
+		}
+		checkSplitDelivery(t, compressed, seed)
+		if z.Len() > 0 {
+			z.Bytes()[int(flip)%z.Len()] ^= 0x5a
+			checkSplitDelivery(t, fuzzScript(request, append([]byte(head+"Content-Encoding: gzip\r\n\r\n"), z.Bytes()...), true), seed)
+		}
+	}
 }
 
 func FuzzChunked(f *testing.F) {

@@ -320,6 +320,9 @@ func render(obs []*Observation) string {
 			if r.ContentEncoding != "" {
 				fmt.Fprintf(&b, " encoding=%q", r.ContentEncoding)
 			}
+			if r.EncodedUnread {
+				b.WriteString(" unread")
+			}
 			if r.BodyIncomplete {
 				b.WriteString(" incomplete")
 			}
@@ -338,6 +341,9 @@ func render(obs []*Observation) string {
 			}
 			if r.ContentEncoding != "" {
 				fmt.Fprintf(&b, " encoding=%q", r.ContentEncoding)
+			}
+			if r.EncodedUnread {
+				b.WriteString(" unread")
 			}
 			if r.HeadTruncated {
 				b.WriteString(" head-truncated")
@@ -378,6 +384,9 @@ func render(obs []*Observation) string {
 			if e.HasLastID {
 				fmt.Fprintf(&b, " last=%q", e.LastID)
 			}
+			if e.Limit != "" {
+				fmt.Fprintf(&b, " limit=%s", e.Limit)
+			}
 		case KindGap:
 			fmt.Fprintf(&b, " fromClient=%v lost=%d", o.Gap.FromClient, o.Gap.Lost)
 		}
@@ -393,8 +402,8 @@ func renderStats(s Stats) string {
 		s.SSEStreams, s.SSEEvents, s.NonMCPSSEStreams, s.JSONRPCMessages)
 	fmt.Fprintf(&b, " resyncs=%d skipped=%d gaps=%d limits=%d/%d/%d/%d",
 		s.Resyncs, s.ResyncSkippedBytes, s.Gaps, s.HeaderLimitHits, s.LineLimitHits, s.EventLimitHits, s.BodyLimitHits)
-	if s.EncodedBodies > 0 {
-		fmt.Fprintf(&b, " encoded=%d", s.EncodedBodies)
+	if s.InflatedBodies+s.EncodedUnread+s.InflateLimitHits > 0 {
+		fmt.Fprintf(&b, " inflated=%d unread=%d inflate-limit=%d", s.InflatedBodies, s.EncodedUnread, s.InflateLimitHits)
 	}
 	for _, name := range parseErrNames {
 		if n := s.ParseErrors[name]; n > 0 {

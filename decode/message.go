@@ -25,8 +25,10 @@ func (d *dir) endResponse(how EndHow) {
 	end := &eo.end
 	end.How = how
 	end.ClientClosed = d.c.clientFin
-	if resp.ContentEncoding != "" && d.bodyBytes > 0 {
-		st.encodedBodies.Add(1)
+	// The inflater first: what it still holds is the stream's last bytes.
+	codingLimit := d.endCoding()
+	if resp.EncodedUnread && d.bodyBytes > 0 {
+		st.encodedUnread.Add(1)
 	}
 	if d.sseOn {
 		if d.sse.MidEvent() {
@@ -57,6 +59,9 @@ func (d *dir) endResponse(how EndHow) {
 		} else if w.cfg.ReuseObservations {
 			w.dropBody(bo)
 		}
+	}
+	if codingLimit != "" {
+		d.limit = codingLimit // the rest of the body was not read at all
 	}
 	end.Limit = d.limit
 	eo.obs = Observation{Kind: KindEnd, Time: d.ts, Exchange: d.ex.index, End: end}

@@ -191,9 +191,13 @@ type Request struct {
 	// rests on the headers alone.
 	BodyTruncated bool
 	// ContentEncoding is the Content-Encoding header ("" when absent or
-	// identity). A body under one is counted and delimited, never read:
-	// Messages is empty and MCP rests on the headers alone.
+	// identity). gzip, x-gzip and deflate bodies are inflated and read.
 	ContentEncoding string
+	// EncodedUnread says the body was under a Content-Encoding the decoder
+	// did not read (another coding, MaxInflatingBodies reached, or data
+	// that would not inflate): counted and delimited only, so Messages is
+	// empty and MCP rests on the headers alone.
+	EncodedUnread bool
 }
 
 // Response is an HTTP response head.
@@ -207,10 +211,15 @@ type Response struct {
 	Chunked         bool
 	ContentLength   int64 // -1 when absent
 	// ContentEncoding is the Content-Encoding header ("" when absent or
-	// identity), gzip from a compression middleware or proxy most often. A
-	// body under one is counted and delimited, never read: an SSE stream
-	// under one dispatches no events, and its End has no ids.
+	// identity), gzip from a compression middleware or proxy most often.
+	// gzip, x-gzip and deflate bodies are inflated as they arrive and read.
 	ContentEncoding string
+	// EncodedUnread says the body is under a Content-Encoding the decoder
+	// does not read (br, zstd, a list of codings, or MaxInflatingBodies
+	// reached): it is counted and delimited only, an SSE stream under it
+	// dispatches no events and its End has no ids. A body whose inflating
+	// fails partway ends with End.Limit "Content-Encoding" instead.
+	EncodedUnread bool
 	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
 	// what arrived before the limit, and the response ends "truncated" at once
 	// because its body cannot be delimited.
@@ -305,8 +314,10 @@ type End struct {
 	// Limit names the decoder limit that cut or thinned this response
 	// ("MaxHeaderBytes" for its head or trailer, "MaxChunkLineBytes",
 	// "MaxBodyBytes" for a body not peeked, "MaxSSELineBytes" or
-	// "MaxEventBytes" when a line or event of the stream outgrew them);
-	// "" when none did. A response cut by a limit ends "truncated" without
+	// "MaxEventBytes" when a line or event of the stream outgrew them;
+	// "maxInflateRatio" when the body inflated past that bound, and
+	// "Content-Encoding", not a limit, when it would not inflate: the rest
+	// of the body was not read); "" when none did. A response cut by a limit ends "truncated" without
 	// the server having ended it.
 	Limit string
 }

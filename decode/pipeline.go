@@ -103,7 +103,7 @@ func NewPipeline(cfg Config, workers int, out func(*Observation)) *Pipeline {
 	for i := 0; i < workers; i++ {
 		p.workers = append(p.workers, &worker{p: p, id: i, cfg: cfg, stats: new(counters),
 			peeker:  Peeker{KeepToolArguments: cfg.KeepToolArguments, MaxArgumentBytes: cfg.MaxArgumentBytes, HashKey: cfg.HashKey},
-			maxHeld: share, checkEvery: max(share/8, minBufferCheck)})
+			maxHeld: share, checkEvery: max(share/8, minBufferCheck), maxInflaters: max(MaxInflatingBodies/workers, 1)})
 	}
 	p.wg.Add(1)
 	go p.deliver()
@@ -325,6 +325,9 @@ type worker struct {
 	// were last counted.
 	live                            []*conn
 	maxHeld, checkEvery, sinceCheck int64
+	// inflaters open on this worker's connections, and its share of
+	// MaxInflatingBodies.
+	inflaters, maxInflaters int
 }
 
 // Pooling SSE decoders spares each new connection growing fresh buffers.

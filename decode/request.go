@@ -90,7 +90,8 @@ func (d *dir) requestHead() {
 	d.ex = d.c.newExchange(ro.req.Method)
 	d.req = ro
 	d.resetBody()
-	d.keepBody = ro.req.ContentEncoding == ""
+	d.keepBody = d.startCoding(ro.req.ContentEncoding, !f.badLength && !f.otherCoding && (f.chunked || f.contentLength > 0))
+	ro.req.EncodedUnread = !d.keepBody
 	switch {
 	case f.badLength && !f.chunked:
 		st.parseErrors[errBadContentLength].Add(1)
@@ -147,13 +148,16 @@ func (d *dir) finishRequest(incomplete bool) {
 	}
 	req := &ro.req
 	st := d.c.w.stats
+	if d.endCoding() != "" {
+		req.EncodedUnread = true // what would not inflate was not read
+	}
 	req.BodyBytes = d.bodyBytes
 	req.BodyIncomplete = incomplete || d.bodyOver
 	req.BodyTruncated = d.bodyOver
-	if req.ContentEncoding != "" && req.BodyBytes > 0 {
-		st.encodedBodies.Add(1)
+	if req.EncodedUnread && req.BodyBytes > 0 {
+		st.encodedUnread.Add(1)
 	}
-	if !req.BodyIncomplete && len(d.body) > 0 {
+	if !req.BodyIncomplete && !req.EncodedUnread && len(d.body) > 0 {
 		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
 		if HasJSONRPC(msgs) {
 			req.Messages, req.Batch = msgs, batch

@@ -95,9 +95,11 @@ func (d *dir) responseHead() {
 			st.nonMCPSSEStreams.Add(1)
 		}
 	}
+	hasBody := !noBody && !(f.badLength && !f.chunked) && (f.chunked || f.contentLength != 0)
+	resp.EncodedUnread = !d.startCoding(resp.ContentEncoding, hasBody)
 	switch {
 	case noBody:
-	case resp.ContentEncoding != "":
+	case resp.EncodedUnread:
 		// Compressed, most likely: the body is delimited by its framing
 		// and counted, but its bytes are not SSE or JSON text.
 	case resp.SSE:

@@ -20,6 +20,7 @@ func (d *dir) enterSync() {
 }
 
 func (d *dir) resetMessage() {
+	d.dropCoding()
 	d.ex, d.req, d.resp = nil, nil, nil
 	d.bodyMode, d.remaining, d.chunk, d.sawCR = 0, 0, chSize, false
 	d.body = trimBuf(d.body, keptBufBytes)

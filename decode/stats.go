@@ -35,7 +35,9 @@ type Stats struct {
 	SSEEvents          int64 // dispatched SSE events
 	NonMCPSSEStreams   int64 // SSE responses to requests that were not MCP
 	JSONRPCMessages    int64 // JSON-RPC messages in requests, bodies and events
-	EncodedBodies      int64 // request and response bodies under a Content-Encoding: counted, not read
+	InflatedBodies     int64 // gzip and deflate bodies inflated and read
+	EncodedUnread      int64 // bodies under a Content-Encoding not read (another coding, or one that would not inflate): counted only
+	InflateLimitHits   int64 // bodies not inflated at MaxInflatingBodies, or cut at maxInflateRatio
 	// ParseErrors counts malformed input by kind (bad_start_line,
 	// bad_header, bad_content_length, bad_transfer_encoding, bad_chunk,
 	// role_conflict).
@@ -66,7 +68,8 @@ type Stats struct {
 // workers run; each worker writes only its own.
 type counters struct {
 	connections, nonHTTPConnections, httpExchanges, mcpExchanges, nonMCPExchanges atomic.Int64
-	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages, encodedBodies       atomic.Int64
+	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages                      atomic.Int64
+	inflatedBodies, encodedUnread, inflateLimitHits                               atomic.Int64
 	resyncs, resyncSkippedBytes, gaps                                             atomic.Int64
 	headerLimitHits, lineLimitHits, eventLimitHits, bodyLimitHits                 atomic.Int64
 	pipelineOverflows, bufferLimitHits, peakHeld                                  atomic.Int64
@@ -83,7 +86,9 @@ func (c *counters) addTo(s *Stats) {
 	s.SSEEvents += c.sseEvents.Load()
 	s.NonMCPSSEStreams += c.nonMCPSSEStreams.Load()
 	s.JSONRPCMessages += c.jsonrpcMessages.Load()
-	s.EncodedBodies += c.encodedBodies.Load()
+	s.InflatedBodies += c.inflatedBodies.Load()
+	s.EncodedUnread += c.encodedUnread.Load()
+	s.InflateLimitHits += c.inflateLimitHits.Load()
 	s.Resyncs += c.resyncs.Load()
 	s.ResyncSkippedBytes += c.resyncSkippedBytes.Load()
 	s.Gaps += c.gaps.Load()

@@ -521,7 +521,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.limit = "MaxHeaderBytes"
 	case r.BodyTruncated:
 		ex.limit = "MaxBodyBytes"
-	case r.ContentEncoding != "" && r.BodyBytes > 0:
+	case r.EncodedUnread && r.BodyBytes > 0:
 		// Not read, like a body over MaxBodyBytes: an initialize may be
 		// in it.
 		ex.limit = encodedBody
@@ -681,7 +681,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		ex.limit = "MaxPipelinedRequests"
 	case r.HeadTruncated && ex.limit == "":
 		ex.limit = "MaxHeaderBytes"
-	case r.ContentEncoding != "" && ex.limit == "":
+	case r.EncodedUnread && ex.limit == "":
 		// The head is read; the body (events, their ids, messages) is not.
 		ex.limit = encodedBody
 	}
@@ -796,8 +796,8 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		return
 	}
-	if r.ContentEncoding != "" {
-		d.responseUnread(ex, s, r)
+	if r.EncodedUnread {
+		d.responseUnread(ex, s)
 	}
 	if ex.method == "DELETE" {
 		s.deleted = true
@@ -825,7 +825,7 @@ func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 	switch ex.limit {
 	case "MaxHeaderBytes", "MaxBodyBytes", "MaxPipelinedRequests":
 	case encodedBody:
-		if o.Request == nil || o.Request.ContentEncoding == "" {
+		if o.Request == nil || !o.Request.EncodedUnread {
 			return false // only the response's body is unread: the pairing is shown
 		}
 	default:
@@ -959,6 +959,9 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.Limit != "" && ex.limit == "" {
 		ex.limit = e.Limit
 	}
+	if (e.Limit == encodedBody || e.Limit == "maxInflateRatio") && ex.sess != nil && !ex.sessionless {
+		d.responseUnread(ex, ex.sess) // it stopped inflating partway: the rest was not read
+	}
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {
 		ex.gap = ex.gap || e.How == decode.EndGap
 		if ex.stream != nil && e.How == decode.EndGap {
@@ -1056,11 +1059,11 @@ func (d *Detector) Close(now time.Time) {
 	d.closed = true
 }
 
-// responseUnread: ex's response body is under a Content-Encoding. Whether
-// its calls were answered cannot be told, and a stream's ids are missing
-// from the session's event index from now on.
-func (d *Detector) responseUnread(ex *exchange, s *session, r *decode.Response) {
-	if r.SSE && s.indexLimit == "" {
+// responseUnread: ex's response body, or its rest, is under a
+// Content-Encoding not read. Whether its calls were answered cannot be told,
+// and a stream's ids are missing from the session's event index from now on.
+func (d *Detector) responseUnread(ex *exchange, s *session) {
+	if ex.sse && s.indexLimit == "" {
 		s.indexLimit = encodedBody
 	}
 	for i := range ex.msgs {

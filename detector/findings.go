@@ -259,9 +259,9 @@ const (
 	ReasonProgressLimit     = ReasonLimitPrefix + "MaxProgressTokensPerSession"
 	ReasonOpenExchangeLimit = ReasonLimitPrefix + "MaxOpenExchanges"
 	// ReasonEncodedBody: a body the evidence needs was under a
-	// Content-Encoding (gzip from a compression middleware or proxy), which
-	// the decoder delimits but does not read: its events, ids and messages
-	// are not in the capture's reading.
+	// Content-Encoding the decoder does not read (br, zstd; gzip and
+	// deflate are inflated, unless their data would not inflate): its
+	// events, ids and messages are not in the capture's reading.
 	ReasonEncodedBody = "body under a Content-Encoding, not decoded"
 )
 

@@ -139,7 +139,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		NonMCPExchanges: uint64(det.NonMCPExchanges), SSEEvents: uint64(d.SSEEvents),
 		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
 		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
-		EncodedBodies:   uint64(d.EncodedBodies),
+		InflatedBodies: uint64(d.InflatedBodies), EncodedUnreadBodies: uint64(d.EncodedUnread),
 		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),
 		Resumes: map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
 		Errors: problems,
@@ -176,6 +176,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	limit("decode.MaxSSELineBytes", uint64(d.LineLimitHits))
 	limit("decode.MaxEventBytes", uint64(d.EventLimitHits))
 	limit("decode.MaxBodyBytes", uint64(d.BodyLimitHits))
+	limit("decode.MaxInflatingBodies", uint64(d.InflateLimitHits))
 	limit("decode.MaxPipelinedRequests", uint64(d.PipelineOverflows))
 	limit("decode.MaxBufferedObservations", uint64(d.LateAfterEarlyRelease))
 	limit("decode.MaxBufferedBytes", uint64(d.BufferLimitHits))

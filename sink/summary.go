@@ -44,12 +44,16 @@ type Summary struct {
 	// What share of the capture could be analysed. AnalysedShare is
 	// PayloadBytes / (PayloadBytes + CaptureGapBytes + UnreadFileBytes), nil
 	// when all three are zero (no packets, or no TCP payload at all).
-	PayloadBytes       uint64   `json:"tcp_payload_bytes"`   // TCP payload bytes delivered to the decoder
-	SnaplenBytes       uint64   `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
-	UnreadFileBytes    uint64   `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
-	UndecodablePackets uint64   `json:"undecodable_packets"` // packets whose headers could not be decoded
-	EncodedBodies      uint64   `json:"encoded_bodies"`      // HTTP bodies under a Content-Encoding: delimited, not read
-	AnalysedShare      *float64 `json:"analysed_share"`      // 0..1
+	PayloadBytes       uint64 `json:"tcp_payload_bytes"`   // TCP payload bytes delivered to the decoder
+	SnaplenBytes       uint64 `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
+	UnreadFileBytes    uint64 `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
+	UndecodablePackets uint64 `json:"undecodable_packets"` // packets whose headers could not be decoded
+	// InflatedBodies were under Content-Encoding gzip or deflate, inflated
+	// and read; EncodedUnreadBodies under one not read (another coding, a
+	// limit, or data that would not inflate), delimited and counted only.
+	InflatedBodies      uint64   `json:"inflated_bodies"`
+	EncodedUnreadBodies uint64   `json:"encoded_unread_bodies"`
+	AnalysedShare       *float64 `json:"analysed_share"` // 0..1
 	// PartialReason says why the capture could not be analysed (less than
 	// half of it analysed, or most packets undecodable); nil when it could.
 	// PartialAdvice is what to do about it, for the text report.

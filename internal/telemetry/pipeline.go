@@ -165,7 +165,8 @@ var decodeCounters = []counterRow[decode.Stats]{
 	{"replaywatch.decode.non_mcp_sse_streams", "{stream}", "SSE responses to requests that were not MCP", func(s *decode.Stats) int64 { return s.NonMCPSSEStreams }},
 	{"replaywatch.decode.sse_events", "{event}", "SSE events dispatched", func(s *decode.Stats) int64 { return s.SSEEvents }},
 	{"replaywatch.decode.jsonrpc_messages", "{message}", "JSON-RPC messages in requests, bodies and events", func(s *decode.Stats) int64 { return s.JSONRPCMessages }},
-	{"replaywatch.decode.encoded_bodies", "{body}", "Request and response bodies under a Content-Encoding: delimited and counted, not read", func(s *decode.Stats) int64 { return s.EncodedBodies }},
+	{"replaywatch.decode.inflated_bodies", "{body}", "Request and response bodies under Content-Encoding gzip or deflate, inflated and read", func(s *decode.Stats) int64 { return s.InflatedBodies }},
+	{"replaywatch.decode.encoded_unread_bodies", "{body}", "Request and response bodies under a Content-Encoding not read (another coding, or data that would not inflate): delimited and counted only", func(s *decode.Stats) int64 { return s.EncodedUnread }},
 	{"replaywatch.decode.resyncs", "{resync}", "Times a direction found its footing again after skipping or losing bytes", func(s *decode.Stats) int64 { return s.Resyncs }},
 	{"replaywatch.decode.resync_skipped_bytes", "By", "Bytes skipped while looking for a request or status line", func(s *decode.Stats) int64 { return s.ResyncSkippedBytes }},
 	{"replaywatch.decode.gaps", "{gap}", "Gaps the decoder was handed", func(s *decode.Stats) int64 { return s.Gaps }},
@@ -297,6 +298,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			}
 			limit(o, "decode.MaxHeaderBytes", s.HeaderLimitHits)
 			limit(o, "decode.MaxBodyBytes", s.BodyLimitHits)
+			limit(o, "decode.MaxInflatingBodies", s.InflateLimitHits)
 			limit(o, "decode.MaxSSELineBytes", s.LineLimitHits)
 			limit(o, "decode.MaxEventBytes", s.EventLimitHits)
 			limit(o, "decode.MaxPipelinedRequests", s.PipelineOverflows)

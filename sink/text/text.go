@@ -144,8 +144,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	if s.UnreadFileBytes > 0 {
 		row("Unread", "%s of damaged files", humanize.Bytes(int64(s.UnreadFileBytes)))
 	}
-	if s.EncodedBodies > 0 {
-		row("Encoded bodies", "%d under a Content-Encoding (compressed): not read, their checks unverifiable", s.EncodedBodies)
+	if s.InflatedBodies+s.EncodedUnreadBodies > 0 {
+		row("Compressed", "%d bodies inflated and read (gzip, deflate), %d not read (another Content-Encoding): their checks unverifiable",
+			s.InflatedBodies, s.EncodedUnreadBodies)
 	}
 	switch {
 	case spans:

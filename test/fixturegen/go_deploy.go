@@ -136,12 +136,13 @@ func swapBackends(release chan struct{}) (old http.Handler, permissive *sessionA
 }
 
 // swapClient is the README sample's application: slow_write across the
-// drain, a timeout, and the identical retry on the swapped session.
-func swapClient(ctx context.Context, r *rig, permissive *sessionAdopter) error {
+// drain, a timeout, and the identical retry on the swapped session. via
+// wraps its HTTP transport (nil: none).
+func swapClient(ctx context.Context, r *rig, permissive *sessionAdopter, via func(http.RoundTripper) http.RoundTripper) error {
 	var hc atomic.Pointer[http.Client]
 	cut := newSSECut(`"name":"slow_write"`, eventIndex(2))
 	drain(r, cut, &hc)
-	cs, client, err := connectGo(ctx, r.url(), revisionSessions, false)
+	cs, client, err := connectGoVia(ctx, r.url(), revisionSessions, false, via)
 	if err != nil {
 		return err
 	}
@@ -169,7 +170,7 @@ func recordRollingDeploySwap(ctx context.Context, dir string) error {
 	defer close(release)
 	old, permissive := swapBackends(release)
 	return recordGo(dir, "go-rolling-deploy-swap", []http.Handler{old, permissive}, func(r *rig) error {
-		return swapClient(ctx, r, permissive)
+		return swapClient(ctx, r, permissive, nil)
 	},
 		"# THE README SAMPLE. go-sdk v1.8.0 client and servers, revision 2025-11-25, two backends behind one",
 		"# proxy (a load balancer). Backend A (go-sdk, MemoryEventStore): initialize (session S1), initialized,",
@@ -233,7 +234,7 @@ func runGoMixedRevisionsSwap(ctx context.Context, dir string) error {
 				}
 			})
 		}()
-		err := swapClient(ctx, r, permissive)
+		err := swapClient(ctx, r, permissive, nil)
 		close(stop)
 		return errors.Join(err, <-sessionless)
 	},

@@ -59,7 +59,7 @@ func runGoCorrectResume(ctx context.Context, dir string) error {
 
 func runGoPrimingPolling(ctx context.Context, dir string) error {
 	srv := newGoServer(toolSet{})
-	return recordGo(dir, "go-priming-polling", []http.Handler{goHandler(srv, storeOpts())}, pollingSession(ctx),
+	return recordGo(dir, "go-priming-polling", []http.Handler{goHandler(srv, storeOpts())}, pollingSession(ctx, nil),
 		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, standalone GET enabled.",
 		"# Every POST stream starts with a priming event (`event: prime`, id X_0, empty data). The standalone",
 		"# GET (no Last-Event-ID) is answered 200 with an SSE comment `: ok` and stays open, without events, until",
@@ -79,10 +79,10 @@ func runGoPrimingPolling(ctx context.Context, dir string) error {
 
 // pollingSession is go-priming-polling's client: a session with the
 // standalone GET, a tool call whose stream the server closes for polling
-// after progress 2, then an echo.
-func pollingSession(ctx context.Context) func(r *rig) error {
+// after progress 2, then an echo. via wraps its HTTP transport (nil: none).
+func pollingSession(ctx context.Context, via func(http.RoundTripper) http.RoundTripper) func(r *rig) error {
 	return func(r *rig) error {
-		return withGoSession(ctx, r.url(), revisionSessions, true, func(cs *mcp.ClientSession) error {
+		return withGoSessionVia(ctx, r.url(), revisionSessions, true, via, func(cs *mcp.ClientSession) error {
 			// Give the standalone GET time to open, so it is in the capture.
 			time.Sleep(100 * time.Millisecond)
 			if err := expectResult(ctx, cs, "stream", streamArgs{Steps: 4, Label: "poll", CloseAfter: 2}, "tok-poll", "poll: 4 steps done"); err != nil {

@@ -497,7 +497,17 @@ func newGoClient() *mcp.Client {
 // shared between scenarios, and its connections are closed with the
 // session.
 func connectGo(ctx context.Context, url, revision string, standaloneGET bool) (*mcp.ClientSession, *http.Client, error) {
-	hc := &http.Client{Transport: &http.Transport{}}
+	return connectGoVia(ctx, url, revision, standaloneGET, nil)
+}
+
+// connectGoVia is connectGo with the client's HTTP transport wrapped by via
+// (nil: none).
+func connectGoVia(ctx context.Context, url, revision string, standaloneGET bool, via func(http.RoundTripper) http.RoundTripper) (*mcp.ClientSession, *http.Client, error) {
+	var rt http.RoundTripper = &http.Transport{}
+	if via != nil {
+		rt = via(rt)
+	}
+	hc := &http.Client{Transport: rt}
 	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: !standaloneGET, MaxRetries: 2}
 	var opts *mcp.ClientSessionOptions
 	if revision != "" {
@@ -537,7 +547,12 @@ func resultText(r *mcp.CallToolResult) string {
 // (DELETE when the session still exists) and the client's idle
 // connections, so the capture ends with every exchange complete.
 func withGoSession(ctx context.Context, url, revision string, standaloneGET bool, use func(cs *mcp.ClientSession) error) error {
-	cs, hc, err := connectGo(ctx, url, revision, standaloneGET)
+	return withGoSessionVia(ctx, url, revision, standaloneGET, nil, use)
+}
+
+// withGoSessionVia is withGoSession over connectGoVia.
+func withGoSessionVia(ctx context.Context, url, revision string, standaloneGET bool, via func(http.RoundTripper) http.RoundTripper, use func(cs *mcp.ClientSession) error) error {
+	cs, hc, err := connectGoVia(ctx, url, revision, standaloneGET, via)
 	if err != nil {
 		return err
 	}

@@ -225,10 +225,10 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 	}
 	// A gap in the capture is no part of what a client saw: such an
 	// exchange is projected as an emitter that did not record the body.
-	// So is a compressed body: a client reads it decompressed, the
-	// packets do not show it.
+	// So is a body under a Content-Encoding not read: a client reads it
+	// decoded, the packets do not show it.
 	if ex.gap || p.gaps[ex.conn.ID] || ex.endObs == nil || ex.endObs.How == decode.EndGap || ex.endObs.Limit != "" ||
-		ex.resp.ContentEncoding != "" {
+		ex.resp.EncodedUnread {
 		return
 	}
 	evs := sp.Events()
