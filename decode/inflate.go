@@ -1,12 +1,12 @@
 package decode
 
 import (
-	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
 	"errors"
 	"io"
+	"strings"
 )
 
 // Bodies under Content-Encoding gzip (x-gzip) or deflate are inflated as
@@ -42,16 +42,12 @@ func codingOf(v string) coding {
 	switch {
 	case v == "":
 		return codingNone
-	case asciiEqualFold(v, "gzip"), asciiEqualFold(v, "x-gzip"):
+	case strings.EqualFold(v, "gzip"), strings.EqualFold(v, "x-gzip"):
 		return codingGzip
-	case asciiEqualFold(v, "deflate"):
+	case strings.EqualFold(v, "deflate"):
 		return codingDeflate
 	}
 	return codingUnread
-}
-
-func asciiEqualFold(s, t string) bool {
-	return bytes.EqualFold([]byte(s), []byte(t))
 }
 
 // errInflateRatio ends an inflater whose output outgrew maxInflateRatio;
@@ -263,8 +259,9 @@ func (d *dir) startCoding(value string, hasBody bool) bool {
 }
 
 // endCoding ends the body's inflater, reading what it still holds. It
-// returns the End.Limit for a body whose inflating stopped partway, ""
-// when it did not (or there was none).
+// returns the End.Limit for a body whose inflating stopped partway,
+// "maxInflateRatio" or "Content-Encoding" (data that would not inflate: the
+// caller counts it unread); "" when it did not, or there was none.
 func (d *dir) endCoding() string {
 	z := d.inflate
 	if z == nil {
@@ -273,15 +270,15 @@ func (d *dir) endCoding() string {
 	z.close(d.plain)
 	d.inflate = nil
 	d.c.w.inflaters--
-	d.c.w.stats.inflatedBodies.Add(1)
 	switch {
 	case z.err == errInflateRatio:
+		d.c.w.stats.inflatedBodies.Add(1)
 		d.c.w.stats.inflateLimitHits.Add(1)
 		return "maxInflateRatio"
 	case z.failed():
-		d.c.w.stats.encodedUnread.Add(1)
 		return "Content-Encoding"
 	}
+	d.c.w.stats.inflatedBodies.Add(1)
 	return ""
 }
 

@@ -27,7 +27,7 @@ func (d *dir) endResponse(how EndHow) {
 	end.ClientClosed = d.c.clientFin
 	// The inflater first: what it still holds is the stream's last bytes.
 	codingLimit := d.endCoding()
-	if resp.EncodedUnread && d.bodyBytes > 0 {
+	if resp.EncodedUnread && d.bodyBytes > 0 || codingLimit == "Content-Encoding" {
 		st.encodedUnread.Add(1)
 	}
 	if d.sseOn {

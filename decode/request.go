@@ -90,7 +90,7 @@ func (d *dir) requestHead() {
 	d.ex = d.c.newExchange(ro.req.Method)
 	d.req = ro
 	d.resetBody()
-	d.keepBody = d.startCoding(ro.req.ContentEncoding, !f.badLength && !f.otherCoding && (f.chunked || f.contentLength > 0))
+	d.keepBody = d.startCoding(ro.req.ContentEncoding, f.chunked || !f.badLength && !f.otherCoding && f.contentLength > 0)
 	ro.req.EncodedUnread = !d.keepBody
 	switch {
 	case f.badLength && !f.chunked:
