@@ -530,7 +530,7 @@ func (d *Detector) reissuedCall(ex *exchange, o *decode.Observation, l, s *sessi
 	switch {
 	case !c.answered && c.unread:
 		// Its answer may have come, compressed: in flight is not shown.
-		state = "had been answered with a body under a Content-Encoding, not read here"
+		state = "had been sent (its answer, if one came, was in a body under a Content-Encoding not read here)"
 		reached = "the server accepted it; whether it ran is unknown"
 	case !c.answered:
 		severity, state = SeverityCritical, "was in flight (its outcome unknown to the client)"

@@ -98,12 +98,11 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream,
-		ReasonEncodedBody:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream:
 		return reason
 	}
 	if contentUnread(reason) {
-		return reason // a limit's name is stable
+		return reason // a limit's name is stable, and so is ReasonEncodedBody
 	}
 	return "resume outcome not shown by the capture"
 }
