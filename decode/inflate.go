@@ -23,9 +23,19 @@ const (
 	// maxInflateRatio and inflateAllowance bound what a body may inflate
 	// to: inflateAllowance plus maxInflateRatio times its compressed bytes.
 	// Text compresses well under that; a decompression bomb does not, and
-	// is cut there (End.Limit "maxInflateRatio"), the rest not read.
+	// is cut there (End.Limit EndInflateRatio), the rest not read.
 	maxInflateRatio  = 200
 	inflateAllowance = 1 << 20
+)
+
+// End.Limit values of a compressed body that stopped inflating partway: the
+// rest of it was not read.
+const (
+	// EndInflateRatio: it inflated past maxInflateRatio.
+	EndInflateRatio = "maxInflateRatio"
+	// EndNotInflated: its data would not inflate. Not a limit: the body
+	// is as unread as one under a coding the decoder does not read.
+	EndNotInflated = "Content-Encoding"
 )
 
 // coding is what the decoder does with a Content-Encoding.
@@ -258,10 +268,10 @@ func (d *dir) startCoding(value string, hasBody bool) bool {
 	return true
 }
 
-// endCoding ends the body's inflater, reading what it still holds. It
-// returns the End.Limit for a body whose inflating stopped partway,
-// "maxInflateRatio" or "Content-Encoding" (data that would not inflate: the
-// caller counts it unread); "" when it did not, or there was none.
+// endCoding ends the body's inflater, reading what it still holds, and
+// counts the body. It returns the End.Limit for a body whose inflating
+// stopped partway (EndInflateRatio, EndNotInflated); "" when it did not, or
+// there was none.
 func (d *dir) endCoding() string {
 	z := d.inflate
 	if z == nil {
@@ -269,16 +279,18 @@ func (d *dir) endCoding() string {
 	}
 	z.close(d.plain)
 	d.inflate = nil
+	st := d.c.w.stats
 	d.c.w.inflaters--
 	switch {
 	case z.err == errInflateRatio:
-		d.c.w.stats.inflatedBodies.Add(1)
-		d.c.w.stats.inflateLimitHits.Add(1)
-		return "maxInflateRatio"
+		st.inflatedBodies.Add(1)
+		st.inflateLimitHits.Add(1)
+		return EndInflateRatio
 	case z.failed():
-		return "Content-Encoding"
+		st.encodedUnread.Add(1)
+		return EndNotInflated
 	}
-	d.c.w.stats.inflatedBodies.Add(1)
+	st.inflatedBodies.Add(1)
 	return ""
 }
 

@@ -25,11 +25,11 @@ func (d *dir) endResponse(how EndHow) {
 	end := &eo.end
 	end.How = how
 	end.ClientClosed = d.c.clientFin
+	if resp.EncodedUnread && d.bodyBytes > 0 {
+		st.encodedUnread.Add(1) // not read from its start
+	}
 	// The inflater first: what it still holds is the stream's last bytes.
 	codingLimit := d.endCoding()
-	if resp.EncodedUnread && d.bodyBytes > 0 || codingLimit == "Content-Encoding" {
-		st.encodedUnread.Add(1)
-	}
 	if d.sseOn {
 		if d.sse.MidEvent() {
 			if how == EndClean {

@@ -218,7 +218,7 @@ type Response struct {
 	// does not read (br, zstd, a list of codings, or MaxInflatingBodies
 	// reached): it is counted and delimited only, an SSE stream under it
 	// dispatches no events and its End has no ids. A body whose inflating
-	// fails partway ends with End.Limit "Content-Encoding" instead.
+	// fails partway ends with End.Limit EndNotInflated instead.
 	EncodedUnread bool
 	// HeadTruncated says the head outgrew MaxHeaderBytes: the fields hold
 	// what arrived before the limit, and the response ends "truncated" at once
@@ -315,8 +315,8 @@ type End struct {
 	// ("MaxHeaderBytes" for its head or trailer, "MaxChunkLineBytes",
 	// "MaxBodyBytes" for a body not peeked, "MaxSSELineBytes" or
 	// "MaxEventBytes" when a line or event of the stream outgrew them;
-	// "maxInflateRatio" when the body inflated past that bound, and
-	// "Content-Encoding", not a limit, when it would not inflate: the rest
+	// EndInflateRatio when the body inflated past maxInflateRatio, and
+	// EndNotInflated, not a limit, when it would not inflate: the rest
 	// of the body was not read); "" when none did. A response cut by a limit ends "truncated" without
 	// the server having ended it.
 	Limit string

@@ -148,15 +148,15 @@ func (d *dir) finishRequest(incomplete bool) {
 	}
 	req := &ro.req
 	st := d.c.w.stats
-	if d.endCoding() != "" {
+	if req.EncodedUnread && d.bodyBytes > 0 {
+		st.encodedUnread.Add(1) // not read from its start
+	}
+	if d.endCoding() == EndNotInflated {
 		req.EncodedUnread = true // what would not inflate was not read
 	}
 	req.BodyBytes = d.bodyBytes
 	req.BodyIncomplete = incomplete || d.bodyOver
 	req.BodyTruncated = d.bodyOver
-	if req.EncodedUnread && req.BodyBytes > 0 {
-		st.encodedUnread.Add(1)
-	}
 	if !req.BodyIncomplete && !req.EncodedUnread && len(d.body) > 0 {
 		msgs, batch, _ := d.c.w.peeker.peekInto(ro.msg[:0], d.body)
 		if HasJSONRPC(msgs) {

@@ -95,7 +95,7 @@ func (d *dir) responseHead() {
 			st.nonMCPSSEStreams.Add(1)
 		}
 	}
-	hasBody := !noBody && !(f.badLength && !f.chunked) && (f.chunked || f.contentLength != 0)
+	hasBody := !noBody && (f.chunked || !f.badLength && f.contentLength != 0)
 	resp.EncodedUnread = !d.startCoding(resp.ContentEncoding, hasBody)
 	switch {
 	case noBody:

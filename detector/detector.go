@@ -959,7 +959,7 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.Limit != "" && ex.limit == "" {
 		ex.limit = e.Limit
 	}
-	if (e.Limit == encodedBody || e.Limit == "maxInflateRatio") && ex.sess != nil && !ex.sessionless {
+	if (e.Limit == decode.EndNotInflated || e.Limit == decode.EndInflateRatio) && ex.sess != nil && !ex.sessionless {
 		d.responseUnread(ex, ex.sess) // it stopped inflating partway: the rest was not read
 	}
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {

@@ -268,7 +268,7 @@ const (
 // encodedBody stands in ex.limit and session.indexLimit where a limit's
 // name would: what made an exchange's content, or a session's event index,
 // incomplete. It is not a limit and is never counted as one.
-const encodedBody = "Content-Encoding"
+const encodedBody = decode.EndNotInflated
 
 // limitReason is the Unverifiable reason for what ex.limit or
 // session.indexLimit names.
