@@ -36,7 +36,7 @@ type Stats struct {
 	NonMCPSSEStreams   int64 // SSE responses to requests that were not MCP
 	JSONRPCMessages    int64 // JSON-RPC messages in requests, bodies and events
 	InflatedBodies     int64 // gzip and deflate bodies inflated and read
-	EncodedUnread      int64 // bodies under a Content-Encoding not read (another coding, or one that would not inflate): counted only
+	EncodedUnread      int64 // bodies under a Content-Encoding not read (another coding, MaxInflatingBodies reached, or data that would not inflate): counted only
 	InflateLimitHits   int64 // bodies not inflated at MaxInflatingBodies, or cut at maxInflateRatio
 	// ParseErrors counts malformed input by kind (bad_start_line,
 	// bad_header, bad_content_length, bad_transfer_encoding, bad_chunk,

@@ -166,7 +166,7 @@ var decodeCounters = []counterRow[decode.Stats]{
 	{"replaywatch.decode.sse_events", "{event}", "SSE events dispatched", func(s *decode.Stats) int64 { return s.SSEEvents }},
 	{"replaywatch.decode.jsonrpc_messages", "{message}", "JSON-RPC messages in requests, bodies and events", func(s *decode.Stats) int64 { return s.JSONRPCMessages }},
 	{"replaywatch.decode.inflated_bodies", "{body}", "Request and response bodies under Content-Encoding gzip or deflate, inflated and read", func(s *decode.Stats) int64 { return s.InflatedBodies }},
-	{"replaywatch.decode.encoded_unread_bodies", "{body}", "Request and response bodies under a Content-Encoding not read (another coding, or data that would not inflate): delimited and counted only", func(s *decode.Stats) int64 { return s.EncodedUnread }},
+	{"replaywatch.decode.encoded_unread_bodies", "{body}", "Request and response bodies under a Content-Encoding not read (another coding, MaxInflatingBodies reached, or data that would not inflate): delimited and counted only", func(s *decode.Stats) int64 { return s.EncodedUnread }},
 	{"replaywatch.decode.resyncs", "{resync}", "Times a direction found its footing again after skipping or losing bytes", func(s *decode.Stats) int64 { return s.Resyncs }},
 	{"replaywatch.decode.resync_skipped_bytes", "By", "Bytes skipped while looking for a request or status line", func(s *decode.Stats) int64 { return s.ResyncSkippedBytes }},
 	{"replaywatch.decode.gaps", "{gap}", "Gaps the decoder was handed", func(s *decode.Stats) int64 { return s.Gaps }},
