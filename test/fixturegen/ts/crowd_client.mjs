@@ -144,6 +144,7 @@ class App {
             const charge = { order, amountCents: 1000 + this.index * 10 + round };
             if (!(await this.step('charge_card', charge))) continue;
             this.lastCharge = charge;
+            log({ client: this.index, kind: this.kind, charged: order });
             // Only the re-reading clients look their orders up.
             if (this.kind !== 'readonly') continue;
             if (await this.step('get_order', { order })) this.lastRead = { order };
