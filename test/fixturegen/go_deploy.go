@@ -109,8 +109,8 @@ func runGoEventIDReset(ctx context.Context, dir string) error {
 	)
 }
 
-// swapHold bounds how long the application waits for the in-flight write
-// after the swap before giving up on it and retrying.
+// swapHold is how long the application waits for the in-flight write
+// before giving up on it and retrying.
 const swapHold = 3 * time.Second
 
 // runGoRollingDeploySwap records the swap and copies it to the README's
@@ -150,11 +150,29 @@ func swapClient(ctx context.Context, r *rig, permissive *sessionAdopter, via fun
 	defer client.CloseIdleConnections()
 	defer cs.Close()
 	args := streamArgs{Steps: 2, Label: "invoice-42"}
-	callCtx, cancel := context.WithTimeout(ctx, swapHold)
-	_, err = callTool(callCtx, cs, "slow_write", args, "tok-write")
+	// The application gives up on the write swapHold after it began, but
+	// never before the SDK's resume (sent 1-2 s after the cut, by its
+	// backoff) has reached the new backend: under load the cut can come
+	// late enough that a plain timeout would cancel the call first, and
+	// the capture would hold no resume at all.
+	giveUp := time.Now().Add(swapHold)
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	called := make(chan error, 1)
+	go func() {
+		_, err := callTool(callCtx, cs, "slow_write", args, "tok-write")
+		called <- err
+	}()
+	if err := cut.waitFired(ctx); err != nil {
+		return err
+	}
+	if err := waitAdopted(ctx, permissive); err != nil {
+		return err
+	}
+	time.Sleep(time.Until(giveUp))
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("slow_write across the swap: got %v, want the application's timeout", err)
+	if err := <-called; !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("slow_write across the swap: got %v, want the application's cancellation", err)
 	}
 	r.noteCut(cut)
 	if permissive.adoptions() != 1 {
