@@ -155,8 +155,9 @@ func runGoCrowd(ctx context.Context, dir string) error {
 	err = recordGo(dir, goCrowdName, []http.Handler{ids.wrap(goHandler(srv, storeOpts()))}, func(r *rig) error {
 		apps := make([]*goShopApp, 0, 50)
 		prefix := orderPrefix()
+		charged := make(chan struct{}, crowdNaiveCharged)
 		for i, kind := range crowdKinds() {
-			apps = append(apps, &goShopApp{index: i, kind: kind, url: r.url(), reinits: reinits, orderPrefix: prefix})
+			apps = append(apps, &goShopApp{index: i, kind: kind, url: r.url(), reinits: reinits, orderPrefix: prefix, charged: charged})
 		}
 		var wg, ready sync.WaitGroup
 		errs := make([]error, len(apps))
@@ -168,6 +169,16 @@ func runGoCrowd(ctx context.Context, dir string) error {
 		// session closed during its initialize would fail its client).
 		ready.Wait()
 		time.Sleep(350 * time.Millisecond)
+		// A naive client re-sends only a charge that was answered: on a
+		// busy machine the pause alone can end before any was. Wait for a
+		// few, as the TypeScript crowd does.
+		for range crowdNaiveCharged {
+			select {
+			case <-charged:
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for naive clients' charges: %w", ctx.Err())
+			}
+		}
 		forgetSessions(srv, 0.7)
 		wg.Wait()
 		for _, a := range apps {
@@ -179,10 +190,11 @@ func runGoCrowd(ctx context.Context, dir string) error {
 		"# 50 client applications in one process (one address, one clientInfo shop-agent-go 1.0.0, each with",
 		"# its own http.Client and keep-alive connections) against one stateful server. Each initialises, lists",
 		"# tools (charge_card: destructive; get_order: readOnlyHint) and places orders: charge_card, then",
-		"# get_order for the re-reading ones, 120-250 ms apart. 350 ms after all connected, the server closes 70% of",
-		"# its sessions; their clients get 404 (ErrSessionMissing) and re-initialise. 15 naive clients then",
-		"# re-send their last answered charge_card (the server charges again), 15 re-send their last",
-		"# get_order (read-only: harmless), 20 re-send only a call answered 404. The server logs every",
+		"# get_order for the re-reading ones, 120-250 ms apart. 350 ms after all connected, once five naive clients'",
+		"# charges were answered, the server closes 70% of its sessions; their clients get 404 (ErrSessionMissing)",
+		"# and re-initialise. 15 naive clients then re-send their last answered charge_card (the server charges",
+		"# again), 15 re-send their last get_order (read-only: harmless), 20 re-send only a call answered 404.",
+		"# The server logs every",
 		"# execution in "+goCrowdName+".charges.jsonl, the clients every re-initialisation in",
 		"# "+goCrowdName+".reinits.jsonl: the truth TestCrowdSDKDoubleCharges checks.",
 		"expect violation kind=silent_reinit_after_404 tool=charge_card count>=1",
@@ -217,6 +229,8 @@ type goShopApp struct {
 	lastCharge    *orderArgs
 	lastRead      *orderArgs
 	resentCharges int
+	// charged hears of a naive client's answered charge, when it has room.
+	charged chan<- struct{}
 }
 
 func (a *goShopApp) connect(ctx context.Context) error {
@@ -312,6 +326,12 @@ func (a *goShopApp) run(ctx context.Context, ready func()) error {
 			continue
 		}
 		a.lastCharge = &charge
+		if a.kind == "naive" {
+			select {
+			case a.charged <- struct{}{}:
+			default:
+			}
+		}
 		if a.kind != "readonly" {
 			continue
 		}
