@@ -103,5 +103,16 @@ func (s idShape) merge(next idShape) idShape {
 	}
 }
 
+// provenCounters is how many streams must begin at index 0 before a
+// session's go-sdk-shaped ids are read as one dense counter per stream.
+const provenCounters = 2
+
+// countersPerStream says whether the wire has proven that session s's
+// go-sdk-shaped ids count each stream from 0 (see session.zeroStarts).
+// A store that looks alike (<stream>_<n> with one counter shared by all
+// streams, or random numbers) then never has its ids read as dense or
+// ordered: what such ids skip or repeat proves nothing.
+func (s *session) countersPerStream() bool { return s.zeroStarts >= provenCounters }
+
 // hasStreamPrefix says whether ids of this shape name their stream.
 func (s idShape) hasStreamPrefix() bool { return s == shapeGoSDK || s == shapeTS }

@@ -202,12 +202,20 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	p := parseEventID(ev.ID)
 	s.shape = s.shape.merge(p.shape)
 	var st *stream
+	own := ex.stream != nil && ex.stream.hasPrefix && ex.stream.prefix == p.prefix
+	if s.shape == shapeGoSDK && !own && !s.prefixNamesStream(ex, p) {
+		// The prefix is not a stream's name here: trust no shape.
+		s.shape = shapeMixed
+	}
 	switch {
 	case s.shape.hasStreamPrefix() && p.shape == s.shape:
-		if ex.stream != nil && ex.stream.prefix == p.prefix && ex.stream.hasPrefix {
+		if own {
 			st = ex.stream // the common case: no map lookup per event
 		} else {
 			st = d.newStream(s, p.prefix, true, o.Time)
+			if st != nil && st.opener == 0 {
+				st.opener = ex.serial
+			}
 		}
 	case ex.stream != nil:
 		st = ex.stream
@@ -224,6 +232,9 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	}
 	if ex.gap {
 		st.gap = true
+	}
+	if p.shape == shapeGoSDK && st.hasPrefix && st.maxNum < 0 && p.num == 0 && s.zeroStarts < provenCounters {
+		s.zeroStarts++
 	}
 	d.checkOrder(ex, s, st, p, o)
 	if len(s.events) >= d.cfg.MaxEventsIndexedPerSession {
@@ -251,6 +262,25 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	st.next++
 }
 
+// prefixNamesStream says whether a new go-sdk-shaped id p on exchange ex
+// is consistent with its prefix naming one stream: the prefix is new to
+// the session, or ex opened its stream, or ex resumes it. A store whose
+// prefix names something wider (the session, say: <session>_<n> on every
+// stream) shows one prefix on two streams, and grouping their events as
+// one would make a correct replay of one look like it skipped the other's.
+func (s *session) prefixNamesStream(ex *exchange, p parsedID) bool {
+	i, ok := s.streamByPrefix.get(p.prefix)
+	if !ok {
+		return true
+	}
+	st := s.streams[i]
+	if st.opener == ex.serial {
+		return true
+	}
+	rs := ex.resume
+	return rs != nil && (rs.stream == st.idx || (rs.stream < 0 && parseEventID(ex.cursor).prefix == p.prefix))
+}
+
 // checkOrder raises event_id_reset when a new id is not after what its
 // shape says was already issued.
 func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, o *decode.Observation) {
@@ -259,7 +289,7 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	}
 	n := int64(p.num)
 	var why string
-	if st.maxNum >= 0 && n <= st.maxNum {
+	if st.maxNum >= 0 && n <= st.maxNum && (s.shape == shapeDecimal || s.countersPerStream()) {
 		why = fmt.Sprintf("new id %s is not after %d, already issued on the same stream", o.Event.ID, st.maxNum)
 	} else if s.shape == shapeDecimal && s.decMax >= 0 && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
 		// mcp-go shares one counter between all sessions of a process, so

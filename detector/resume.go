@@ -148,7 +148,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	rs.active = true
-	if p := parseEventID(ex.cursor); p.shape == shapeGoSDK && (s.shape == shapeGoSDK || s.shape == shapeNone) {
+	if p := parseEventID(ex.cursor); p.shape == shapeGoSDK && s.shape == shapeGoSDK && s.countersPerStream() {
 		rs.goPrefix, rs.goCursor, rs.goNext, rs.goOK = p.prefix, int64(p.num), int64(p.num)+1, true
 	}
 	if known {

@@ -35,6 +35,9 @@ type stream struct {
 	next      int32 // next position to hand out
 	maxNum    int64 // highest go-sdk index / decimal value of a new id; -1 none
 	gap       bool  // some exchange carrying it lost bytes
+	// opener is the serial of the exchange whose new id began a prefix
+	// stream: only it and resumes of the stream may add to it.
+	opener uint64
 	// primingFull: more priming positions than maxPrimingPositions; the
 	// owed events of a resume on it cannot be counted.
 	primingFull bool
@@ -106,6 +109,12 @@ type session struct {
 	// incomplete ("" while complete).
 	indexLimit string
 	shape      idShape
+	// zeroStarts counts, up to 2, the streams whose first new id had the
+	// go-sdk shape and index 0. Two prove that each stream keeps its own
+	// counter: ids drawn from one counter (per session or per process)
+	// are unique, so only one stream can begin at 0. Only then do the
+	// rules that read order or density into the ids hold (countersPerStream).
+	zeroStarts uint8
 	decMax     int64
 	decMaxAt   time.Time
 	inflight   int
