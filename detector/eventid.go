@@ -114,5 +114,18 @@ const provenCounters = 2
 // ordered: what such ids skip or repeat proves nothing.
 func (s *session) countersPerStream() bool { return s.zeroStarts >= provenCounters }
 
+// orderProven says whether the wire has proven the order session s's id
+// shape promises: per-stream counters for go-sdk ids, a counter for
+// decimal ones (see session.decCounter).
+func (s *session) orderProven() bool {
+	switch s.shape {
+	case shapeGoSDK:
+		return s.countersPerStream()
+	case shapeDecimal:
+		return s.decCounter
+	}
+	return false
+}
+
 // hasStreamPrefix says whether ids of this shape name their stream.
 func (s idShape) hasStreamPrefix() bool { return s == shapeGoSDK || s == shapeTS }

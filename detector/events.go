@@ -289,9 +289,9 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	}
 	n := int64(p.num)
 	var why string
-	if st.maxNum >= 0 && n <= st.maxNum && (s.shape == shapeDecimal || s.countersPerStream()) {
+	if st.maxNum >= 0 && n <= st.maxNum && s.orderProven() {
 		why = fmt.Sprintf("new id %s is not after %d, already issued on the same stream", o.Event.ID, st.maxNum)
-	} else if s.shape == shapeDecimal && s.decMax >= 0 && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
+	} else if s.shape == shapeDecimal && s.orderProven() && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
 		// mcp-go shares one counter between all sessions of a process, so
 		// ids jump forward; only going back means the counter restarted.
 		why = fmt.Sprintf("new id %s is below %d, issued in this session at %s", o.Event.ID, s.decMax, s.decMaxAt.Format("15:04:05.000"))
@@ -300,6 +300,7 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 		st.maxNum = n
 	}
 	if s.shape == shapeDecimal && n > s.decMax {
+		s.decCounter = s.decCounter || (s.decMax >= 0 && n == s.decMax+1)
 		s.decMax, s.decMaxAt = n, o.Time
 	}
 	if why == "" || !ex.once(onceReset) {

@@ -117,6 +117,10 @@ type session struct {
 	zeroStarts uint8
 	decMax     int64
 	decMaxAt   time.Time
+	// decCounter: a new decimal id came as decMax+1, which proves a
+	// counter (mcp-go's, one per process); random numbers almost never
+	// do. Only then does a decimal id going back mean a restart.
+	decCounter bool
 	inflight   int
 	answered   int
 
