@@ -8,6 +8,7 @@ package detector
 
 import (
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -77,10 +78,10 @@ type Detector struct {
 	stateBytes int64
 	exchanges  map[exKey]*exchange
 	openByConn map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
-	// gaps: the last capture gap per client address and server endpoint;
+	// gaps: the last capture gaps per client address and server endpoint;
 	// gapFloor: sessions that started before it are treated as gapped
 	// (set when gaps outgrew its bound).
-	gaps           map[addrKey]time.Time
+	gaps           map[addrKey]*pairGaps
 	gapFloor       time.Time
 	spareExchanges []*exchange // ended exchanges for reuse (recycleExchange)
 	lost           lostIndex
@@ -131,7 +132,7 @@ func New(cfg Config, sink Sink) *Detector {
 		sharedIDEndpoints: map[string]struct{}{},
 		exchanges:         map[exKey]*exchange{},
 		openByConn:        map[uint64]*exchange{},
-		gaps:              map[addrKey]time.Time{},
+		gaps:              map[addrKey]*pairGaps{},
 		lost:              newLostIndex(cfg.MaxLostSessions),
 		causesReported:    map[string]struct{}{},
 		tombs:             newTombstones(),
@@ -271,7 +272,10 @@ func (d *Detector) Observe(o *decode.Observation) {
 			// A response whose request the capture does not hold: bytes
 			// were lost (or the capture began mid-connection), and what
 			// that request carried is unknown.
-			d.noteGap(o)
+			s := d.requestsLost(o.Conn, o.Time)
+			if o.Response.Status == 404 && s != nil {
+				d.mayBeLost(s, o.Conn, o.Time)
+			}
 		}
 		if ex := d.exchangeFor(o, false); ex != nil {
 			d.onResponse(ex, o)
@@ -900,6 +904,21 @@ func (d *Detector) gapped(ex *exchange, t time.Time) bool {
 	return ex.gap || d.gapSince(t, ex.conn)
 }
 
+// pairGaps are the last capture gaps between a client address and server.
+type pairGaps struct {
+	last time.Time // any lost bytes
+	// hiding: lost bytes that may have held requests or a response's status
+	// line of a session the capture cannot name (a connection carrying
+	// several sessions, or none known yet): any session's initialize,
+	// call or 404 may be among them. Lost bytes inside a response body
+	// hide only that response's rest.
+	hiding time.Time
+	// mayBeLost: the sessions such bytes belonged to where the capture
+	// can name them (session.mayBeLostAt), newest last: those of the last
+	// link window, at most maxLinkCandidates.
+	mayBeLost []*session
+}
+
 // gapSince reports whether the capture lost bytes between conn's client
 // address and server since t. Lost bytes on any connection of that pair can
 // hide a session's events or shift request/response pairing, so checks that
@@ -908,8 +927,18 @@ func (d *Detector) gapSince(t time.Time, conn decode.Conn) bool {
 	if t.Before(d.gapFloor) {
 		return true
 	}
-	at, ok := d.gaps[addrKey{conn.Client.Addr(), conn.Server}]
-	return ok && !at.Before(t)
+	g := d.gaps[pairOf(conn)]
+	return g != nil && !g.last.Before(t)
+}
+
+// hidingGapSince is gapSince for gaps that may have held any session's
+// requests or status lines (pairGaps.hiding).
+func (d *Detector) hidingGapSince(t time.Time, conn decode.Conn) bool {
+	if t.Before(d.gapFloor) {
+		return true
+	}
+	g := d.gaps[pairOf(conn)]
+	return g != nil && !g.hiding.IsZero() && !g.hiding.Before(t)
 }
 
 func (d *Detector) onGap(o *decode.Observation) {
@@ -917,21 +946,87 @@ func (d *Detector) onGap(o *decode.Observation) {
 		d.onLimitGap(o)
 		return
 	}
-	d.noteGap(o)
 	d.markOpenExchangesGapped(o)
+	if o.Gap.FromClient {
+		d.requestsLost(o.Conn, o.Time)
+		return
+	}
+	d.noteGap(o.Conn, o.Time)
+	if s := d.connOwner(o.Conn); s != nil {
+		s.answersLost = true
+		if s.requestsLost {
+			// Both a request and an answer of it may be unseen: a 404.
+			d.mayBeLost(s, o.Conn, o.Time)
+		}
+	}
 }
 
-// noteGap records that evidence between o's client and server is missing.
-func (d *Detector) noteGap(o *decode.Observation) {
-	k := addrKey{o.Conn.Client.Addr(), o.Conn.Server}
-	if _, ok := d.gaps[k]; !ok && len(d.gaps) >= d.cfg.MaxSessions {
-		// Bounded like the sessions: forget every pair and treat all that
-		// started before now as possibly affected.
-		clear(d.gaps)
-		d.gapFloor = o.Time
-		d.stats.LimitsHit["MaxSessions"]++
+// connOwner is the session conn carries when it carries one alone (as far
+// as the capture knows): the one whose bytes it lost are.
+func (d *Detector) connOwner(conn decode.Conn) *session {
+	if key, ok := d.connSession[conn.ID]; ok && !d.connShared(conn) {
+		return d.sessions[key]
 	}
-	d.gaps[k] = o.Time
+	return nil
+}
+
+// requestsLost: the capture lost bytes conn's client sent at t, maybe
+// whole requests, and returns whose they were. On a connection that
+// carries one session, they were that session's (the next request of a
+// keep-alive connection, say); on one shared by several, or with none
+// known, anyone's (nil).
+func (d *Detector) requestsLost(conn decode.Conn, t time.Time) *session {
+	g := d.noteGap(conn, t)
+	s := d.connOwner(conn)
+	if s == nil {
+		g.hiding = t
+		return nil
+	}
+	s.gap, s.requestsLost = true, true
+	if s.answersLost {
+		d.mayBeLost(s, conn, t)
+	}
+	return s
+}
+
+// mayBeLost: at t the capture lost the status line of an answer to s (or
+// bytes both ways of a connection of it) on conn: s may have got a 404
+// unseen.
+func (d *Detector) mayBeLost(s *session, conn decode.Conn, t time.Time) {
+	g := d.noteGap(conn, t)
+	s.mayBeLostAt = t
+	// Newest last: those past the link window can no longer be linked.
+	old := 0
+	for old < len(g.mayBeLost) && t.Sub(g.mayBeLost[old].mayBeLostAt) > d.cfg.LinkWindow {
+		old++
+	}
+	g.mayBeLost = slices.Delete(g.mayBeLost, 0, old)
+	if i := slices.Index(g.mayBeLost, s); i >= 0 {
+		g.mayBeLost = slices.Delete(g.mayBeLost, i, i+1)
+	} else if len(g.mayBeLost) >= maxLinkCandidates {
+		g.mayBeLost = slices.Delete(g.mayBeLost, 0, 1)
+	}
+	g.mayBeLost = append(g.mayBeLost, s)
+}
+
+// noteGap records that evidence between conn's client and server is
+// missing at t, and returns the pair's gaps to add to.
+func (d *Detector) noteGap(conn decode.Conn, t time.Time) *pairGaps {
+	k := pairOf(conn)
+	g := d.gaps[k]
+	if g == nil {
+		if len(d.gaps) >= d.cfg.MaxSessions {
+			// Bounded like the sessions: forget every pair and treat all
+			// that started before now as possibly affected.
+			clear(d.gaps)
+			d.gapFloor = t
+			d.stats.LimitsHit["MaxSessions"]++
+		}
+		g = &pairGaps{}
+		d.gaps[k] = g
+	}
+	g.last = t
+	return g
 }
 
 func (d *Detector) markOpenExchangesGapped(o *decode.Observation) {
@@ -961,6 +1056,14 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	}
 	if (e.Limit == decode.EndNotInflated || e.Limit == decode.EndInflateRatio) && ex.sess != nil && !ex.sessionless {
 		d.responseUnread(ex, ex.sess) // it stopped inflating partway: the rest was not read
+	}
+	if e.How == decode.EndGap && !ex.hasResponse && ex.hasReqSession {
+		// Cut before its status line: the answer, a 404 say, is unseen.
+		if s := ex.sess; s != nil && !ex.sessionless {
+			d.mayBeLost(s, ex.conn, o.Time)
+		} else {
+			d.noteGap(ex.conn, o.Time).hiding = o.Time
+		}
 	}
 	if e.How == decode.EndGap || e.How == decode.EndUnknown {
 		ex.gap = ex.gap || e.How == decode.EndGap

@@ -3,6 +3,7 @@ package detector
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -332,6 +333,55 @@ func (d *Detector) rareCall(endpoint, tool, params string) bool {
 	return ok && n <= 2
 }
 
+// linkMayBeHidden says whether a session the capture did not fully show
+// could be the one a client re-used: r is the link of the client at ex
+// (time t) by evidence, link what the re-used state made of it (holds says
+// whether a session holds that state). Candidates share the client address
+// and server, and a link stands on being clearly best among those seen. It
+// does not:
+//   - when, since the linked session began or in the link window before t,
+//     that pair lost bytes that may have held any session's requests or
+//     status lines (pairGaps.hiding): another client's 404, its re-used
+//     call or cursor, the sign that the connection was shared;
+//   - when a rival may hold the state unseen: a lost session whose own
+//     requests may be missing (or whose start was not captured), or one
+//     that may have got a 404 unseen (pairGaps.mayBeLost). A rival is one
+//     that fits the evidence and, where the link rests on its score, scores
+//     within linkMargin of it.
+func (d *Detector) linkMayBeHidden(ex *exchange, t time.Time, r, link linkResult, holds func(*session) bool) bool {
+	since := t.Add(-d.cfg.LinkWindow)
+	if link.s != nil && link.s.firstSeen.Before(since) {
+		since = link.s.firstSeen
+	}
+	if d.hidingGapSince(since, ex.conn) {
+		return true
+	}
+	bar := math.MinInt // the score a rival must reach
+	if link.s != nil && link.s == r.s {
+		bar = r.all[0].score - linkMargin + 1
+	}
+	mayHold := func(c *session) bool { return !c.startSeen || c.requestsLost || c.removed }
+	for _, c := range r.all {
+		if c.s != link.s && c.score >= bar && !holds(c.s) && mayHold(c.s) {
+			return true
+		}
+	}
+	g := d.gaps[pairOf(ex.conn)]
+	if g == nil {
+		return false
+	}
+	e := d.evidenceOf(ex.conn, ex.sess, ex)
+	for _, c := range g.mayBeLost {
+		if c == link.s || c == ex.sess || t.Sub(c.mayBeLostAt) > d.cfg.LinkWindow || !(holds(c) || mayHold(c)) {
+			continue
+		}
+		if sc, fits := scoreCandidate(c, e); fits && sc >= bar {
+			return true
+		}
+	}
+	return false
+}
+
 // ambiguousLink records that a check could not say which lost session a
 // client re-used: several candidates were equally good.
 func (d *Detector) ambiguousLink(t time.Time, s *session, ex *exchange, form string, r linkResult) {
@@ -478,9 +528,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// The tools/list answer may be among the exchanges the
 				// input missed.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonToolsNotListed, "form2", c.id)
-			case l.gap || s.gap:
+			case l.gap || s.gap || d.linkMayBeHidden(ex, o.Time, r, link, holds):
 				// The tools/list answer that annotated the tool read-only
-				// or idempotent may be in the lost bytes.
+				// or idempotent, or another client's lost session holding
+				// the same call, may be in the lost bytes.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
@@ -572,6 +623,7 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		return theirs || partial
 	}
 	// A cursor is as rare as event ids are unique: only among equals.
+	byEvidence := r
 	if r.s == nil || !holds(r.s) {
 		if r = resolveByState(r, d.evidenceOf(ex.conn, s, ex), holds, false); r.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
@@ -582,6 +634,10 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 	}
 	l := r.s
 	if !holds(l) {
+		return
+	}
+	if d.linkMayBeHidden(ex, o.Time, byEvidence, r, holds) {
+		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form1")
 		return
 	}
 	severity, answer := SeverityCritical, "the server accepted it"
@@ -614,7 +670,7 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if l == nil || l.reinitFlagged {
 		return
 	}
-	if ex.method == "" || d.gapped(ex, l.lostAt) {
+	if ex.method == "" || d.gapped(ex, l.lostAt) || d.linkMayBeHidden(ex, o.Time, r, r, func(*session) bool { return true }) {
 		// The request was not captured, or bytes were lost since the 404:
 		// whether it really went without a session id is unknown.
 		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", ReasonCaptureGap, "form3")

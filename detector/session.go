@@ -103,6 +103,15 @@ type session struct {
 	retired bool
 	open    int // exchanges bound to it (exchange.sess) not yet ended
 	gap     bool
+	// requestsLost: the capture lost bytes the client sent on a
+	// connection carrying this session alone: requests of it may be unseen.
+	requestsLost bool
+	// answersLost: the same, of bytes the server sent.
+	answersLost bool
+	// mayBeLostAt: when the capture lost the status line of an answer to
+	// it (or bytes both ways of a connection of it): the server may have
+	// answered 404 unseen (pairGaps.mayBeLost).
+	mayBeLostAt time.Time
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
