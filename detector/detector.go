@@ -8,6 +8,7 @@ package detector
 
 import (
 	"hash/maphash"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -272,10 +273,7 @@ func (d *Detector) Observe(o *decode.Observation) {
 			// A response whose request the capture does not hold: bytes
 			// were lost (or the capture began mid-connection), and what
 			// that request carried is unknown.
-			s := d.requestsLost(o.Conn, o.Time)
-			if o.Response.Status == 404 && s != nil {
-				d.mayBeLost(s, o.Conn, o.Time)
-			}
+			d.onUnpaired(o)
 		}
 		if ex := d.exchangeFor(o, false); ex != nil {
 			d.onResponse(ex, o)
@@ -907,16 +905,35 @@ func (d *Detector) gapped(ex *exchange, t time.Time) bool {
 // pairGaps are the last capture gaps between a client address and server.
 type pairGaps struct {
 	last time.Time // any lost bytes
-	// hiding: lost bytes that may have held requests or a response's status
-	// line of a session the capture cannot name (a connection carrying
-	// several sessions, or none known yet): any session's initialize,
-	// call or 404 may be among them. Lost bytes inside a response body
-	// hide only that response's rest.
+	// hiding: lost bytes that may have held a request or a status line of
+	// a session the capture cannot name: any session's initialize, call
+	// or 404 may be among them. Lost bytes inside a response body hide
+	// only that response's rest.
 	hiding time.Time
+	// awaiting: connections whose client lost a request the capture cannot
+	// tell yet: the answer to it, the next on the connection (clients send
+	// one request at a time), will name its session or show it harmless.
+	// Those of the last link window, at most maxLinkCandidates; past that a
+	// loss is told unanswered at once.
+	awaiting []lostRequest
 	// mayBeLost: the sessions such bytes belonged to where the capture
 	// can name them (session.mayBeLostAt), newest last: those of the last
 	// link window, at most maxLinkCandidates.
 	mayBeLost []*session
+	// cut: the last request answered after the connection's pairing was
+	// lost. The decoder ends it cut before its status line the moment the
+	// next response comes and hands that response on unpaired: the answer
+	// to it, which says whether it was a 404 (onUnpaired).
+	cut cutRequest
+}
+
+// cutRequest is a request of session s ended at at, before its status
+// line, on conn (n of them at that instant); prev was s.mayBeLostAt.
+type cutRequest struct {
+	conn     uint64
+	at, prev time.Time
+	s        *session
+	n        int
 }
 
 // gapSince reports whether the capture lost bytes between conn's client
@@ -946,18 +963,123 @@ func (d *Detector) onGap(o *decode.Observation) {
 		d.onLimitGap(o)
 		return
 	}
+	queued := d.awaitsAnswer(o.Conn.ID)
 	d.markOpenExchangesGapped(o)
+	g := d.noteGap(o.Conn, o.Time)
 	if o.Gap.FromClient {
-		d.requestsLost(o.Conn, o.Time)
+		owner := d.connOwner(o.Conn)
+		if owner != nil {
+			// The lost request may be the next of the session the
+			// connection carries (a keep-alive connection's GET, say).
+			owner.gap = true
+		}
+		lr := lostRequest{o.Conn.ID, owner, o.Time}
+		// An answer not come within the link window is past linking.
+		g.awaiting = slices.DeleteFunc(g.awaiting, func(a lostRequest) bool { return o.Time.Sub(a.at) > d.cfg.LinkWindow })
+		if queued || len(g.awaiting) >= maxLinkCandidates {
+			// Pipelined: which answer is the lost request's is unknown.
+			d.unanswered(g, lr, o.Time)
+			return
+		}
+		g.awaiting = append(g.awaiting, lr)
 		return
 	}
-	d.noteGap(o.Conn, o.Time)
-	if s := d.connOwner(o.Conn); s != nil {
-		s.answersLost = true
-		if s.requestsLost {
-			// Both a request and an answer of it may be unseen: a 404.
-			d.mayBeLost(s, o.Conn, o.Time)
+	if lr, ok := g.stopAwaiting(o.Conn.ID); ok {
+		d.unanswered(g, lr, o.Time) // the answer that would tell may be lost
+	}
+}
+
+// lostRequest is a connection whose client lost a request at at, awaiting
+// the answer to it; owner is the session the connection carries alone, if
+// the capture knows one (connOwner).
+type lostRequest struct {
+	conn  uint64
+	owner *session
+	at    time.Time
+}
+
+// unanswered: the answer to lr's lost request cannot be told at t. It may
+// have been any call and any 404 of its owner or, with none known, of any
+// session.
+func (d *Detector) unanswered(g *pairGaps, lr lostRequest, t time.Time) {
+	if lr.owner == nil {
+		g.hiding = t
+		return
+	}
+	lr.owner.requestsLost = true
+	d.mayBeLost(lr.owner, g, t)
+}
+
+// stopAwaiting takes conn off the connections awaiting the answer to a
+// lost request.
+func (g *pairGaps) stopAwaiting(conn uint64) (lostRequest, bool) {
+	i := slices.IndexFunc(g.awaiting, func(lr lostRequest) bool { return lr.conn == conn })
+	if i < 0 {
+		return lostRequest{}, false
+	}
+	lr := g.awaiting[i]
+	g.awaiting = slices.Delete(g.awaiting, i, i+1)
+	return lr, true
+}
+
+// awaitsAnswer says whether a request on conn is waiting for its answer.
+func (d *Detector) awaitsAnswer(conn uint64) bool {
+	for ex := d.openByConn[conn]; ex != nil; ex = ex.nextOnConn {
+		if !ex.hasResponse {
+			return true
 		}
+	}
+	return false
+}
+
+// onUnpaired reads a response the capture holds no request for. Right
+// after a lost request on its connection it answers that request: it names
+// the request's session, or shows it harmless (202: notifications only),
+// or leaves any session's 404 or call possible. On a connection whose start
+// was not captured it answers a request sent before the capture began.
+func (d *Detector) onUnpaired(o *decode.Observation) {
+	g := d.noteGap(o.Conn, o.Time)
+	r := o.Response
+	lr, awaited := g.stopAwaiting(o.Conn.ID)
+	if !awaited {
+		if c := g.cut; c.conn == o.Conn.ID && c.at.Equal(o.Time) && c.n == 1 {
+			// The answer to the request just cut (one request at a
+			// time): unless a 404, that session was not lost by it.
+			g.cut = cutRequest{}
+			if r.Status != http.StatusNotFound {
+				c.s.mayBeLostAt = c.prev
+				if c.prev.IsZero() {
+					g.mayBeLost = slices.DeleteFunc(g.mayBeLost, func(x *session) bool { return x == c.s })
+				}
+			}
+			return
+		}
+		if o.Conn.StartSeen {
+			// It answers a request the capture saw, after pairing was
+			// lost: that request's session was marked when it was cut.
+			return
+		}
+	}
+	s := lr.owner
+	if r.HasSessionID {
+		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
+	}
+	switch {
+	case r.Status == http.StatusAccepted:
+		// Notifications or responses only: no call, no 404.
+	case s != nil && r.Status == http.StatusNotFound:
+		// The lost request was refused, so no call of it ran: s got a
+		// 404 the capture cannot place.
+		s.gap = true
+		d.mayBeLost(s, g, o.Time)
+	case s != nil:
+		s.gap, s.requestsLost = true, true
+	case r.HasSessionID && r.Status < 300:
+		// A session the capture does not know yet: the lost request was
+		// its initialize, or all it did so far is unseen (it will be a
+		// session whose start was not captured).
+	default:
+		g.hiding = o.Time
 	}
 }
 
@@ -970,30 +1092,9 @@ func (d *Detector) connOwner(conn decode.Conn) *session {
 	return nil
 }
 
-// requestsLost: the capture lost bytes conn's client sent at t, maybe
-// whole requests, and returns whose they were. On a connection that
-// carries one session, they were that session's (the next request of a
-// keep-alive connection, say); on one shared by several, or with none
-// known, anyone's (nil).
-func (d *Detector) requestsLost(conn decode.Conn, t time.Time) *session {
-	g := d.noteGap(conn, t)
-	s := d.connOwner(conn)
-	if s == nil {
-		g.hiding = t
-		return nil
-	}
-	s.gap, s.requestsLost = true, true
-	if s.answersLost {
-		d.mayBeLost(s, conn, t)
-	}
-	return s
-}
-
-// mayBeLost: at t the capture lost the status line of an answer to s (or
-// bytes both ways of a connection of it) on conn: s may have got a 404
-// unseen.
-func (d *Detector) mayBeLost(s *session, conn decode.Conn, t time.Time) {
-	g := d.noteGap(conn, t)
+// mayBeLost: at t the capture lost the status line of an answer to s
+// (on a connection of pair g): s may have got a 404 unseen.
+func (d *Detector) mayBeLost(s *session, g *pairGaps, t time.Time) {
 	s.mayBeLostAt = t
 	// Newest last: those past the link window can no longer be linked.
 	old := 0
@@ -1060,7 +1161,14 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How == decode.EndGap && !ex.hasResponse && ex.hasReqSession {
 		// Cut before its status line: the answer, a 404 say, is unseen.
 		if s := ex.sess; s != nil && !ex.sessionless {
-			d.mayBeLost(s, ex.conn, o.Time)
+			prev := s.mayBeLostAt
+			g := d.noteGap(ex.conn, o.Time)
+			d.mayBeLost(s, g, o.Time)
+			if c := &g.cut; c.conn == ex.conn.ID && c.at.Equal(o.Time) {
+				c.n++
+			} else {
+				*c = cutRequest{conn: ex.conn.ID, at: o.Time, prev: prev, s: s, n: 1}
+			}
 		} else {
 			d.noteGap(ex.conn, o.Time).hiding = o.Time
 		}

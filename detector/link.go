@@ -347,7 +347,9 @@ func (d *Detector) rareCall(endpoint, tool, params string) bool {
 //     requests may be missing (or whose start was not captured), or one
 //     that may have got a 404 unseen (pairGaps.mayBeLost). A rival is one
 //     that fits the evidence and, where the link rests on its score, scores
-//     within linkMargin of it.
+//     within linkMargin of it;
+//   - while the answer to a lost request is awaited (pairGaps.awaiting)
+//     whose connection carried no session alone, or carried a rival.
 func (d *Detector) linkMayBeHidden(ex *exchange, t time.Time, r, link linkResult, holds func(*session) bool) bool {
 	since := t.Add(-d.cfg.LinkWindow)
 	if link.s != nil && link.s.firstSeen.Before(since) {
@@ -371,11 +373,19 @@ func (d *Detector) linkMayBeHidden(ex *exchange, t time.Time, r, link linkResult
 		return false
 	}
 	e := d.evidenceOf(ex.conn, ex.sess, ex)
+	rival := func(c *session) bool {
+		sc, fits := scoreCandidate(c, e)
+		return c != link.s && c != ex.sess && fits && sc >= bar
+	}
 	for _, c := range g.mayBeLost {
-		if c == link.s || c == ex.sess || t.Sub(c.mayBeLostAt) > d.cfg.LinkWindow || !(holds(c) || mayHold(c)) {
-			continue
+		if t.Sub(c.mayBeLostAt) <= d.cfg.LinkWindow && (holds(c) || mayHold(c)) && rival(c) {
+			return true
 		}
-		if sc, fits := scoreCandidate(c, e); fits && sc >= bar {
+	}
+	// A lost request whose answer is still awaited: anyone's, or its
+	// owner's call or 404.
+	for _, lr := range g.awaiting {
+		if !lr.at.Before(since) && (lr.owner == nil || rival(lr.owner)) {
 			return true
 		}
 	}

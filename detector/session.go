@@ -103,14 +103,13 @@ type session struct {
 	retired bool
 	open    int // exchanges bound to it (exchange.sess) not yet ended
 	gap     bool
-	// requestsLost: the capture lost bytes the client sent on a
-	// connection carrying this session alone: requests of it may be unseen.
+	// requestsLost: the capture lost a request that may have been this
+	// session's (the answer named it, or its connection carried it alone
+	// and the answer is unknown).
 	requestsLost bool
-	// answersLost: the same, of bytes the server sent.
-	answersLost bool
 	// mayBeLostAt: when the capture lost the status line of an answer to
-	// it (or bytes both ways of a connection of it): the server may have
-	// answered 404 unseen (pairGaps.mayBeLost).
+	// it, or an unpaired answer to a lost request of it was a 404: the
+	// server may have answered 404 unseen (pairGaps.mayBeLost).
 	mayBeLostAt time.Time
 
 	sessionState
