@@ -154,12 +154,90 @@ func lossAt(obs []*decode.Observation, k int, mode lossMode) []*decode.Observati
 	return out
 }
 
+// startAt returns obs as a capture that began at obs[k] would give them:
+// what came before is missing, a connection already open is one whose
+// start was not captured, and the rest of a response already under way is
+// skipped (the decoder reads such a connection from its next start line).
+// A response whose request came before is reported without one.
+func startAt(obs []*decode.Observation, k int) []*decode.Observation {
+	type exchange struct {
+		n       int  // its index as the decoder numbers it, 0 once skipped
+		started bool // its response head came before the capture began
+	}
+	open := map[uint64]bool{}           // connections seen before obs[k]
+	before := map[[2]uint64]*exchange{} // their exchanges, by original index
+	next := map[uint64]int{}            // exchanges numbered per connection
+	for _, o := range obs[:k] {
+		id := o.Conn.ID
+		open[id] = true
+		x := before[[2]uint64{id, uint64(o.Exchange)}]
+		if x == nil {
+			x = &exchange{}
+			before[[2]uint64{id, uint64(o.Exchange)}] = x
+		}
+		if o.Kind == decode.KindResponse {
+			x.started = true
+		}
+	}
+	var out []*decode.Observation
+	for _, o := range obs[k:] {
+		id := o.Conn.ID
+		if !open[id] {
+			out = append(out, o)
+			continue
+		}
+		c := *o
+		c.Conn.StartSeen = false
+		if o.Kind == decode.KindGap {
+			c.Exchange = 0
+			out = append(out, &c)
+			continue
+		}
+		key := [2]uint64{id, uint64(o.Exchange)}
+		x := before[key]
+		switch {
+		case x != nil && x.started:
+			continue // the rest of a response under way
+		case x != nil:
+			// Its request came before: the response is unpaired.
+			if o.Kind == decode.KindRequest {
+				continue
+			}
+			c.Request = nil
+		default:
+			x = &exchange{}
+			before[key] = x
+		}
+		if x.n == 0 {
+			next[id]++
+			x.n = next[id]
+		}
+		c.Exchange = x.n
+		out = append(out, &c)
+	}
+	return out
+}
+
 // violationKeys names a run's violations by kind and session, the
 // identity TestDamageNeverAddsAViolation (pipeline) compares.
 func violationKeys(rec *recorder) []string {
 	var keys []string
 	for _, v := range rec.violations {
 		keys = append(keys, string(v.Kind)+" "+v.SessionID)
+	}
+	return keys
+}
+
+// allowedKeys are the violations a damaged run of the case may report:
+// the intact run's, and those of checks it could not make for want of room
+// (a limit hit), which damage may free: such a finding is not invented by
+// the loss.
+func allowedKeys(whole *recorder) []string {
+	keys := violationKeys(whole)
+	for _, u := range whole.unverifiable {
+		if strings.HasPrefix(u.Reason, ReasonLimitPrefix) {
+			keys = append(keys, u.Check+" "+u.SessionID)
+		}
 	}
 	return keys
 }
@@ -174,16 +252,17 @@ func observeAll(cfg Config, obs []*decode.Observation, closeAt time.Time) *recor
 	return rec
 }
 
-// TestSpecsDamagedNeverAddAViolation runs every testdata/*.test case again
-// with the bytes of each of its HTTP observations lost in turn, in every
-// lossMode, as the decoder would report the loss. The architecture's rule
-// on lossy captures holds at the detector's level too: a damaged case may
-// lose violations, never gain one (same kind, same session), except one
-// the intact case left unverifiable at a limit. The pcap
-// damage suite (pipeline) covers the same rule through real captures; this
-// one covers every rule's case file, including the shapes no SDK fixture
-// has.
-func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
+// specDamage is one damaged form of a case: what it is, and how to make it
+// from the case's observations.
+type specDamage struct {
+	what string
+	make func(obs []*decode.Observation) []*decode.Observation
+}
+
+// checkSpecsDamaged runs every testdata/*.test case intact and in each
+// form damages gives it, and fails on a violation (kind and session) a
+// damaged run reports that allowedKeys does not allow.
+func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []specDamage) {
 	files, err := filepath.Glob("testdata/*.test")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no testdata/*.test files (%v)", err)
@@ -197,17 +276,43 @@ func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
 			closeAt = r.now.Add(time.Second)
 		}
 		whole := observeAll(r.cfg, r.obs, closeAt)
-		intact := violationKeys(whole)
-		allowed := slices.Clone(intact)
-		// A check the intact case could not make for want of room (a
-		// limit hit) may be made once damage frees the room: that finding
-		// is not invented by the loss.
-		for _, u := range whole.unverifiable {
-			if strings.HasPrefix(u.Reason, ReasonLimitPrefix) {
-				allowed = append(allowed, u.Check+" "+u.SessionID)
+		intact, allowed := violationKeys(whole), allowedKeys(whole)
+		for _, dmg := range damages(r.obs) {
+			cases++
+			what := name + ": " + dmg.what
+			// A fresh parse: the detector may keep what it was given.
+			d := parseSpec(t, f)
+			rec := observeAll(d.cfg, dmg.make(d.obs), closeAt)
+			checkRecords(t, what, rec)
+			got := violationKeys(rec)
+			for _, v := range got {
+				if !slices.Contains(allowed, v) {
+					gained++
+					t.Errorf("%s: gained %s (intact: %v)\n%s", what, v, intact, describe(violationsOf(rec)))
+				}
+			}
+			for _, v := range intact {
+				if !slices.Contains(got, v) {
+					lost++
+				}
 			}
 		}
-		for k, o := range r.obs {
+	}
+	t.Logf("%d damaged cases over %d files: %d violations lost, %d gained", cases, len(files), lost, gained)
+}
+
+// TestSpecsDamagedNeverAddAViolation runs every testdata/*.test case again
+// with the bytes of each of its HTTP observations lost in turn, in every
+// lossMode, as the decoder would report the loss. The architecture's rule
+// on lossy captures holds at the detector's level too: a damaged case may
+// lose violations, never gain one (same kind, same session), except one
+// the intact case left unverifiable at a limit. The pcap damage suite
+// (pipeline) covers the same rule through real captures; this one covers
+// every rule's case file, including the shapes no SDK fixture has.
+func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
+	checkSpecsDamaged(t, func(obs []*decode.Observation) []specDamage {
+		var out []specDamage
+		for k, o := range obs {
 			if o.Kind == decode.KindGap {
 				continue
 			}
@@ -215,28 +320,30 @@ func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
 				if mode.partial && (o.Kind != decode.KindEvent || !o.Event.HasID) {
 					continue
 				}
-				cases++
-				what := fmt.Sprintf("%s: %s lost at %gs on conn %d (observation %d, %s)", name, o.Kind, o.Time.Sub(specBase).Seconds(), o.Conn.ID, k+1, mode.name)
-				// A fresh parse: the detector may keep what it was given.
-				d := parseSpec(t, f)
-				rec := observeAll(d.cfg, lossAt(d.obs, k, mode), closeAt)
-				checkRecords(t, what, rec)
-				got := violationKeys(rec)
-				for _, v := range got {
-					if !slices.Contains(allowed, v) {
-						gained++
-						t.Errorf("%s: gained %s (intact: %v)\n%s", what, v, intact, describe(violationsOf(rec)))
-					}
-				}
-				for _, v := range intact {
-					if !slices.Contains(got, v) {
-						lost++
-					}
-				}
+				out = append(out, specDamage{
+					what: fmt.Sprintf("%s lost at %gs on conn %d (observation %d, %s)", o.Kind, o.Time.Sub(specBase).Seconds(), o.Conn.ID, k+1, mode.name),
+					make: func(obs []*decode.Observation) []*decode.Observation { return lossAt(obs, k, mode) },
+				})
 			}
 		}
-	}
-	t.Logf("%d damaged cases over %d files: %d violations lost, %d gained", cases, len(files), lost, gained)
+		return out
+	})
+}
+
+// TestSpecsStartedLateNeverAddAViolation runs every testdata/*.test case as
+// if the capture had begun at each of its observations in turn (startAt):
+// a capture that starts late may lose violations, never gain one.
+func TestSpecsStartedLateNeverAddAViolation(t *testing.T) {
+	checkSpecsDamaged(t, func(obs []*decode.Observation) []specDamage {
+		var out []specDamage
+		for k := 1; k < len(obs); k++ {
+			out = append(out, specDamage{
+				what: fmt.Sprintf("capture begun at %gs (observation %d)", obs[k].Time.Sub(specBase).Seconds(), k+1),
+				make: func(obs []*decode.Observation) []*decode.Observation { return startAt(obs, k) },
+			})
+		}
+		return out
+	})
 }
 
 func violationsOf(rec *recorder) []any {
