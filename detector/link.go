@@ -534,9 +534,9 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			c.reissueFlagged = true
 			switch {
 			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
-			case d.cfg.PartialHistory && !l.toolsListed && !s.toolsListed:
+			case (d.cfg.PartialHistory || !l.startSeen) && !l.toolsListed && !s.toolsListed:
 				// The tools/list answer may be among the exchanges the
-				// input missed.
+				// input missed, or came before the capture began.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonToolsNotListed, "form2", c.id)
 			case l.gap || s.gap || d.linkMayBeHidden(ex, o.Time, r, link, holds):
 				// The tools/list answer that annotated the tool read-only

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/replaywatch/replaywatch/decode"
 )
@@ -161,7 +162,8 @@ func lossAt(obs []*decode.Observation, k int, mode lossMode) []*decode.Observati
 // A response whose request came before is reported without one.
 func startAt(obs []*decode.Observation, k int) []*decode.Observation {
 	type exchange struct {
-		n       int  // its index as the decoder numbers it, 0 once skipped
+		n       int  // its index as the decoder numbers it
+		early   bool // it began before the capture did
 		started bool // its response head came before the capture began
 	}
 	open := map[uint64]bool{}           // connections seen before obs[k]
@@ -172,7 +174,7 @@ func startAt(obs []*decode.Observation, k int) []*decode.Observation {
 		open[id] = true
 		x := before[[2]uint64{id, uint64(o.Exchange)}]
 		if x == nil {
-			x = &exchange{}
+			x = &exchange{early: true}
 			before[[2]uint64{id, uint64(o.Exchange)}] = x
 		}
 		if o.Kind == decode.KindResponse {
@@ -198,13 +200,13 @@ func startAt(obs []*decode.Observation, k int) []*decode.Observation {
 		switch {
 		case x != nil && x.started:
 			continue // the rest of a response under way
-		case x != nil:
+		case x != nil && x.early:
 			// Its request came before: the response is unpaired.
 			if o.Kind == decode.KindRequest {
 				continue
 			}
 			c.Request = nil
-		default:
+		case x == nil:
 			x = &exchange{}
 			before[key] = x
 		}
@@ -228,14 +230,22 @@ func violationKeys(rec *recorder) []string {
 	return keys
 }
 
-// allowedKeys are the violations a damaged run of the case may report:
-// the intact run's, and those of checks it could not make for want of room
-// (a limit hit), which damage may free: such a finding is not invented by
-// the loss.
-func allowedKeys(whole *recorder) []string {
-	keys := violationKeys(whole)
+// allowedKeys are the violations a damaged run of a case may report: the
+// intact run's, and those the detector with room would report. A check the
+// intact case could not make for want of room may be made once damage frees
+// the room, and what it finds must be what the detector with room finds:
+// the intact run with every Config limit at its default, and, for a fixed
+// bound (an unexported constant such as maxPartialIDsPerSession, which no
+// run can lift), the check it left unverifiable on that session (checks
+// are named after the violation they would report).
+func allowedKeys(whole *recorder, cfg Config, obs []*decode.Observation, closeAt time.Time) []string {
+	def := DefaultConfig()
+	cfg.MaxEventsIndexedPerSession, cfg.MaxSessions, cfg.MaxStreamsPerSession = def.MaxEventsIndexedPerSession, def.MaxSessions, def.MaxStreamsPerSession
+	cfg.MaxOpenExchanges, cfg.MaxEventsIndexedPerServer, cfg.MaxLostSessions = def.MaxOpenExchanges, def.MaxEventsIndexedPerServer, def.MaxLostSessions
+	cfg.MaxInflightPerSession, cfg.MaxResponsesPerSession, cfg.MaxProgressTokensPerSession = def.MaxInflightPerSession, def.MaxResponsesPerSession, def.MaxProgressTokensPerSession
+	keys := append(violationKeys(whole), violationKeys(observeAll(cfg, obs, closeAt))...)
 	for _, u := range whole.unverifiable {
-		if strings.HasPrefix(u.Reason, ReasonLimitPrefix) {
+		if bound, ok := strings.CutPrefix(u.Reason, ReasonLimitPrefix); ok && bound != "" && unicode.IsLower(rune(bound[0])) {
 			keys = append(keys, u.Check+" "+u.SessionID)
 		}
 	}
@@ -252,6 +262,13 @@ func observeAll(cfg Config, obs []*decode.Observation, closeAt time.Time) *recor
 	return rec
 }
 
+// knownLateGains are the violations a capture begun late is known to add,
+// by case and violation, with the reason (docs/catalogue.md says the same).
+var knownLateGains = map[string]string{
+	"unverifiable_tombstone_limit: session_swap S1": "a capture begun after S1's DELETE cannot know S1 was " +
+		"deleted, so S1's id answered 2xx with another session's reads as a swap of a live session",
+}
+
 // specDamage is one damaged form of a case: what it is, and how to make it
 // from the case's observations.
 type specDamage struct {
@@ -261,13 +278,14 @@ type specDamage struct {
 
 // checkSpecsDamaged runs every testdata/*.test case intact and in each
 // form damages gives it, and fails on a violation (kind and session) a
-// damaged run reports that allowedKeys does not allow.
-func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []specDamage) {
+// damaged run reports that allowedKeys does not allow and known does not
+// name ("CASE: KIND SESSION").
+func checkSpecsDamaged(t *testing.T, known map[string]string, damages func(obs []*decode.Observation) []specDamage) {
 	files, err := filepath.Glob("testdata/*.test")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no testdata/*.test files (%v)", err)
 	}
-	cases, lost, gained := 0, 0, 0
+	cases, lost, gained, knownHit := 0, 0, 0, 0
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".test")
 		r := parseSpec(t, f)
@@ -276,7 +294,7 @@ func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []s
 			closeAt = r.now.Add(time.Second)
 		}
 		whole := observeAll(r.cfg, r.obs, closeAt)
-		intact, allowed := violationKeys(whole), allowedKeys(whole)
+		intact, allowed := violationKeys(whole), allowedKeys(whole, r.cfg, parseSpec(t, f).obs, closeAt)
 		for _, dmg := range damages(r.obs) {
 			cases++
 			what := name + ": " + dmg.what
@@ -286,10 +304,15 @@ func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []s
 			checkRecords(t, what, rec)
 			got := violationKeys(rec)
 			for _, v := range got {
-				if !slices.Contains(allowed, v) {
-					gained++
-					t.Errorf("%s: gained %s (intact: %v)\n%s", what, v, intact, describe(violationsOf(rec)))
+				if slices.Contains(allowed, v) {
+					continue
 				}
+				if known[name+": "+v] != "" {
+					knownHit++
+					continue
+				}
+				gained++
+				t.Errorf("%s: gained %s (intact: %v)\n%s", what, v, intact, describe(violationsOf(rec)))
 			}
 			for _, v := range intact {
 				if !slices.Contains(got, v) {
@@ -298,7 +321,7 @@ func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []s
 			}
 		}
 	}
-	t.Logf("%d damaged cases over %d files: %d violations lost, %d gained", cases, len(files), lost, gained)
+	t.Logf("%d damaged cases over %d files: %d violations lost, %d gained (and %d known)", cases, len(files), lost, gained, knownHit)
 }
 
 // TestSpecsDamagedNeverAddAViolation runs every testdata/*.test case again
@@ -310,7 +333,7 @@ func checkSpecsDamaged(t *testing.T, damages func(obs []*decode.Observation) []s
 // (pipeline) covers the same rule through real captures; this one covers
 // every rule's case file, including the shapes no SDK fixture has.
 func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
-	checkSpecsDamaged(t, func(obs []*decode.Observation) []specDamage {
+	checkSpecsDamaged(t, nil, func(obs []*decode.Observation) []specDamage {
 		var out []specDamage
 		for k, o := range obs {
 			if o.Kind == decode.KindGap {
@@ -332,9 +355,10 @@ func TestSpecsDamagedNeverAddAViolation(t *testing.T) {
 
 // TestSpecsStartedLateNeverAddAViolation runs every testdata/*.test case as
 // if the capture had begun at each of its observations in turn (startAt):
-// a capture that starts late may lose violations, never gain one.
+// a capture that starts late may lose violations, never gain one, but for
+// one documented gap (knownLateGains).
 func TestSpecsStartedLateNeverAddAViolation(t *testing.T) {
-	checkSpecsDamaged(t, func(obs []*decode.Observation) []specDamage {
+	checkSpecsDamaged(t, knownLateGains, func(obs []*decode.Observation) []specDamage {
 		var out []specDamage
 		for k := 1; k < len(obs); k++ {
 			out = append(out, specDamage{
