@@ -1034,7 +1034,7 @@ func (d *Detector) awaitsAnswer(conn uint64) bool {
 
 // onUnpaired reads a response the capture holds no request for. Right
 // after a lost request on its connection it answers that request: it names
-// the request's session, or shows it harmless (202: notifications only),
+// the request's session, or shows it harmless (202, 204),
 // or leaves any session's 404 or call possible. On a connection whose start
 // was not captured it answers a request sent before the capture began.
 func (d *Detector) onUnpaired(o *decode.Observation) {
@@ -1065,8 +1065,9 @@ func (d *Detector) onUnpaired(o *decode.Observation) {
 		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
 	}
 	switch {
-	case r.Status == http.StatusAccepted:
-		// Notifications or responses only: no call, no 404.
+	case r.Status == http.StatusAccepted || r.Status == http.StatusNoContent:
+		// Notifications or responses only (202), or a DELETE (204): no
+		// call, no 404.
 	case s != nil && r.Status == http.StatusNotFound:
 		// The lost request was refused, so no call of it ran: s got a
 		// 404 the capture cannot place.
