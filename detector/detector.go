@@ -1034,9 +1034,9 @@ func (d *Detector) awaitsAnswer(conn uint64) bool {
 
 // onUnpaired reads a response the capture holds no request for. Right
 // after a lost request on its connection it answers that request: it names
-// the request's session, or shows it harmless (202, 204),
-// or leaves any session's 404 or call possible. On a connection whose start
-// was not captured it answers a request sent before the capture began.
+// the request's session, or shows it harmless (202, 204), or leaves any
+// session's 404 or call possible. On a connection whose start was not
+// captured it answers a request sent before the capture began.
 func (d *Detector) onUnpaired(o *decode.Observation) {
 	g := d.noteGap(o.Conn, o.Time)
 	r := o.Response
