@@ -17,9 +17,10 @@ import (
 type lossMode struct {
 	name string
 	// truncate: nothing more of the connection is seen (the capture lost
-	// the rest of it, both ways, and says so). Otherwise the decoder reads on from the next start
-	// line, as decode's conn.Gap does: later requests are paired with
-	// nothing, later responses are reported without a request.
+	// the rest of it, both ways, and says so). Otherwise the decoder reads
+	// on from the next start line, as decode's conn.Gap does: later
+	// requests are paired with nothing, later responses are reported
+	// without a request.
 	truncate bool
 	// partial: a lost event's id line arrived but not its end, so the cut
 	// response reports it as End.PartialID.
@@ -107,10 +108,10 @@ func lossAt(obs []*decode.Observation, k int, mode lossMode) []*decode.Observati
 		end(reading, partial)
 	}
 	out = append(out, &decode.Observation{Kind: decode.KindGap, Time: at, Conn: hit.Conn, Exchange: gapExchange, Gap: &decode.Gap{FromClient: fromClient, Lost: -1}})
-	if mode.truncate && !fromClient {
+	if mode.truncate {
 		// Both directions are lost from here on, and capture proves it
 		// from the sequence and acknowledgement numbers of what it saw.
-		out = append(out, &decode.Observation{Kind: decode.KindGap, Time: at, Conn: hit.Conn, Gap: &decode.Gap{FromClient: true, Lost: -1}})
+		out = append(out, &decode.Observation{Kind: decode.KindGap, Time: at, Conn: hit.Conn, Gap: &decode.Gap{FromClient: !fromClient, Lost: -1}})
 	}
 	endQueued()
 	lostServerSide := !fromClient && byOld[hit.Exchange] != nil && byOld[hit.Exchange].resp != nil
@@ -167,7 +168,7 @@ func startAt(obs []*decode.Observation, k int) []*decode.Observation {
 		started bool // its response head came before the capture began
 	}
 	open := map[uint64]bool{}           // connections seen before obs[k]
-	before := map[[2]uint64]*exchange{} // their exchanges, by original index
+	before := map[[2]uint64]*exchange{} // exchanges by connection and original index
 	next := map[uint64]int{}            // exchanges numbered per connection
 	for _, o := range obs[:k] {
 		id := o.Conn.ID
