@@ -46,3 +46,37 @@ func (d *Detector) shed(t time.Time) {
 		d.evict(d.lruTail, t, "MaxStateBytes", ReasonStateEvicted)
 	}
 }
+
+// gapShare: the pairs' gaps may hold up to 1/gapShare of MaxStateBytes
+// before they are forgotten. Only lossy captures hold any.
+const gapShare = 8
+
+// What an entry of gaps holds: the entry, its lost requests, and each
+// session it may have lost, counted whole, since a removed one is kept
+// alive by that pointer alone (its ids are bounded, decode.BoundedIDBytes).
+var (
+	pairGapsBytes    = int64(unsafe.Sizeof(pairGaps{})+unsafe.Sizeof(addrKey{})) + 64
+	lostRequestBytes = int64(unsafe.Sizeof(lostRequest{}))
+	mayBeLostBytes   = int64(unsafe.Sizeof(uintptr(0))) + sessionBytes
+)
+
+// chargeGaps counts what g holds now toward gapBytes and stateBytes.
+func (d *Detector) chargeGaps(g *pairGaps) {
+	n := pairGapsBytes + int64(cap(g.awaiting))*lostRequestBytes + int64(cap(g.mayBeLost))*mayBeLostBytes
+	d.gapBytes += n - g.bytes
+	d.stateBytes += n - g.bytes
+	g.bytes = n
+}
+
+// forgetGaps drops every pair's gaps at t, because of limit.
+func (d *Detector) forgetGaps(t time.Time, limit string) {
+	d.dropGaps()
+	d.gapFloor = t
+	d.stats.LimitsHit[limit]++
+}
+
+func (d *Detector) dropGaps() {
+	clear(d.gaps)
+	d.stateBytes -= d.gapBytes
+	d.gapBytes = 0
+}

@@ -2,8 +2,10 @@ package detector
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
 )
@@ -93,5 +95,41 @@ func TestStateBytesMatchHeap(t *testing.T) {
 			}
 			runtime.KeepAlive(f)
 		})
+	}
+}
+
+// TestGapStateIsBounded: a capture losing requests on many connections of
+// many client addresses (each pair's lost requests await their answers)
+// holds at most its share of MaxStateBytes in capture gaps; past it they
+// are forgotten and counted, never a finding.
+func TestGapStateIsBounded(t *testing.T) {
+	const limit = 1 << 20
+	rec := &recorder{}
+	d := New(Config{MaxStateBytes: limit}, rec)
+	now := t0
+	// One pair at its most: every lost request and lost session counted.
+	pairMax := pairGapsBytes + maxLinkCandidates*(lostRequestBytes+mayBeLostBytes)
+	peak := int64(0)
+	for pair := range 200 {
+		client := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(pair >> 8), byte(pair)}), 0)
+		for c := range maxLinkCandidates {
+			now = now.Add(time.Millisecond)
+			conn := decode.Conn{ID: uint64(pair*1000 + c + 1), Client: netip.AddrPortFrom(client.Addr(), uint16(10000+c)), Server: srv}
+			d.Observe(&decode.Observation{Kind: decode.KindGap, Time: now, Conn: conn, Gap: &decode.Gap{FromClient: true, Lost: -1}})
+			peak = max(peak, d.Stats().StateBytes)
+		}
+	}
+	if peak > limit/gapShare+pairMax {
+		t.Errorf("gap state peaked at %d bytes, over its share %d and one pair's %d", peak, limit/gapShare, pairMax)
+	}
+	if d.Stats().LimitsHit["MaxStateBytes"] == 0 {
+		t.Errorf("no limit hit counted: %v", d.Stats().LimitsHit)
+	}
+	d.Close(now)
+	if len(rec.violations) != 0 {
+		t.Errorf("forgetting gaps produced a violation: %s", describe([]any{rec.violations[0]}))
+	}
+	if got := d.Stats().StateBytes; got != 0 {
+		t.Errorf("%d bytes still counted after Close", got)
 	}
 }

@@ -81,9 +81,11 @@ type Detector struct {
 	openByConn map[uint64]*exchange // the same exchanges, per connection (list by exchange.nextOnConn), for gaps
 	// gaps: the last capture gaps per client address and server endpoint;
 	// gapFloor: sessions that started before it are treated as gapped
-	// (set when gaps outgrew its bound).
+	// (set when gaps outgrew its bound); gapBytes: what gaps hold, also
+	// counted in stateBytes.
 	gaps           map[addrKey]*pairGaps
 	gapFloor       time.Time
+	gapBytes       int64
 	spareExchanges []*exchange // ended exchanges for reuse (recycleExchange)
 	lost           lostIndex
 	causesReported map[string]struct{}   // session ids already reported, per cause (firstCause)
@@ -925,6 +927,8 @@ type pairGaps struct {
 	// next response comes and hands that response on unpaired: the answer
 	// to it, which says whether it was a 404 (onUnpaired).
 	cut cutRequest
+	// bytes: what this entry holds, as chargeGaps counts it.
+	bytes int64
 }
 
 // cutRequest is a request of session s ended at at, before its status
@@ -982,6 +986,7 @@ func (d *Detector) onGap(o *decode.Observation) {
 			return
 		}
 		g.awaiting = append(g.awaiting, lr)
+		d.chargeGaps(g)
 		return
 	}
 	if lr, ok := g.stopAwaiting(o.Conn.ID); ok {
@@ -1109,6 +1114,7 @@ func (d *Detector) mayBeLost(s *session, g *pairGaps, t time.Time) {
 		g.mayBeLost = slices.Delete(g.mayBeLost, 0, 1)
 	}
 	g.mayBeLost = append(g.mayBeLost, s)
+	d.chargeGaps(g)
 }
 
 // noteGap records that evidence between conn's client and server is
@@ -1117,15 +1123,17 @@ func (d *Detector) noteGap(conn decode.Conn, t time.Time) *pairGaps {
 	k := pairOf(conn)
 	g := d.gaps[k]
 	if g == nil {
+		// Bounded like the sessions, and in bytes to a share of the
+		// detector's: forget every pair and treat all that started
+		// before now as possibly affected.
 		if len(d.gaps) >= d.cfg.MaxSessions {
-			// Bounded like the sessions: forget every pair and treat all
-			// that started before now as possibly affected.
-			clear(d.gaps)
-			d.gapFloor = t
-			d.stats.LimitsHit["MaxSessions"]++
+			d.forgetGaps(t, "MaxSessions")
+		} else if d.gapBytes > d.cfg.MaxStateBytes/gapShare {
+			d.forgetGaps(t, "MaxStateBytes")
 		}
 		g = &pairGaps{}
 		d.gaps[k] = g
+		d.chargeGaps(g)
 	}
 	g.last = t
 	return g
@@ -1268,6 +1276,7 @@ func (d *Detector) Close(now time.Time) {
 		d.removeSession(s, "capture_end")
 	}
 	d.lost.flushAll(d)
+	d.dropGaps()
 	d.closed = true
 }
 

@@ -36,8 +36,9 @@ type Stats struct {
 	// broke, to tools annotated read-only or idempotent (no finding).
 	RepeatableReissues int64
 	LimitsHit          map[string]int64 // by the Config field whose bound was reached
-	// StateBytes is the session state held now, as counted toward
-	// MaxStateBytes; ShedBytes what evictions at that bound let go.
+	// StateBytes is the session state (and the pairs' capture gaps) held
+	// now, as counted toward MaxStateBytes; ShedBytes what evictions at
+	// that bound let go.
 	StateBytes, ShedBytes int64
 }
 
