@@ -12,7 +12,7 @@ import (
 // spare capacity.
 var (
 	sessionBytes = int64(unsafe.Sizeof(session{})) + 64 // + the table entry
-	eventBytes   = 2 * int64(unsafe.Sizeof("")+unsafe.Sizeof(eventRef{}))
+	eventBytes   = 2 * int64(unsafe.Sizeof(uint64(0))+unsafe.Sizeof(eventRef{}))
 	callBytes    = int64(unsafe.Sizeof(call{})) + 2*int64(unsafe.Sizeof("")+unsafe.Sizeof(uintptr(0)))
 	streamBytes  = int64(unsafe.Sizeof(stream{})) + int64(unsafe.Sizeof(uintptr(0)))
 	entryBytes   = 2 * int64(unsafe.Sizeof("")+unsafe.Sizeof(float64(0)))

@@ -84,7 +84,7 @@ func (d *Detector) onEvent(ex *exchange, o *decode.Observation) {
 	var ref eventRef
 	if ev.HasID && ev.ID != "" {
 		ex.sawID = true
-		ref, known = s.events[ev.ID]
+		ref, known = s.events.get(ev.ID)
 		data := hash64(ev.DataHash)
 		if known {
 			// An id re-issued for other content is a new event that
@@ -128,7 +128,7 @@ func (d *Detector) emitStreamEvent(ex *exchange, s *session, o *decode.Observati
 	life := strconv.FormatInt(s.firstSeen.UnixNano(), 10)
 	ref, indexed := eventRef{}, false
 	if ev.HasID && ev.ID != "" {
-		ref, indexed = s.events[ev.ID]
+		ref, indexed = s.events.get(ev.ID)
 	}
 	if indexed {
 		se.StreamID, se.Position = streamName(s.streams[ref.stream]), ref.pos
@@ -246,10 +246,10 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		// A session that sends event ids at all sends many (a priming
 		// event and the messages of every stream): start past the
 		// first growth steps.
-		s.events = make(map[string]eventRef, 16)
+		s.events = make(eventIndex, 16)
 	}
-	s.events[ev.ID] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
-	d.charge(s, eventBytes+int64(len(ev.ID)))
+	s.events[eventKey(ev.ID)] = eventRef{stream: st.idx, pos: st.next, at: o.Time.UnixNano(), data: data}
+	d.charge(s, eventBytes)
 	if priming {
 		if len(st.priming) < maxPrimingPositions {
 			st.priming = append(st.priming, st.next)

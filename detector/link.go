@@ -624,11 +624,11 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 	if !ex.hasCursor || ex.resume == nil || s == nil {
 		return
 	}
-	if _, own := s.events[ex.cursor]; own {
+	if _, own := s.events.get(ex.cursor); own {
 		return
 	}
 	holds := func(c *session) bool {
-		_, theirs := c.events[ex.cursor]
+		_, theirs := c.events.get(ex.cursor)
 		_, partial := c.partial[ex.cursor]
 		return theirs || partial
 	}

@@ -141,7 +141,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		d.resolveResume(ex, o.Time, ResumeViolated, "")
 		return
 	}
-	ref, known := s.events[ex.cursor]
+	ref, known := s.events.get(ex.cursor)
 	if _, cut := s.partial[ex.cursor]; cut && !known {
 		d.truncatedResume(ex, s, o)
 		d.resolveResume(ex, o.Time, ResumeViolated, "")
@@ -305,7 +305,7 @@ func (rs *resumeState) primingBetween(s *session, from, to int64) bool {
 	}
 	st := s.streams[rs.stream]
 	for k := from; k < to; k++ {
-		ref, ok := s.events[rs.goPrefix+"_"+strconv.FormatInt(k, 10)]
+		ref, ok := s.events.get(rs.goPrefix + "_" + strconv.FormatInt(k, 10))
 		if !ok || ref.stream != rs.stream || !st.isPriming(ref.pos) {
 			return false
 		}
@@ -459,7 +459,7 @@ func firstSent(s *session, ids ...string) []Evidence {
 		if i > 0 && id == ids[0] {
 			continue
 		}
-		if ref, ok := s.events[id]; ok {
+		if ref, ok := s.events.get(id); ok {
 			out = append(out, Evidence{Time: time.Unix(0, ref.at).UTC(), What: "first delivery",
 				Detail: fmt.Sprintf("event id %s first sent at position %d of stream %s", id, ref.pos, streamName(s.streams[ref.stream]))})
 		}

@@ -2,6 +2,7 @@ package detector
 
 import (
 	"cmp"
+	"hash/maphash"
 	"net/netip"
 	"strings"
 	"time"
@@ -16,6 +17,24 @@ type eventRef struct {
 	pos    int32 // position of first appearance on that logical stream
 	at     int64 // capture time, unix nanoseconds
 	data   uint64
+}
+
+// eventIndex is a session's event ids, each by a 64-bit hash of it under a
+// seed random to the process: nothing reads the ids back, only whether one
+// is known, and a session's ids stay unique under a hash (two of 100,000
+// ids collide with a chance of 3 in 10^10), which no id chosen without the
+// seed can make less likely. Not keeping the ids keeps an entry at 32
+// bytes whatever an SDK's ids look like.
+type eventIndex map[uint64]eventRef
+
+var eventKeySeed = maphash.MakeSeed()
+
+func eventKey(id string) uint64 { return maphash.String(eventKeySeed, id) }
+
+// get returns the entry of id.
+func (x eventIndex) get(id string) (eventRef, bool) {
+	ref, ok := x[eventKey(id)]
+	return ref, ok
 }
 
 // maxPrimingPositions bounds the priming positions remembered per stream;
@@ -167,7 +186,7 @@ type session struct {
 type sessionState struct {
 	streams        []*stream
 	streamByPrefix smallMap[string, int32]
-	events         map[string]eventRef // nil until the first id
+	events         eventIndex // nil until the first id
 	partial        map[string]struct{}
 	calls          smallMap[string, *call]  // JSON-RPC id -> call
 	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
