@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,4 +51,54 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 		}
 		t.Logf("stagger %v: %d captures, %d packets merged: %d violations, %d expected", stagger, len(captures), len(merged), len(got.violations), len(want))
 	}
+}
+
+// TestDamagedCrowdNeverAddsAViolation: production's wire is crowded and
+// lossy at once. The crowds of TestCrowdedCaptureFindsTheUnion (all at once,
+// one every 50 ms), damaged as TestDamageNeverAddsAViolation damages one
+// capture (random loss, duplicates and reordering, snap lengths, cut ends,
+// each of a sample of its segments lost, late starts at a sample of its
+// packets), may lose violations but never add one: there a lost request or
+// 404 may be any of many clients'. Each case runs with one worker and with
+// two, which must print the same records. The table it logs (go test -v)
+// is the one in docs/damage.md.
+func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	var captures []damage.Capture
+	for _, fx := range fixtures {
+		pkts, lt, err := pcaprec.ReadPackets(fx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt})
+	}
+	seeds, sample := 2, 100
+	if testing.Short() {
+		seeds, sample = 1, 10
+	}
+	dir := t.TempDir()
+	lt := captures[0].LinkType
+	table, counted := damageTable{}, map[string]bool{}
+	for _, stagger := range []time.Duration{0, 50 * time.Millisecond} {
+		merged, err := damage.Crowd(captures, stagger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("crowd, stagger %v", stagger)
+		path := filepath.Join(dir, "crowd.pcap")
+		writePackets(t, path, lt, merged)
+		intact := runDamaged(t, 1, path)
+		if intact.err != nil || len(intact.violations) == 0 {
+			t.Fatalf("%s, intact: %d violations, error %v", name, len(intact.violations), intact.err)
+		}
+		for i, v := range (damage.Capture{Packets: merged, LinkType: lt}).Variants(seeds, sample) {
+			p := filepath.Join(dir, fmt.Sprintf("case-%d.pcap", i))
+			writePackets(t, p, lt, v.Packets)
+			got, lost := checkDamaged(t, name+" "+v.Name, intact, []int{2}, p)
+			if got.err == nil {
+				table.add(name, v.Name, intact, got, lost, counted)
+			}
+		}
+	}
+	t.Log(table)
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -93,6 +93,40 @@ type damageRow struct {
 	before, lost, added, unverified int
 }
 
+// damageTable counts, per kind of damage, what damaged runs lost and added
+// against their intact run.
+type damageTable map[string]*damageRow
+
+// add counts one damaged run (got) of the capture named capture.
+func (tb damageTable) add(capture, vname string, intact, got damageRun, lost []finding, counted map[string]bool) {
+	kind := damageKind(vname)
+	row := tb[kind]
+	if row == nil {
+		row = &damageRow{}
+		tb[kind] = row
+	}
+	if !counted[capture+"\x00"+kind] {
+		counted[capture+"\x00"+kind] = true
+		row.captures++
+	}
+	row.cases++
+	row.before += len(intact.violations)
+	row.unverified += max(0, got.unverifiable-intact.unverifiable)
+	row.lost += len(lost)
+	_, added := diffFindings(intact.violations, got.violations)
+	row.added += len(added)
+}
+
+func (tb damageTable) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| damage | captures | cases | violations before | lost | added | unverifiable added |\n|---|---|---|---|---|---|---|\n")
+	for _, k := range slices.Sorted(maps.Keys(tb)) {
+		r := tb[k]
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d |\n", k, r.captures, r.cases, r.before, r.lost, r.added, r.unverified)
+	}
+	return b.String()
+}
+
 // damageKind is a variant's kind of damage, for the table.
 func damageKind(name string) string {
 	kind, _, _ := strings.Cut(name, ":")
@@ -129,7 +163,8 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 		seeds = 1
 	}
 	dir := t.TempDir()
-	table := map[string]*damageRow{}
+	table := damageTable{}
+	counted := map[string]bool{}
 	for _, fx := range fixtures {
 		name := strings.TrimSuffix(filepath.Base(fx), ".pcap")
 		pkts, lt, err := pcaprec.ReadPackets(fx)
@@ -142,28 +177,11 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 			t.Fatalf("%s: analysis failed: %v", name, intact.err)
 		}
 		variants := c.Variants(seeds, maxExhaustiveCases)
-		counted := map[string]bool{}
 		check := func(vname string, files ...string) damageRun {
 			got, lost := checkDamaged(t, name+" "+vname, intact, []int{2, 2}, files...)
-			if got.err != nil {
-				return got
+			if got.err == nil {
+				table.add(name, vname, intact, got, lost, counted)
 			}
-			kind := damageKind(vname)
-			row := table[kind]
-			if row == nil {
-				row = &damageRow{}
-				table[kind] = row
-			}
-			if !counted[kind] {
-				counted[kind] = true
-				row.captures++
-			}
-			row.cases++
-			row.before += len(intact.violations)
-			row.unverified += max(0, got.unverifiable-intact.unverifiable)
-			row.lost += len(lost)
-			_, added := diffFindings(intact.violations, got.violations)
-			row.added += len(added)
 			return got
 		}
 		for _, v := range variants {
@@ -189,18 +207,7 @@ func TestDamageNeverAddsAViolation(t *testing.T) {
 			}
 		}
 	}
-	kinds := make([]string, 0, len(table))
-	for k := range table {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n| damage | captures | cases | violations before | lost | added | unverifiable added |\n|---|---|---|---|---|---|---|\n")
-	for _, k := range kinds {
-		r := table[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d |\n", k, r.captures, r.cases, r.before, r.lost, r.added, r.unverified)
-	}
-	t.Log(b.String())
+	t.Log(table)
 }
 
 // checkDamaged analyses files (a damaged capture) with one worker and again
