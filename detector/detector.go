@@ -767,10 +767,13 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	if ex.isInit && ex.hasRespSession {
 		d.onInitialized(ex, o)
 		s = ex.sess
-	} else if s != nil && ex.hasRespSession && ex.respSession != s.id && (d.gapped(ex, s.firstSeen)) {
-		// Lost bytes between this client and server can shift the pairing
-		// of requests and responses (a whole request may be gone), so this
-		// response may not answer the request that carried s.
+	} else if s != nil && ex.hasRespSession && ex.respSession != s.id && (ex.gap || d.requestsMayBeHidden(s, ex.conn)) {
+		// The capture pairs a response with its request only on a
+		// connection that lost nothing, so this one answers the request
+		// that carried s. But s's DELETE, after which an answer for it
+		// is judged against nothing, may be among lost requests: s's
+		// own, or ones of a connection not known to carry another
+		// session alone.
 		d.unverifiable(o.Time, s, ex, "session_swap", ReasonCaptureGap, ex.respSession)
 		if ex.resume != nil {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureGap)
@@ -912,6 +915,10 @@ type pairGaps struct {
 	// or 404 may be among them. Lost bytes inside a response body hide
 	// only that response's rest.
 	hiding time.Time
+	// unowned: the last lost request bytes on a connection that carried no
+	// one session alone (connOwner): they may have been any session's
+	// request, its DELETE among them.
+	unowned time.Time
 	// awaiting: connections whose client lost a request the capture cannot
 	// tell yet: the answer to it, the next on the connection (clients send
 	// one request at a time), will name its session or show it harmless.
@@ -952,6 +959,23 @@ func (d *Detector) gapSince(t time.Time, conn decode.Conn) bool {
 	return g != nil && !g.last.Before(t)
 }
 
+// requestsMayBeHidden says whether lost bytes may have held a request of s,
+// or its answer: on a connection of s (s.requestGap), or one between conn's
+// client and server that carried no one session alone, or that may have
+// held any session's requests (pairGaps.hiding), since s began; any time
+// before, if the capture did not see it begin.
+func (d *Detector) requestsMayBeHidden(s *session, conn decode.Conn) bool {
+	var t time.Time
+	if s.startSeen {
+		t = s.firstSeen
+	}
+	if s.requestGap || t.Before(d.gapFloor) {
+		return true
+	}
+	g := d.gaps[pairOf(conn)]
+	return g != nil && (!g.unowned.IsZero() && !g.unowned.Before(t) || !g.hiding.IsZero() && !g.hiding.Before(t))
+}
+
 // hidingGapSince is gapSince for gaps that may have held any session's
 // requests or status lines (pairGaps.hiding).
 func (d *Detector) hidingGapSince(t time.Time, conn decode.Conn) bool {
@@ -975,7 +999,12 @@ func (d *Detector) onGap(o *decode.Observation) {
 		if owner != nil {
 			// The lost request may be the next of the session the
 			// connection carries (a keep-alive connection's GET, say).
-			owner.gap = true
+			owner.gap, owner.requestGap = true, true
+		}
+		if owner == nil || !d.liveSession(owner.key) {
+			// Any session's, or the next session's of a client whose
+			// last one ended.
+			g.unowned = o.Time
 		}
 		lr := lostRequest{o.Conn.ID, owner, o.Time}
 		// An answer not come within the link window is past linking.
@@ -1068,6 +1097,9 @@ func (d *Detector) onUnpaired(o *decode.Observation) {
 	s := lr.owner
 	if r.HasSessionID {
 		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
+	}
+	if s != nil {
+		s.requestGap = true // even a 204: the lost request was its DELETE
 	}
 	switch {
 	case r.Status == http.StatusAccepted || r.Status == http.StatusNoContent:
@@ -1170,6 +1202,9 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How == decode.EndGap && !ex.hasResponse && ex.hasReqSession {
 		// Cut before its status line: the answer, a 404 say, is unseen.
 		if s := ex.sess; s != nil && !ex.sessionless {
+			if ex.method == "DELETE" {
+				s.requestGap = true // deleted or not: unknown
+			}
 			prev := s.mayBeLostAt
 			g := d.noteGap(ex.conn, o.Time)
 			d.mayBeLost(s, g, o.Time)

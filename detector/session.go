@@ -126,6 +126,11 @@ type session struct {
 	// session's (the answer named it, or its connection carried it alone
 	// and the answer is unknown).
 	requestsLost bool
+	// requestGap: a request of it may be unseen or unanswered as far as
+	// the capture shows: request bytes lost on a connection carrying it
+	// alone, an unpaired answer naming it, or its DELETE cut before the
+	// answer. Unlike gap, lost response bytes do not set it.
+	requestGap bool
 	// mayBeLostAt: when the capture lost the status line of an answer to
 	// it, or an unpaired answer to a lost request of it was a 404: the
 	// server may have answered 404 unseen (pairGaps.mayBeLost).

@@ -268,6 +268,8 @@ func observeAll(cfg Config, obs []*decode.Observation, closeAt time.Time) *recor
 var knownLateGains = map[string]string{
 	"unverifiable_tombstone_limit: session_swap S1": "a capture begun after S1's DELETE cannot know S1 was " +
 		"deleted, so S1's id answered 2xx with another session's reads as a swap of a live session",
+	"unverifiable_session_swap_lost_request: session_swap S1": "the same, for a capture begun after the lost " +
+		"request that may have been S1's DELETE",
 }
 
 // specDamage is one damaged form of a case: what it is, and how to make it
