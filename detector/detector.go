@@ -919,6 +919,10 @@ type pairGaps struct {
 	// one session alone (connOwner): they may have been any session's
 	// request, its DELETE among them.
 	unowned time.Time
+	// unattributed: the last lost or unpaired response bytes the capture
+	// cannot put in a known session's exchange: any session's events may
+	// be among them.
+	unattributed time.Time
 	// awaiting: connections whose client lost a request the capture cannot
 	// tell yet: the answer to it, the next on the connection (clients send
 	// one request at a time), will name its session or show it harmless.
@@ -1007,8 +1011,15 @@ func (d *Detector) onGap(o *decode.Observation) {
 			g.unowned = o.Time
 		}
 		lr := lostRequest{o.Conn.ID, owner, o.Time}
-		// An answer not come within the link window is past linking.
-		g.awaiting = slices.DeleteFunc(g.awaiting, func(a lostRequest) bool { return o.Time.Sub(a.at) > d.cfg.LinkWindow })
+		// An answer not come within the link window is past linking:
+		// the request counts as unanswered from then on.
+		g.awaiting = slices.DeleteFunc(g.awaiting, func(a lostRequest) bool {
+			past := o.Time.Sub(a.at) > d.cfg.LinkWindow
+			if past {
+				d.unanswered(g, a, a.at.Add(d.cfg.LinkWindow))
+			}
+			return past
+		})
 		if queued || len(g.awaiting) >= maxLinkCandidates {
 			// Pipelined: which answer is the lost request's is unknown.
 			d.unanswered(g, lr, o.Time)
@@ -1021,6 +1032,26 @@ func (d *Detector) onGap(o *decode.Observation) {
 	if lr, ok := g.stopAwaiting(o.Conn.ID); ok {
 		d.unanswered(g, lr, o.Time) // the answer that would tell may be lost
 	}
+	// Lost response bytes may run on past the response being read into
+	// answers to requests lost too: no session can be named for them.
+	g.unattributed = o.Time
+}
+
+// historyMayBeHidden says whether lost bytes since t may hold events of
+// s, so that a check resting on their absence from s's history cannot be
+// made at ex: bytes lost on ex or on an exchange of s, or response bytes
+// between ex's client address and server the capture could not put in a
+// known session's exchange (pairGaps.unattributed), or bytes that may have
+// held any session's requests or status lines (pairGaps.hiding). A request
+// lost on another connection hides no events by itself: its answer is
+// lost (a gap in the server's bytes) or comes unpaired, naming its session
+// or counting as unattributed.
+func (d *Detector) historyMayBeHidden(ex *exchange, s *session, t time.Time) bool {
+	if ex.gap || s.gap || t.Before(d.gapFloor) {
+		return true
+	}
+	g := d.gaps[pairOf(ex.conn)]
+	return g != nil && (!g.unattributed.IsZero() && !g.unattributed.Before(t) || !g.hiding.IsZero() && !g.hiding.Before(t))
 }
 
 // lostRequest is a connection whose client lost a request at at, awaiting
@@ -1037,11 +1068,18 @@ type lostRequest struct {
 // session.
 func (d *Detector) unanswered(g *pairGaps, lr lostRequest, t time.Time) {
 	if lr.owner == nil {
-		g.hiding = t
+		g.hiding = later(g.hiding, t)
 		return
 	}
 	lr.owner.requestsLost = true
 	d.mayBeLost(lr.owner, g, t)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // stopAwaiting takes conn off the connections awaiting the answer to a
@@ -1088,15 +1126,24 @@ func (d *Detector) onUnpaired(o *decode.Observation) {
 			}
 			return
 		}
-		if o.Conn.StartSeen {
-			// It answers a request the capture saw, after pairing was
-			// lost: that request's session was marked when it was cut.
-			return
-		}
+	}
+	var named *session
+	if r.HasSessionID {
+		named = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
+	}
+	if named == nil && r.Status != http.StatusAccepted && r.Status != http.StatusNoContent {
+		// Its events, if any, go to no session the capture knows (the
+		// endpoint of a request it did not see is a guess).
+		g.unattributed = o.Time
+	}
+	if !awaited && o.Conn.StartSeen {
+		// It answers a request the capture saw, after pairing was lost:
+		// that request's session was marked when it was cut.
+		return
 	}
 	s := lr.owner
 	if r.HasSessionID {
-		s = d.sessions[sessionKey(d.endpointOf(o), r.SessionID)]
+		s = named
 	}
 	if s != nil {
 		s.requestGap = true // even a 204: the lost request was its DELETE
@@ -1133,6 +1180,7 @@ func (d *Detector) connOwner(conn decode.Conn) *session {
 // mayBeLost: at t the capture lost the status line of an answer to s
 // (on a connection of pair g): s may have got a 404 unseen.
 func (d *Detector) mayBeLost(s *session, g *pairGaps, t time.Time) {
+	t = later(s.mayBeLostAt, t)
 	s.mayBeLostAt = t
 	// Newest last: those past the link window can no longer be linked.
 	old := 0

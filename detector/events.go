@@ -178,7 +178,7 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 		return false // on a resumed stream: judged by resumeEvent against the cursor
 	}
 	if ref.data == data && ex.once(onceDupEvent) {
-		if d.gapped(ex, s.firstSeen) {
+		if d.historyMayBeHidden(ex, s, s.firstSeen) {
 			// The request that opened this stream may be the one the
 			// capture lost (a resume with Last-Event-ID looks the same).
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, ev.ID)
@@ -312,7 +312,7 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 		d.unverifiable(o.Time, s, ex, "event order", limitReason(s.indexLimit), o.Event.ID)
 		return
 	}
-	if d.gapped(ex, s.firstSeen) {
+	if d.historyMayBeHidden(ex, s, s.firstSeen) {
 		// Lost bytes can delay one stream's events behind another's
 		// (reassembly holds them until the hole times out): their order
 		// no longer says what the server issued.
@@ -389,7 +389,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 		if replay || !ex.once(onceDupResponse) {
 			return
 		}
-		if d.gapped(ex, s.firstSeen) {
+		if d.historyMayBeHidden(ex, s, s.firstSeen) {
 			// Lost bytes can pair a response with the wrong request.
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, m.ID)
 			return

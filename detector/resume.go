@@ -168,7 +168,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			rs.unverifiable = limitReason(ex.limit)
 		} else if st.primingFull {
 			rs.unverifiable = ReasonLimitPrefix + "maxPrimingPositions"
-		} else if st.gap || d.gapped(ex, s.firstSeen) {
+		} else if st.gap || d.historyMayBeHidden(ex, s, s.firstSeen) {
 			// Lost bytes between this client and server since the
 			// session began (or a capture-wide loss) may hide events
 			// the server did replay.
@@ -185,7 +185,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
 		rs.unverifiable = limitReason(s.indexLimit)
-	case s.gap || d.gapped(ex, s.firstSeen):
+	case s.gap || d.historyMayBeHidden(ex, s, s.firstSeen):
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
 		rs.unverifiable = "resume answered without a stream"
