@@ -119,7 +119,7 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 		reason = ReasonStartNotCaptured
 	case s.indexLimit != "":
 		reason = limitReason(s.indexLimit)
-	case s.gap || d.historyMayBeHidden(ex, s, s.firstSeen):
+	case d.historyMayBeHidden(ex, s, s.firstSeen):
 		reason = ReasonCaptureGap
 	}
 	if reason != "" {

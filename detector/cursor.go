@@ -49,7 +49,7 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 	if ex.hasCursor {
 		return
 	}
-	if p.how == decode.EndGap || ex.gap || d.historyMayBeHidden(ex, s, p.endedAt) {
+	if p.how == decode.EndGap || d.historyMayBeHidden(ex, s, p.endedAt) {
 		// An event with an id may be in the lost bytes.
 		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
 		return

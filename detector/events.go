@@ -390,7 +390,8 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 			return
 		}
 		if d.historyMayBeHidden(ex, s, s.firstSeen) {
-			// Lost bytes can pair a response with the wrong request.
+			// The request that opened this stream may be a resume
+			// the capture lost.
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, m.ID)
 			return
 		}

@@ -169,9 +169,8 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		} else if st.primingFull {
 			rs.unverifiable = ReasonLimitPrefix + "maxPrimingPositions"
 		} else if st.gap || d.historyMayBeHidden(ex, s, s.firstSeen) {
-			// Lost bytes between this client and server since the
-			// session began (or a capture-wide loss) may hide events
-			// the server did replay.
+			// Lost bytes since the session began may hold events the
+			// server did replay.
 			rs.unverifiable = ReasonCaptureGap
 		} else if s.indexLimit != "" {
 			rs.unverifiable = limitReason(s.indexLimit)
@@ -185,7 +184,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonStartNotCaptured
 	case s.indexLimit != "":
 		rs.unverifiable = limitReason(s.indexLimit)
-	case s.gap || d.historyMayBeHidden(ex, s, s.firstSeen):
+	case d.historyMayBeHidden(ex, s, s.firstSeen):
 		rs.unverifiable = ReasonCaptureGap
 	case !ex.sse:
 		rs.unverifiable = "resume answered without a stream"

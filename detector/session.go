@@ -19,12 +19,12 @@ type eventRef struct {
 	data   uint64
 }
 
-// eventIndex is a session's event ids, each by a 64-bit hash of it under a
-// seed random to the process: nothing reads the ids back, only whether one
-// is known, and a session's ids stay unique under a hash (two of 100,000
-// ids collide with a chance of 3 in 10^10), which no id chosen without the
-// seed can make less likely. Not keeping the ids keeps an entry at 32
-// bytes whatever an SDK's ids look like.
+// eventIndex is a session's event ids, each kept as a 64-bit hash of it
+// under a seed random to the process: nothing reads an id back, only
+// whether one is known. Two ids of a session of 100,000 collide with a
+// chance of 3 in 10^10, and a server cannot aim at a collision without the
+// seed. Not keeping the ids keeps an entry at 32 bytes whatever an SDK's
+// ids look like.
 type eventIndex map[uint64]eventRef
 
 var eventKeySeed = maphash.MakeSeed()
