@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/replaywatch/replaywatch/test/damage"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
@@ -59,7 +60,9 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 // capture (random loss, duplicates and reordering, snap lengths, cut ends,
 // each of a sample of its segments lost, late starts at a sample of its
 // packets), may lose violations but never add one: there a lost request or
-// 404 may be any of many clients'. Each case runs with one worker and with
+// 404 may be any of many clients'. Recorded on two interfaces that each miss
+// segments the other holds, it must give exactly the intact findings. Each
+// case runs with one worker and with
 // two, which must print the same records. The table it logs (go test -v)
 // is the one in docs/damage.md.
 func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
@@ -91,13 +94,28 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 		if intact.err != nil || len(intact.violations) == 0 {
 			t.Fatalf("%s, intact: %d violations, error %v", name, len(intact.violations), intact.err)
 		}
-		for i, v := range (damage.Capture{Packets: merged, LinkType: lt}).Variants(seeds, sample) {
+		crowd := damage.Capture{Packets: merged, LinkType: lt}
+		for i, v := range crowd.Variants(seeds, sample) {
 			p := filepath.Join(dir, fmt.Sprintf("case-%d.pcap", i))
 			writePackets(t, p, lt, v.Packets)
 			got, lost := checkDamaged(t, name+" "+v.Name, intact, []int{2}, p)
 			if got.err == nil {
 				table.add(name, v.Name, intact, got, lost, counted)
 			}
+		}
+		// Two interfaces, each missing segments the other holds: merged,
+		// nothing is lost, so the findings must be the intact ones.
+		a, b := crowd.SplitLoss(0.1, 1)
+		pa, pb := filepath.Join(dir, "iface-a.pcap"), filepath.Join(dir, "iface-b.pcap")
+		writePackets(t, pa, lt, a)
+		writePackets(t, pb, layers.LinkTypeLinuxSLL, damage.AsLinuxSLL(b))
+		vname := "two interfaces, each missing 5%"
+		got, lost := checkDamaged(t, name+" "+vname, intact, []int{2}, pa, pb)
+		if got.err == nil {
+			table.add(name, vname, intact, got, lost, counted)
+		}
+		if len(lost) > 0 {
+			t.Errorf("%s %s: lost %v", name, vname, lost)
 		}
 	}
 	t.Log(table)
