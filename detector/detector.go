@@ -1012,11 +1012,11 @@ func (d *Detector) onGap(o *decode.Observation) {
 		}
 		lr := lostRequest{o.Conn.ID, owner, o.Time}
 		// An answer not come within the link window is past linking:
-		// the request counts as unanswered from then on.
+		// the request counts as unanswered, as of when it was lost.
 		g.awaiting = slices.DeleteFunc(g.awaiting, func(a lostRequest) bool {
 			past := o.Time.Sub(a.at) > d.cfg.LinkWindow
 			if past {
-				d.unanswered(g, a, a.at.Add(d.cfg.LinkWindow))
+				d.unanswered(g, a, a.at)
 			}
 			return past
 		})
