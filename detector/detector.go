@@ -916,8 +916,8 @@ type pairGaps struct {
 	// only that response's rest.
 	hiding time.Time
 	// unowned: the last lost request bytes on a connection that carried no
-	// one session alone (connOwner): they may have been any session's
-	// request, its DELETE among them.
+	// one live session alone (connOwner, liveSession): they may have been
+	// any session's request, its DELETE among them.
 	unowned time.Time
 	// unattributed: the last lost or unpaired response bytes the capture
 	// cannot put in a known session's exchange: any session's events may
