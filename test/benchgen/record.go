@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,6 +113,11 @@ type sessionSignals struct {
 	getOpen, resumed      chan struct{}
 	openOnce, resumedOnce sync.Once
 	cutDone               atomic.Bool // the one cut of this session happened
+	// cut: this session's standalone stream is to be cut, for every
+	// other session in the order they were registered, so a recording of
+	// any size has cuts (a choice by random session id made none in 8
+	// sessions one time in 256).
+	cut bool
 }
 
 // registry maps session ids to their signals. Either side (the proxy hook
@@ -128,19 +132,10 @@ func (r *registry) get(sid string) *sessionSignals {
 	defer r.mu.Unlock()
 	s, ok := r.m[sid]
 	if !ok {
-		s = &sessionSignals{getOpen: make(chan struct{}), resumed: make(chan struct{})}
+		s = &sessionSignals{getOpen: make(chan struct{}), resumed: make(chan struct{}), cut: len(r.m)%2 == 0}
 		r.m[sid] = s
 	}
 	return s
-}
-
-// wantCut decides from the session id alone, so the proxy hook and the
-// client goroutine agree without talking: about half the sessions get
-// their standalone stream cut.
-func wantCut(sid string) bool {
-	h := fnv.New32a()
-	h.Write([]byte(sid))
-	return h.Sum32()%2 == 0
 }
 
 // requestHead is what the hook reads from a request head.
@@ -177,7 +172,7 @@ func parseRequestHead(p []byte) (h requestHead, ok bool) {
 
 // getStreamHooks watches one proxied connection. When it carries a
 // standalone GET (no Last-Event-ID) it signals that the stream opened and,
-// for a session chosen by wantCut, closes the connection with FIN right
+// for a session chosen to be cut (sessionSignals.cut), closes the connection with FIN right
 // after the cutAfterEvents-th event carrying an id, at the event's chunk
 // boundary. When it carries a resuming GET it signals the resume.
 func (r *registry) getStreamHooks(int) pcaprec.Hooks {
@@ -217,7 +212,7 @@ func (r *registry) getStreamHooks(int) pcaprec.Hooks {
 					return p, pcaprec.Forward
 				}
 				sig.openOnce.Do(func() { close(sig.getOpen) })
-				cutting = wantCut(cur.sessionID) && sig.cutDone.CompareAndSwap(false, true)
+				cutting = sig.cut && sig.cutDone.CompareAndSwap(false, true)
 				if !cutting {
 					cur = nil
 					return p, pcaprec.Forward
@@ -415,7 +410,7 @@ func runSession(ctx context.Context, url string, reg *registry, i int) (out sess
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "broadcast", Arguments: toolArgs{Steps: broadcastSteps, Label: label}}); err != nil {
 		return out, fmt.Errorf("broadcast: %w", err)
 	}
-	if wantCut(sid) {
+	if sig.cut {
 		out.cut = true
 		if err := wait(ctx, sig.resumed, "resume of the cut GET stream"); err != nil {
 			return out, err
