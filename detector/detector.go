@@ -973,11 +973,11 @@ func (d *Detector) requestsMayBeHidden(s *session, conn decode.Conn) bool {
 	if s.startSeen {
 		t = s.firstSeen
 	}
-	if s.requestGap || t.Before(d.gapFloor) {
+	if s.requestGap || d.hidingGapSince(t, conn) {
 		return true
 	}
 	g := d.gaps[pairOf(conn)]
-	return g != nil && (!g.unowned.IsZero() && !g.unowned.Before(t) || !g.hiding.IsZero() && !g.hiding.Before(t))
+	return g != nil && atOrAfter(g.unowned, t)
 }
 
 // hidingGapSince is gapSince for gaps that may have held any session's
@@ -987,8 +987,11 @@ func (d *Detector) hidingGapSince(t time.Time, conn decode.Conn) bool {
 		return true
 	}
 	g := d.gaps[pairOf(conn)]
-	return g != nil && !g.hiding.IsZero() && !g.hiding.Before(t)
+	return g != nil && atOrAfter(g.hiding, t)
 }
+
+// atOrAfter says whether the time x of a kind of loss is set and not before t.
+func atOrAfter(x, t time.Time) bool { return !x.IsZero() && !x.Before(t) }
 
 func (d *Detector) onGap(o *decode.Observation) {
 	if o.Gap.Limit != "" {
@@ -1047,11 +1050,11 @@ func (d *Detector) onGap(o *decode.Observation) {
 // lost (a gap in the server's bytes) or comes unpaired, naming its session
 // or counting as unattributed.
 func (d *Detector) historyMayBeHidden(ex *exchange, s *session, t time.Time) bool {
-	if ex.gap || s.gap || t.Before(d.gapFloor) {
+	if ex.gap || s.gap || d.hidingGapSince(t, ex.conn) {
 		return true
 	}
 	g := d.gaps[pairOf(ex.conn)]
-	return g != nil && (!g.unattributed.IsZero() && !g.unattributed.Before(t) || !g.hiding.IsZero() && !g.hiding.Before(t))
+	return g != nil && atOrAfter(g.unattributed, t)
 }
 
 // lostRequest is a connection whose client lost a request at at, awaiting

@@ -62,9 +62,8 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 // packets), may lose violations but never add one: there a lost request or
 // 404 may be any of many clients'. Recorded on two interfaces that each miss
 // segments the other holds, it must give exactly the intact findings. Each
-// case runs with one worker and with
-// two, which must print the same records. The table it logs (go test -v)
-// is the one in docs/damage.md.
+// case runs with one worker and with two, which must print the same
+// records. The table it logs (go test -v) is the one in docs/damage.md.
 func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
 	var captures []damage.Capture
@@ -81,7 +80,7 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 	}
 	dir := t.TempDir()
 	lt := captures[0].LinkType
-	table, counted := damageTable{}, map[string]bool{}
+	table := damageTable{}
 	for _, stagger := range []time.Duration{0, 50 * time.Millisecond} {
 		merged, err := damage.Crowd(captures, stagger)
 		if err != nil {
@@ -100,7 +99,7 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 			writePackets(t, p, lt, v.Packets)
 			got, lost := checkDamaged(t, name+" "+v.Name, intact, []int{2}, p)
 			if got.err == nil {
-				table.add(name, v.Name, intact, got, lost, counted)
+				table.add(name, v.Name, intact, got, lost)
 			}
 		}
 		// Two interfaces, each missing segments the other holds: merged,
@@ -112,7 +111,7 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 		vname := "two interfaces, each missing 5%"
 		got, lost := checkDamaged(t, name+" "+vname, intact, []int{2}, pa, pb)
 		if got.err == nil {
-			table.add(name, vname, intact, got, lost, counted)
+			table.add(name, vname, intact, got, lost)
 		}
 		if len(lost) > 0 {
 			t.Errorf("%s %s: lost %v", name, vname, lost)

@@ -172,9 +172,9 @@ func parseRequestHead(p []byte) (h requestHead, ok bool) {
 
 // getStreamHooks watches one proxied connection. When it carries a
 // standalone GET (no Last-Event-ID) it signals that the stream opened and,
-// for a session chosen to be cut (sessionSignals.cut), closes the connection with FIN right
-// after the cutAfterEvents-th event carrying an id, at the event's chunk
-// boundary. When it carries a resuming GET it signals the resume.
+// for a session chosen to be cut (sessionSignals.cut), closes the
+// connection with FIN right after the cutAfterEvents-th event carrying an
+// id, at the event's chunk boundary. When it carries a resuming GET it signals the resume.
 func (r *registry) getStreamHooks(int) pcaprec.Hooks {
 	var mu sync.Mutex
 	var cur *requestHead // the request whose response is flowing
