@@ -618,6 +618,9 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			d.limitHit("MaxInflightPerSession", o.Time, s, "unknown outcome")
 			continue
 		}
+		if m.ProgressToken != "" {
+			d.forgetProgress(s, m.ProgressToken)
+		}
 		c := &call{id: m.ID, method: m.Method, tool: m.Tool, token: m.ProgressToken, at: o.Time,
 			ex: ex.serial, client: ex.conn.Client, server: ex.conn.Server, exNum: ex.key.ex}
 		if m.Method == "tools/call" {

@@ -428,7 +428,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 	}
 	c.answered, c.resultHash = true, hash64(m.ResultHash)
 	if c.token != "" {
-		s.progress.del(c.token)
+		d.forgetProgress(s, c.token)
 	}
 }
 
@@ -442,6 +442,13 @@ func eventID(o *decode.Observation) string {
 func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation, m *decode.Message) {
 	last, seen := s.progress.get(m.ProgressToken)
 	if seen && m.Progress <= last {
+		if d.requestsMayBeHidden(s, ex.conn) || d.historyMayBeHidden(ex, s, s.firstSeen) {
+			// The lost bytes may hold a new request re-using the token
+			// (its progress starts again) or the answer that ended the
+			// token's last one.
+			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonCaptureGap, m.ProgressToken)
+			return
+		}
 		if ex.once(onceProgress) {
 			d.violation(&Violation{
 				Kind: KindProgressReplay, Time: o.Time, FirstEventID: eventID(o),
@@ -461,4 +468,14 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 		d.charge(s, entryBytes+int64(len(m.ProgressToken)))
 	}
 	s.progress.set(m.ProgressToken, m.Progress)
+}
+
+// forgetProgress drops what s remembers of token's progress: the request
+// that carried it was answered, or a new request re-uses the token, which
+// a client may do once no active request holds it.
+func (d *Detector) forgetProgress(s *session, token string) {
+	if _, ok := s.progress.get(token); ok {
+		s.progress.del(token)
+		d.charge(s, -(entryBytes + int64(len(token))))
+	}
 }
