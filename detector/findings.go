@@ -246,6 +246,11 @@ const (
 	ReasonSessionEvicted  = "session evicted (limit hit: MaxSessions)"
 	ReasonStateEvicted    = "session evicted (limit hit: MaxStateBytes)"
 	ReasonSessionDeleted  = "session deleted before the request"
+	// ReasonOtherConnection: a request without a session id came on
+	// another connection than the lost session's 404. Any client of a
+	// server that runs without sessions (2025-11-25 allows one) sends such
+	// requests, and its initialize may have come before the capture.
+	ReasonOtherConnection = "request without a session id on another connection than the 404"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
 	// on the first "_" and finds no stream), so it answers 200 and replays

@@ -128,6 +128,8 @@ type clientEvidence struct {
 	// sessions on one connection, so the same connection proves nothing.
 	sharedConn                  bool
 	auth, userAgent, clientInfo string
+	// endpoint, when set, rules out sessions of other logical endpoints.
+	endpoint string
 }
 
 // evidenceOf is the evidence of session s (as seen on conn), or of a
@@ -224,6 +226,9 @@ func linkReasons(c *session, e clientEvidence) []string {
 // fits is false when a known difference rules c out. (linkReasons says the
 // same in words, for the one linked.)
 func scoreCandidate(c *session, e clientEvidence) (score int, fits bool) {
+	if e.endpoint != "" && !strings.HasPrefix(c.key, e.endpoint+"\x00") {
+		return 0, false
+	}
 	if c.lostConn.ID == e.conn.ID && !e.sharedConn {
 		score += weightSameConnection
 	}
@@ -671,13 +676,25 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if ex.isInit || !ex.ok2xx() {
 		return
 	}
-	r := d.lost.link(d.evidenceOf(ex.conn, nil, ex), nil, o.Time, d.cfg.LinkWindow)
+	// Only the lost session's own endpoint says anything: a request to
+	// another one (another Host or path behind the same address) may come
+	// from any client of a server without sessions.
+	e := d.evidenceOf(ex.conn, nil, ex)
+	e.endpoint = ex.endpoint
+	r := d.lost.link(e, nil, o.Time, d.cfg.LinkWindow)
 	if r.s == nil && len(r.ambiguous) > 0 {
 		d.ambiguousLink(o.Time, nil, ex, "form3", r)
 		return
 	}
 	l, conf := r.s, r.conf
 	if l == nil || l.reinitFlagged {
+		return
+	}
+	if l.lostConn.ID != ex.conn.ID || e.sharedConn {
+		// Nothing but the connection ties a request without a session to
+		// the client: on another one it may be any client of a server
+		// without sessions, whose initialize the capture need not show.
+		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", ReasonOtherConnection, "form3")
 		return
 	}
 	if ex.method == "" || d.gapped(ex, l.lostAt) || d.linkMayBeHidden(ex, o.Time, r, r, func(*session) bool { return true }) {
