@@ -284,6 +284,9 @@ func renderMessages(b *strings.Builder, msgs []Message) {
 		if m.HasProgress {
 			fmt.Fprintf(b, " progress=%g", m.Progress)
 		}
+		if m.CancelledID != "" {
+			fmt.Fprintf(b, " cancelled=%s", m.CancelledID)
+		}
 		if m.ProtocolVersion != "" {
 			fmt.Fprintf(b, " version=%s", m.ProtocolVersion)
 		}

@@ -188,8 +188,9 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 	wantArgs := wantName && pk.KeepToolArguments && m.Type == MsgRequest
 	wantVersion := m.Method == "initialize"
 	progress := m.Method == "notifications/progress"
+	cancelled := m.Method == "notifications/cancelled"
 	wantMeta := m.Type == MsgRequest && (bytes.Contains(params, []byte(`"progressToken"`)) || bytes.Contains(params, []byte(metaPrefix)))
-	if !wantName && !wantVersion && !progress && !wantMeta {
+	if !wantName && !wantVersion && !progress && !cancelled && !wantMeta {
 		return
 	}
 	_ = eachMember(params, func(key, value []byte) {
@@ -204,6 +205,8 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 			m.ClientInfo = clientInfo(value)
 		case progress && keyIs(key, "progressToken"):
 			m.ProgressToken = compactJSON(value)
+		case cancelled && keyIs(key, "requestId"):
+			m.CancelledID = compactJSON(value)
 		case progress && keyIs(key, "progress"):
 			if f, err := strconv.ParseFloat(string(value), 64); err == nil {
 				m.Progress, m.HasProgress = f, true

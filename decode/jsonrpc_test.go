@@ -47,6 +47,8 @@ func TestPeekJSONRPC(t *testing.T) {
 			isJSON: true, want: []Message{{Type: MsgRequest, ID: "2", Method: "tools/call", Tool: "echo", ProgressToken: `"tok"`}}},
 		{name: "progress", in: `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":2.5,"total":10}}`,
 			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/progress", ProgressToken: "7", Progress: 2.5, HasProgress: true}}},
+		{name: "cancelled", in: `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": "r-1" ,"reason":"timeout"}}`,
+			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/cancelled", CancelledID: `"r-1"`}}},
 		{name: "initialize request", in: `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}`,
 			isJSON: true, want: []Message{{Type: MsgRequest, ID: "0", Method: "initialize", ProtocolVersion: "2025-03-26"}}},
 		{name: "initialize result", in: `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","serverInfo":{}}}`,

@@ -411,11 +411,14 @@ type Message struct {
 	// ProgressToken (compact JSON) and Progress of a notifications/progress,
 	// or the _meta.progressToken of a request.
 	ProgressToken string
-	Progress      float64
-	HasProgress   bool
+	// CancelledID is params.requestId of a notifications/cancelled, as
+	// compact JSON like ID: the request its sender gave up.
+	CancelledID string
+	Progress    float64
+	HasProgress bool
 	// ArgumentsTruncated says Arguments was cut at MaxArgumentBytes. (It
-	// precedes Arguments to fill HasProgress's padding: a larger Message
-	// would move an event's allocation up a size class.)
+	// precedes Arguments to fill HasProgress's padding: every byte of a
+	// Message is in every event observation.)
 	ArgumentsTruncated bool
 	// UnknownSession: an error whose message says the session is not
 	// known ("Session not found", "No valid session ID provided", an
