@@ -607,10 +607,21 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	return ex
 }
 
-// recordCalls remembers the JSON-RPC requests of ex as in flight in s.
+// recordCalls remembers the JSON-RPC requests of ex as in flight in s, and
+// what the client gave up: requests it cancelled, the session if it is a
+// DELETE.
 func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) {
+	if ex.method == "DELETE" {
+		s.deleteSent = true
+	}
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
+		if m.Method == "notifications/cancelled" && m.Type == decode.MsgNotification {
+			if c := s.calls.at(m.CancelledID); c != nil && !c.answered {
+				c.cancelled = true
+			}
+			continue
+		}
 		if m.Type != decode.MsgRequest || m.ID == "" {
 			continue
 		}

@@ -794,6 +794,9 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	}
 
 	s := ex.sess
+	if s.deleteSent {
+		return // the client ended the session, and with it its streams
+	}
 	var pending []string
 	tool := ""
 	for i := range ex.msgs {
@@ -805,7 +808,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		if c == nil || c.ex != ex.serial {
 			return // not tracked (limit): cannot tell
 		}
-		if !c.answered {
+		if !c.answered && !c.cancelled {
 			pending = append(pending, m.ID)
 			if tool == "" {
 				tool = c.tool
@@ -829,8 +832,15 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	default:
 		return
 	}
-	if ex.gap {
+	if ex.gap || d.requestsMayBeHidden(s, ex.conn) {
+		// Lost bytes may hold the client's cancellation of the call, or
+		// its DELETE of the session.
 		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonCaptureGap)
+		return
+	}
+	if d.cfg.PartialHistory {
+		// So may an exchange the input never showed.
+		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonPartialHistory)
 		return
 	}
 	d.violation(&Violation{

@@ -96,6 +96,9 @@ type call struct {
 	unread bool
 	// unknown: an UnknownOutcome was already made for it.
 	unknown bool
+	// cancelled: the client sent notifications/cancelled for it, so the
+	// server should send no answer (its outcome stays unknown all the same).
+	cancelled bool
 	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue
 	// of this call; later repeats are the same finding.
 	reissueFlagged bool
@@ -115,7 +118,10 @@ type session struct {
 	ended   string // "" while alive; else the SessionSummary.Ended value
 	gone    bool   // the server answered 404 for it
 	deleted bool
-	removed bool // dropped from the table (expiry, eviction) or released
+	// deleteSent: the client sent a DELETE for it; the server may end
+	// its streams before the answer.
+	deleteSent bool
+	removed    bool // dropped from the table (expiry, eviction) or released
 	// retired: deleted and out of the table (a tombstone stands for its
 	// id); its state lives on only while exchanges opened before the
 	// DELETE are still running (open), then it is released.

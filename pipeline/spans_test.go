@@ -62,10 +62,11 @@ func missing(want, got []string) []string {
 // restsOnAbsence are the kinds whose proof includes something never having
 // been seen: an event id the session never issued; for a re-initialisation
 // that re-runs a call, a tools/list answer that would have annotated the
-// tool read-only. Spans can be lost without a trace (an exporter's queue
-// overflows), so the spans path reports these unverifiable
-// (detector.Config.PartialHistory).
-var restsOnAbsence = map[string]bool{"unknown_last_event_id_accepted": true, "silent_reinit_after_404": true}
+// tool read-only; for a stream ended before its answer, the client's
+// cancellation of the call or DELETE of the session. Spans can be lost
+// without a trace (an exporter's queue overflows), so the spans path
+// reports these unverifiable (detector.Config.PartialHistory).
+var restsOnAbsence = map[string]bool{"unknown_last_event_id_accepted": true, "silent_reinit_after_404": true, "unresumable_close": true}
 
 // TestSpansNeverSeeMoreThanPackets projects every fixture capture onto the
 // spans an instrumented client would have exported for the same traffic
