@@ -262,6 +262,25 @@ func TestTSFixtureShapes(t *testing.T) {
 			}
 			return fmt.Errorf("no resume on S2")
 		}},
+		{"ts-calls-given-up", func(c *tsCapture) error {
+			var client, server string
+			for s, b := range c.fromClient {
+				client += b
+				server += c.fromServer[s]
+			}
+			if n := strings.Count(client, `"method":"notifications/cancelled"`); n != 2 {
+				return fmt.Errorf("%d notifications/cancelled from the client, want 2", n)
+			}
+			if len(ids(server)) != 0 {
+				return fmt.Errorf("event ids %v: the server was to run without an event store", ids(server))
+			}
+			for _, x := range c.exchanges() {
+				if x.req.method == "DELETE" {
+					return want(x.resp != nil && x.resp.status == 200, "the DELETE is not answered 200")
+				}
+			}
+			return fmt.Errorf("no DELETE")
+		}},
 		{"ts-404-clean-new-session", func(c *tsCapture) error {
 			if err := lostThenNew(c); err != nil {
 				return err

@@ -224,6 +224,7 @@ type tsServerConfig struct {
 	Permissive    bool `json:"permissive,omitempty"`
 	SharedStore   bool `json:"sharedStore,omitempty"`
 	LegacyRouting bool `json:"legacyRouting,omitempty"`
+	NoEventStore  bool `json:"noEventStore,omitempty"`
 }
 
 func startTSServer(ctx context.Context, cfg tsServerConfig) (*tsServer, error) {
@@ -282,6 +283,7 @@ type tsClientConfig struct {
 	CallMayFail bool            `json:"callMayFail,omitempty"`
 	SettleMs    int             `json:"settleMs,omitempty"`
 	Tenants     []string        `json:"tenants,omitempty"`
+	GiveUpAfter int             `json:"giveUpAfterMs,omitempty"`
 }
 
 func startTSClient(ctx context.Context, cfg tsClientConfig) (*nodeProc, error) {

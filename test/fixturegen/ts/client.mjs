@@ -8,6 +8,7 @@
 //   config.call    the slow_write arguments
 //   config.timeoutMs  request timeout for the call
 //   config.tenants    the sharedStore flow's tenants (names)
+//   config.giveUpAfterMs  when the giveUp flow abandons each call
 //
 // It prints one JSON line per step on stdout; lines {"wait":"<name>"} mean it
 // waits for one line on stdin before going on, so the generator can inject a
@@ -168,6 +169,35 @@ const flows = {
             }
         }
         await c.client.close();
+    },
+
+    // The application gives three slow_write calls up, each giveUpAfterMs
+    // in: the first by its AbortSignal and the second by the request
+    // timeout (for both the SDK POSTs notifications/cancelled and the
+    // server sends no answer), the third by ending the session (DELETE)
+    // while it runs, as an application shutting down does.
+    async giveUp() {
+        const c = await connect('fixture-ts-client');
+        const call = opts => c.client.callTool({ name: 'slow_write', arguments: config.call }, undefined, { onprogress: () => {}, ...opts });
+        const ac = new AbortController();
+        setTimeout(() => ac.abort('user gave up'), config.giveUpAfterMs);
+        await call({ signal: ac.signal }).then(
+            () => { throw new Error('the aborted call completed'); },
+            err => log({ gaveUp: 'abort', error: String(err.message) })
+        );
+        await call({ timeout: config.giveUpAfterMs }).then(
+            () => { throw new Error('the timed-out call completed'); },
+            err => log({ gaveUp: 'timeout', error: String(err.message) })
+        );
+        const third = call({}).then(
+            () => log({ third: 'completed' }),
+            err => log({ gaveUp: 'delete', error: String(err.message) })
+        );
+        await sleep(config.giveUpAfterMs);
+        await c.transport.terminateSession();
+        log({ app: 'session deleted' });
+        await c.client.close();
+        await third;
     },
 
     // Several tenants (own session, own Authorization, own clientInfo), each

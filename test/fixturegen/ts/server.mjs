@@ -13,6 +13,8 @@
 //                         No valid session ID provided", as the stateful routing
 //                         in the SDK's README up to 1.23 did (copied by many
 //                         servers), instead of 404: clients never re-initialise
+//   config.noEventStore   no event store: no priming event and no event ids,
+//                         so no stream can be resumed
 //   config.sharedStore    one event store for every session, keyed by the stream
 //                         id the SDK hands it, with ids "<streamId>:<n>": the
 //                         store an application writes for Redis. Every
@@ -162,7 +164,7 @@ function newMcpServer() {
 async function newSession() {
     const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => crypto.randomUUID(),
-        eventStore: sharedStore ?? new InMemoryEventStore(),
+        eventStore: config.noEventStore ? undefined : (sharedStore ?? new InMemoryEventStore()),
         retryInterval: config.retryInterval,
         keepAliveMs,
         onsessioninitialized: id => {
