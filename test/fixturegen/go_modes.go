@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -22,6 +23,7 @@ func init() {
 	register(
 		scenario{name: "go-server-requests", desc: "a tool asks the client (elicitation, sampling, roots) mid-call; the proxy cuts the stream after the sampling request and the client resumes", run: runGoServerRequests},
 		scenario{name: "go-json-response", desc: "a JSONResponse go-sdk server: answers in JSON, progress on the standalone GET stream, one progress token re-used by every call", run: runGoJSONResponse},
+		scenario{name: "go-calls-timed-out", desc: "a go-sdk client's calls time out (context deadline: notifications/cancelled, stream closed) on a server without event store; the next call re-uses their progress token", run: runGoCallsTimedOut},
 		scenario{name: "go-stateless-2025", desc: "two 2025-11-25 clients against a stateless go-sdk server: initialize, no Mcp-Session-Id, no event ids", run: runGoStateless2025},
 	)
 }
@@ -177,4 +179,38 @@ func streamsSharingToken(ctx context.Context, cs *mcp.ClientSession, n int, pref
 		}
 	}
 	return nil
+}
+
+// callTimeout is how long go-calls-timed-out's client waits for a call
+// that takes 10 steps (600 ms).
+const callTimeout = 350 * time.Millisecond
+
+func runGoCallsTimedOut(ctx context.Context, dir string) error {
+	h := goHandler(newGoServer(toolSet{}), mcp.StreamableHTTPOptions{})
+	return recordGo(dir, "go-calls-timed-out", []http.Handler{h}, func(r *rig) error {
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			for i := 0; i < 2; i++ {
+				c, cancel := context.WithTimeout(ctx, callTimeout)
+				_, err := callTool(c, cs, "stream", streamArgs{Steps: 10, Label: fmt.Sprintf("slow-%d", i)}, "tok")
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("call %d: %v, want a timeout", i, err)
+				}
+			}
+			return expectResult(ctx, cs, "stream", streamArgs{Steps: 2, Label: "quick"}, "tok", "quick: 2 steps done")
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, no event store (no event ids). Two tools/call",
+		"# stream (steps=10, 60 ms apart, progressToken \"tok\") time out after 350 ms (the caller's context",
+		"# deadline): the client POSTs notifications/cancelled for each (reason \"context deadline exceeded\")",
+		"# and closes the call's stream first, so no response comes. A third call, stream (steps=2) with the",
+		"# same token, completes: its progress starts again at 1, below the timed-out calls' last values (a",
+		"# client may re-use a token once no active request holds it). Then DELETE. Nothing is wrong: no progress_replay, no",
+		"# unresumable_close; the two timed-out calls' outcomes are unknown to the client.",
+		"expect violation count=0",
+		"expect resume count=0",
+		"expect unknown_outcome tool=stream count=2",
+		"expect unknown_outcome count=2",
+		"expect session ended=deleted count=1",
+	)
 }
