@@ -742,6 +742,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	case ex.status >= 400:
 		d.checkUnknownSessionStatus(ex, o)
 		d.dropCalls(ex)
+		if ex.method == "DELETE" && s != nil {
+			s.deleteSent = false // refused (405, say): the session lives on
+		}
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
 	case !ex.ok2xx():

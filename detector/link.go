@@ -226,7 +226,7 @@ func linkReasons(c *session, e clientEvidence) []string {
 // fits is false when a known difference rules c out. (linkReasons says the
 // same in words, for the one linked.)
 func scoreCandidate(c *session, e clientEvidence) (score int, fits bool) {
-	if e.endpoint != "" && !strings.HasPrefix(c.key, e.endpoint+"\x00") {
+	if e.endpoint != "" && !inEndpoint(c.key, e.endpoint) {
 		return 0, false
 	}
 	if c.lostConn.ID == e.conn.ID && !e.sharedConn {
@@ -249,6 +249,11 @@ func scoreCandidate(c *session, e clientEvidence) (score int, fits bool) {
 		}
 	}
 	return score, true
+}
+
+// inEndpoint says whether sessionKey key names a session of endpoint.
+func inEndpoint(key, endpoint string) bool {
+	return len(key) > len(endpoint) && key[len(endpoint)] == 0 && key[:len(endpoint)] == endpoint
 }
 
 // decideLink picks the clearly best candidate: the only one, or one
