@@ -101,26 +101,33 @@ func (c *compressingWriter) close() {
 
 // acceptBrotli is the client side of brotli: it asks for br and decodes
 // it, as a client whose HTTP stack speaks br does.
-func acceptBrotli(base http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(r *http.Request) (*http.Response, error) {
-		r = r.Clone(r.Context())
-		r.Header.Set("Accept-Encoding", "br")
-		resp, err := base.RoundTrip(r)
-		if err == nil && resp.Header.Get("Content-Encoding") == "br" {
-			resp.Body = struct {
-				io.Reader
-				io.Closer
-			}{brotli.NewReader(resp.Body), resp.Body}
-			resp.Header.Del("Content-Encoding")
-			resp.ContentLength = -1
-		}
-		return resp, err
-	})
+func acceptBrotli(base http.RoundTripper) http.RoundTripper { return brotliTransport{base} }
+
+type brotliTransport struct{ base http.RoundTripper }
+
+func (t brotliTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Accept-Encoding", "br")
+	resp, err := t.base.RoundTrip(r)
+	if err == nil && resp.Header.Get("Content-Encoding") == "br" {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{brotli.NewReader(resp.Body), resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.ContentLength = -1
+	}
+	return resp, err
 }
 
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// CloseIdleConnections passes http.Client.CloseIdleConnections on: a
+// drain (go_deploy.go) closes the client's idle connections to the old
+// backend, and without this the resume could go out on one of them.
+func (t brotliTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
 
 // recordCompressedPolling records go-priming-polling with every body
 // compressed in coding.
