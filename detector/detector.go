@@ -111,6 +111,11 @@ type Detector struct {
 	limitFloor  limitMark
 	mcpPairs    map[addrKey]struct{}
 	mcpPairsAll bool
+	// hops: requests with a session id seen in the last hopWindow, to set
+	// a proxy's second hop of them aside (hops.go); hopQueue expires them.
+	hops     map[uint64]hopSeen
+	hopQueue []hopEntry
+	hopConns map[uint64]struct{} // connections that carried a second hop
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -138,6 +143,8 @@ func New(cfg Config, sink Sink) *Detector {
 		gaps:              map[addrKey]*pairGaps{},
 		lost:              newLostIndex(cfg.MaxLostSessions),
 		causesReported:    map[string]struct{}{},
+		hops:              map[uint64]hopSeen{},
+		hopConns:          map[uint64]struct{}{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},
@@ -344,7 +351,7 @@ func (d *Detector) exchangeFor(o *decode.Observation, needResponse bool) *exchan
 				return nil
 			}
 			// Only the response head says whether this is MCP.
-			ex.ignored = o.Response == nil || !o.Response.HasSessionID
+			ex.ignored = o.Response == nil || !o.Response.HasSessionID || d.onHopConn(o.Conn.ID)
 			d.countExchange(ex)
 		}
 		if ex == nil {
@@ -545,6 +552,10 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
+	if d.secondHop(ex, o) {
+		ex.ignored = true
+		return ex
+	}
 	if ex.headerMismatch = headerMismatch(r); ex.headerMismatch != "" {
 		d.stats.HeaderMismatches++
 	}

@@ -35,7 +35,11 @@ type Stats struct {
 	// RepeatableReissues: sessionless calls re-issued after their stream
 	// broke, to tools annotated read-only or idempotent (no finding).
 	RepeatableReissues int64
-	LimitsHit          map[string]int64 // by the Config field whose bound was reached
+	// ProxyHops: requests set aside as a proxy's second hop of a request
+	// already seen (hops.go): another client and server address, the same
+	// session id and messages, within a second.
+	ProxyHops int64
+	LimitsHit map[string]int64 // by the Config field whose bound was reached
 	// StateBytes is the session state (and the pairs' capture gaps) held
 	// now, as counted toward MaxStateBytes; ShedBytes what evictions at
 	// that bound let go.

@@ -60,6 +60,7 @@ var metricNames = []string{
 	"replaywatch_detector_unknown_outcomes_total",
 	"replaywatch_detector_requests_total",
 	"replaywatch_detector_header_mismatches_total",
+	"replaywatch_detector_proxy_hops_total",
 	"replaywatch_detector_repeatable_reissues_total",
 	"replaywatch_detector_state_bytes",
 	"replaywatch_detector_shed_bytes_total",

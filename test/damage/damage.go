@@ -1,6 +1,7 @@
 // Package damage damages packet captures the way real captures are damaged:
 // segments lost (one at a time or at random), duplicated, reordered, cut by a
-// snap length, a capture that starts late or stops early. The suite runs every
+// snap length, a capture that starts late or stops early, a reverse proxy's
+// second hop of every exchange (ProxyHop). The suite runs every
 // real SDK capture through these and requires that damage can lose a finding
 // but never add a violation (cmd/replaywatch damaged_test.go).
 //
@@ -9,6 +10,7 @@
 package damage
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -267,4 +269,46 @@ func (c Capture) SplitLoss(rate float64, seed uint64) (a, b []pcaprec.Packet) {
 		}
 	}
 	return a, b
+}
+
+// Addresses of ProxyHop's second hop: the proxy's own address and the
+// upstream server's, in 192.0.2.0/24 (TEST-NET-1), which no fixture uses.
+var (
+	proxyAddr    = [4]byte{192, 0, 2, 1}
+	upstreamAddr = [4]byte{192, 0, 2, 2}
+)
+
+// ProxyHop adds what a capture on a node that also runs a reverse proxy
+// (an ingress controller beside the MCP server's pod) records: every IPv4
+// TCP packet a second time, as the proxy's hop to the upstream server, the
+// same bytes between other addresses (the ports kept, so each connection
+// has its twin), delay later. (A proxy sends the upstream its answers
+// earlier than the client gets them; shifting every packet of the hop
+// alike keeps each connection's order whatever the server's speed.)
+func (c Capture) ProxyHop(delay time.Duration) []pcaprec.Packet {
+	servers := map[uint16]bool{}
+	for _, p := range serverPorts(c.Packets) {
+		servers[p] = true
+	}
+	out := slices.Clone(c.Packets)
+	for _, p := range c.Packets {
+		d := slices.Clone(p.Data)
+		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+			continue
+		}
+		ip := d[14:]
+		tcp := ip[int(ip[0]&0x0f)*4:]
+		ci := p.CI
+		if servers[binary.BigEndian.Uint16(tcp[0:])] {
+			copy(ip[12:16], upstreamAddr[:])
+			copy(ip[16:20], proxyAddr[:])
+		} else {
+			copy(ip[12:16], proxyAddr[:])
+			copy(ip[16:20], upstreamAddr[:])
+		}
+		ci.Timestamp = ci.Timestamp.Add(delay)
+		out = append(out, pcaprec.Packet{CI: ci, Data: d})
+	}
+	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
+	return out
 }

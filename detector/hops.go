@@ -1,0 +1,122 @@
+package detector
+
+import (
+	"hash/maphash"
+	"net/netip"
+	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
+)
+
+// Proxy hops. A reverse proxy on the captured node (an ingress controller
+// beside the MCP server's pod, a gateway on the same host) puts every
+// exchange on the wire twice: client to proxy, then proxy to server, with
+// the same session id, the same JSON-RPC messages and, when the proxy keeps
+// the Host header, the same endpoint. Read as two exchanges of one session,
+// every event arrives twice and every response is delivered twice. The
+// second hop of a request is told by what no client's own retry has:
+// another client address and another server address, within hopWindow of
+// the first. It is set aside whole (Stats.ProxyHops); the first seen, the
+// hop nearest the client, is judged, as the spans path keeps the outermost
+// span of an exchange.
+const (
+	// hopWindow bounds how long after the first hop the second may come:
+	// a proxy forwards a request within milliseconds.
+	hopWindow = time.Second
+	// maxHopRequests bounds the requests remembered for hopWindow (each
+	// about 80 bytes with its map entry): past it, new requests are not
+	// remembered until older ones expire, so a second hop may be judged
+	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
+	// bounds the proxy connections remembered (hopConns) as well.
+	maxHopRequests = 1 << 14
+)
+
+// hopSeen is where and when a request was first seen.
+type hopSeen struct {
+	at     time.Time
+	client netip.Addr
+	server netip.AddrPort
+}
+
+// hopEntry is hops' expiry queue: requests in the order they were seen.
+type hopEntry struct {
+	key uint64
+	at  time.Time
+}
+
+// secondHop says whether ex's request is another hop of a request seen
+// within hopWindow, and otherwise remembers it. Only requests that carry a
+// session id, and initialize requests, are compared: the id (or the
+// session the answer mints) is what makes two requests one.
+func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
+	if !ex.hasReqSession && !initializes(ex.msgs) {
+		return false
+	}
+	for len(d.hopQueue) > 0 && o.Time.Sub(d.hopQueue[0].at) > hopWindow {
+		e := d.hopQueue[0]
+		if h, ok := d.hops[e.key]; ok && h.at.Equal(e.at) {
+			delete(d.hops, e.key)
+		}
+		d.hopQueue = d.hopQueue[1:]
+	}
+	key := d.requestPrint(ex, o.Request)
+	h, seen := d.hops[key]
+	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != ex.conn.Client.Addr() && h.server != ex.conn.Server {
+		d.stats.ProxyHops++
+		if len(d.hopConns) < maxHopRequests {
+			d.hopConns[ex.conn.ID] = struct{}{}
+		}
+		return true
+	}
+	// A first hop, or the same client again (a retry, judged as such):
+	// its own second hop is to come.
+	if !seen && len(d.hops) >= maxHopRequests {
+		d.stats.LimitsHit["maxHopRequests"]++
+		return false
+	}
+	d.hops[key] = hopSeen{at: o.Time, client: ex.conn.Client.Addr(), server: ex.conn.Server}
+	d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
+	return false
+}
+
+// onHopConn says whether conn carried a second hop: it is a proxy's
+// connection to the server, and an answer on it whose request the capture
+// did not pair (lost bytes, a capture begun late) is a second hop too.
+func (d *Detector) onHopConn(conn uint64) bool {
+	_, ok := d.hopConns[conn]
+	return ok
+}
+
+// requestPrint hashes what a proxy that keeps the Host header forwards
+// unchanged: method, endpoint (Host and path), session id, Last-Event-ID
+// and the JSON-RPC messages. (Behind a proxy that rewrites Host the two
+// hops are two endpoints' sessions, judged apart: nothing mixes them.)
+func (d *Detector) requestPrint(ex *exchange, r *decode.Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(d.hashSeed)
+	for _, s := range [...]string{r.Method, ex.endpoint, ex.reqSession, ex.cursor} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	if ex.hasCursor {
+		h.WriteByte(1)
+	}
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		h.WriteByte(byte(m.Type))
+		for _, s := range [...]string{m.ID, m.Method, m.ParamsHash, m.CancelledID} {
+			h.WriteString(s)
+			h.WriteByte(0)
+		}
+	}
+	return h.Sum64()
+}
+
+func initializes(msgs []decode.Message) bool {
+	for i := range msgs {
+		if msgs[i].Type == decode.MsgRequest && msgs[i].Method == "initialize" {
+			return true
+		}
+	}
+	return false
+}
