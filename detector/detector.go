@@ -819,6 +819,12 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		if s.rev == "" {
 			s.rev = ex.rev
 		}
+		if o.Request == nil {
+			// An answer whose request the capture lost names it: an
+			// unpaired answer naming a session it already knew does
+			// the same (onUnpaired).
+			s.requestGap = true
+		}
 		d.bind(ex, s)
 		s.requests++
 		d.recordCalls(s, ex, o)

@@ -178,9 +178,11 @@ func (d *Detector) knownEvent(ex *exchange, s *session, o *decode.Observation, r
 		return false // on a resumed stream: judged by resumeEvent against the cursor
 	}
 	if ref.data == data && ex.once(onceDupEvent) {
-		if d.historyMayBeHidden(ex, s, s.firstSeen) {
-			// The request that opened this stream may be the one the
-			// capture lost (a resume with Last-Event-ID looks the same).
+		if s.requestGap || d.historyMayBeHidden(ex, s, s.firstSeen) {
+			// The request that opened this stream, or the one that
+			// opened the stream that first delivered it, may be the one
+			// the capture lost: a resume with Last-Event-ID, or the
+			// other hop of a proxy, looks the same.
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, ev.ID)
 			return false
 		}
@@ -389,7 +391,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 		if replay || !ex.once(onceDupResponse) {
 			return
 		}
-		if d.historyMayBeHidden(ex, s, s.firstSeen) {
+		if s.requestGap || d.historyMayBeHidden(ex, s, s.firstSeen) {
 			// The request that opened this stream may be a resume
 			// the capture lost.
 			d.unverifiable(o.Time, s, ex, "duplicate_delivery", ReasonCaptureGap, m.ID)
