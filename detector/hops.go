@@ -27,7 +27,8 @@ const (
 	// about 80 bytes with its map entry): past it, new requests are not
 	// remembered until older ones expire, so a second hop may be judged
 	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
-	// bounds the proxy connections remembered (hopConns) as well.
+	// bounds the proxy connections remembered (hopConns) as well: past
+	// it they are all forgotten.
 	maxHopRequests = 1 << 14
 )
 
@@ -63,9 +64,13 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	h, seen := d.hops[key]
 	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != ex.conn.Client.Addr() && h.server != ex.conn.Server {
 		d.stats.ProxyHops++
-		if len(d.hopConns) < maxHopRequests {
-			d.hopConns[ex.conn.ID] = struct{}{}
+		if len(d.hopConns) >= maxHopRequests {
+			// Forget them all: a proxy connection still in use is
+			// remembered again at its next second hop.
+			clear(d.hopConns)
+			d.stats.LimitsHit["maxHopRequests"]++
 		}
+		d.hopConns[ex.conn.ID] = struct{}{}
 		return true
 	}
 	// A first hop, or the same client again (a retry, judged as such):
