@@ -552,6 +552,15 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.cursor, ex.hasCursor = r.LastEventID, r.HasLastEventID
 	ex.protoHeader = r.ProtocolVersion
 	ex.msgs = r.Messages
+	for i := range r.Messages {
+		m := &r.Messages[i]
+		if m.Type == decode.MsgRequest && m.Method == "initialize" {
+			ex.isInit = true
+			if ex.protoHeader == "" && m.ProtocolVersion != "" {
+				ex.rev = m.ProtocolVersion
+			}
+		}
+	}
 	if d.secondHop(ex, o) {
 		ex.ignored = true
 		return ex
@@ -562,15 +571,6 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	// A body cut by the capture may have held requests we cannot see
 	// (one cut by a limit is named by ex.limit instead).
 	ex.gap = r.BodyIncomplete && ex.limit == ""
-	for i := range r.Messages {
-		m := &r.Messages[i]
-		if m.Type == decode.MsgRequest && m.Method == "initialize" {
-			ex.isInit = true
-			if ex.protoHeader == "" && m.ProtocolVersion != "" {
-				ex.rev = m.ProtocolVersion
-			}
-		}
-	}
 	if ex.protoHeader != "" {
 		ex.rev = ex.protoHeader
 	}

@@ -50,7 +50,7 @@ type hopEntry struct {
 // session id, and initialize requests, are compared: the id (or the
 // session the answer mints) is what makes two requests one.
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
-	if !ex.hasReqSession && !initializes(ex.msgs) {
+	if !ex.hasReqSession && !ex.isInit {
 		return false
 	}
 	for len(d.hopQueue) > 0 && o.Time.Sub(d.hopQueue[0].at) > hopWindow {
@@ -60,7 +60,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		}
 		d.hopQueue = d.hopQueue[1:]
 	}
-	key := d.requestPrint(ex, o.Request)
+	key := d.requestPrint(ex)
 	h, seen := d.hops[key]
 	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != ex.conn.Client.Addr() && h.server != ex.conn.Server {
 		d.stats.ProxyHops++
@@ -96,10 +96,10 @@ func (d *Detector) onHopConn(conn uint64) bool {
 // unchanged: method, endpoint (Host and path), session id, Last-Event-ID
 // and the JSON-RPC messages. (Behind a proxy that rewrites Host the two
 // hops are two endpoints' sessions, judged apart: nothing mixes them.)
-func (d *Detector) requestPrint(ex *exchange, r *decode.Request) uint64 {
+func (d *Detector) requestPrint(ex *exchange) uint64 {
 	var h maphash.Hash
 	h.SetSeed(d.hashSeed)
-	for _, s := range [...]string{r.Method, ex.endpoint, ex.reqSession, ex.cursor} {
+	for _, s := range [...]string{ex.method, ex.endpoint, ex.reqSession, ex.cursor} {
 		h.WriteString(s)
 		h.WriteByte(0)
 	}
@@ -115,13 +115,4 @@ func (d *Detector) requestPrint(ex *exchange, r *decode.Request) uint64 {
 		}
 	}
 	return h.Sum64()
-}
-
-func initializes(msgs []decode.Message) bool {
-	for i := range msgs {
-		if msgs[i].Type == decode.MsgRequest && msgs[i].Method == "initialize" {
-			return true
-		}
-	}
-	return false
 }
