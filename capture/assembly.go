@@ -663,6 +663,9 @@ func (w *worker) inOrder(c *conn, s *tcpSeg) bool {
 // FIN is at the next expected sequence number.
 func (w *worker) finInOrder(c *conn, d int, ts time.Time) {
 	c.next[d]++
+	// The FIN was seen, even when it came ahead of a hole reportLoss
+	// has just moved past: its sequence number is no lost byte.
+	c.seen[d] = latest(c.seen[d], c.next[d])
 	c.finAt[d] = 0
 	c.halfClosed[d] = true
 	if !c.fin[d] {
