@@ -451,6 +451,12 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonCaptureGap, m.ProgressToken)
 			return
 		}
+		if activeHolders(s, m.ProgressToken) > 1 {
+			// The client broke the token's uniqueness, and each call's
+			// progress counts on its own: the values interleave.
+			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonSharedProgressToken, m.ProgressToken)
+			return
+		}
 		if ex.once(onceProgress) {
 			d.violation(&Violation{
 				Kind: KindProgressReplay, Time: o.Time, FirstEventID: eventID(o),
@@ -470,6 +476,19 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 		d.charge(s, entryBytes+int64(len(m.ProgressToken)))
 	}
 	s.progress.set(m.ProgressToken, m.Progress)
+}
+
+// activeHolders counts the calls of s carrying token that are neither
+// answered nor cancelled. It walks every call, so it runs only where a
+// violation would otherwise be raised.
+func activeHolders(s *session, token string) int {
+	n := 0
+	for _, c := range s.calls.all() {
+		if c.token == token && !c.answered && !c.cancelled {
+			n++
+		}
+	}
+	return n
 }
 
 // forgetProgress drops what s remembers of token's progress: the request

@@ -251,6 +251,9 @@ const (
 	// server that runs without sessions (2025-11-25 allows one) sends such
 	// requests, and its initialize may have come before the capture.
 	ReasonOtherConnection = "request without a session id on another connection than the 404"
+	// ReasonSharedProgressToken: two calls in flight carry one progress
+	// token, against the specification; their progress interleaves.
+	ReasonSharedProgressToken = "progress token held by two active requests"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
 	// on the first "_" and finds no stream), so it answers 200 and replays
