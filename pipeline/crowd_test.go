@@ -14,22 +14,15 @@ import (
 
 // TestCrowdedCaptureFindsTheUnion: every real SDK capture of the suite
 // merged into one, as many clients behind one address reaching one MCP
-// endpoint (damage.Crowd: one client IP, one server port and Host, times
-// shifted to overlap), must give exactly the violations of each capture
+// endpoint (damage.Crowd: one client IP, one server port, one Host per
+// server implementation, times shifted to overlap), must give exactly the violations of each capture
 // alone: nothing lost, nothing added. Linking a new session to the wrong
 // lost one, or keying state by address alone, shows here.
 func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
-	var captures []damage.Capture
+	fixtures, captures := readCrowdCaptures(t)
 	var want []finding
 	for _, fx := range fixtures {
-		pkts, lt, err := pcaprec.ReadPackets(fx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt})
-		alone := runDamaged(t, 1, fx)
-		want = append(want, alone.violations...)
+		want = append(want, runDamaged(t, 1, fx).violations...)
 	}
 	// From all starting at once to one every 200 ms.
 	for _, stagger := range []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
@@ -65,15 +58,7 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 // case runs with one worker and with two, which must print the same
 // records. The table it logs (go test -v) is the one in docs/damage.md.
 func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
-	var captures []damage.Capture
-	for _, fx := range fixtures {
-		pkts, lt, err := pcaprec.ReadPackets(fx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt})
-	}
+	_, captures := readCrowdCaptures(t)
 	seeds, sample := 2, 100
 	if testing.Short() {
 		seeds, sample = 1, 10
@@ -118,4 +103,21 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 		}
 	}
 	t.Log(table)
+}
+
+// readCrowdCaptures reads the suite's SDK captures for damage.Crowd, each with
+// its server implementation: its name's family (go, mcpgo, ts).
+func readCrowdCaptures(t *testing.T) ([]string, []damage.Capture) {
+	t.Helper()
+	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	var captures []damage.Capture
+	for _, fx := range fixtures {
+		pkts, lt, err := pcaprec.ReadPackets(fx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		family, _, _ := strings.Cut(filepath.Base(fx), "-")
+		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt, Implementation: family})
+	}
+	return fixtures, captures
 }

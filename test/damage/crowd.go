@@ -15,11 +15,20 @@ import (
 // Crowd merges captures of loopback traffic (Ethernet, IPv4, TCP, every
 // client and server on 127.0.0.1) into one busy capture: every client on one
 // address, every capture's first server on one port (one logical MCP
-// endpoint: the Host headers are rewritten to it too), other servers and
-// client ports moved apart so no two captures share a TCP connection, and
-// each capture's time shifted to start stagger after the previous one, so
-// they overlap. It is the test of "many clients behind one address": the
-// merged capture must give exactly the findings of its parts.
+// endpoint per server implementation: the Host headers are rewritten to it
+// too), other servers and client ports moved apart so no two captures share
+// a TCP connection, and each capture's time shifted to start stagger after
+// the previous one, so they overlap. It is the test of "many clients behind
+// one address": the merged capture must give exactly the findings of its
+// parts.
+//
+// Captures of different Implementations get different Hosts (127.0.0.1,
+// 127.0.0.2, ... with the shared port) on the one server address, as
+// virtual hosts of one ingress: an endpoint is one server's, and its event
+// id scheme is one. Under one Host, go-sdk's per-session counters (every
+// standalone stream numbered from _0) would tell the detector that the
+// endpoint's ids repeat across sessions, and a TypeScript shared store's
+// leak beside them could not be told by its ids.
 func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) {
 	// Five-digit ports, so Host headers are rewritten in place: the shared
 	// server, then each capture's other servers (20 each), then each
@@ -35,6 +44,7 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 	}
 	var out []pcaprec.Packet
 	var t0 time.Time
+	hosts := map[string]int{} // implementation -> its Host's last octet
 	for i, c := range captures {
 		if c.LinkType != layers.LinkTypeEthernet {
 			return nil, fmt.Errorf("capture %d: link type %v, want Ethernet", i, c.LinkType)
@@ -53,6 +63,13 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 		if len(servers) > 0 {
 			ports[servers[0]] = sharedServer
 		}
+		if _, ok := hosts[c.Implementation]; !ok {
+			hosts[c.Implementation] = 1 + len(hosts)
+			if len(hosts) > 9 {
+				return nil, fmt.Errorf("more than 9 implementations: their Hosts no longer fit in place")
+			}
+		}
+		sharedHost := fmt.Sprintf("127.0.0.%d:%d", hosts[c.Implementation], sharedServer)
 		clientBase := firstClient + i*clientsPerCapture
 		nextClient := 0
 		if t0.IsZero() {
@@ -81,12 +98,12 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 			}
 			payload := tcp[int(tcp[12]>>4)*4:]
 			for old, np := range ports {
-				if old == np {
-					continue
-				}
 				for _, host := range []string{"127.0.0.1:", "localhost:"} {
 					from, to := fmt.Sprintf("%s%d", host, old), fmt.Sprintf("%s%d", host, np)
-					if len(from) == len(to) {
+					if host == "127.0.0.1:" && np == sharedServer {
+						to = sharedHost
+					}
+					if from != to && len(from) == len(to) {
 						copy(payload, bytes.ReplaceAll(payload, []byte(from), []byte(to)))
 					}
 				}

@@ -26,6 +26,9 @@ import (
 type Capture struct {
 	Packets  []pcaprec.Packet
 	LinkType layers.LinkType
+	// Implementation names the server implementation the capture shows,
+	// for Crowd (empty: all the same).
+	Implementation string
 }
 
 // Variant is one damaged copy of a capture. Its name is the kind of damage,
