@@ -17,22 +17,33 @@ import (
 // droppableCursor is a resumed GET of a session that ended before any
 // event id: the cursor the client still owes its next GET.
 type droppableCursor struct {
-	cursor  string
-	endedAt time.Time
-	how     decode.EndHow
-	resume  Evidence
-	end     Evidence
+	cursor string
+	// streamUnknown: the cursor is not in the session's index, so whether
+	// it was the standalone stream's is unknown.
+	streamUnknown bool
+	endedAt       time.Time
+	how           decode.EndHow
+	resume        Evidence
+	end           Evidence
 }
 
-// noteResumeEnded: a session's exchange ended. A GET that resumed with a
-// cursor, was answered with a stream and delivered no event id leaves that
-// cursor owed.
+// noteResumeEnded: a session's exchange ended. A GET that resumed the
+// standalone stream with a cursor, was answered with a stream and delivered
+// no event id leaves that cursor owed. A call's stream is not owed: a GET
+// without a cursor opens the standalone stream and never continues a
+// call's (go-sdk's client gives up on a call whose resumed stream ends
+// empty, and its next GET is the standalone stream's).
 func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
 	if ex.method != "GET" || !ex.hasCursor || !ex.ok2xx() || !ex.sse || ex.sawID || o.End.How == decode.EndUnknown {
 		return
 	}
+	// The resume set ex.stream to the cursor's stream when the session
+	// issued the cursor.
+	if ex.stream != nil && !ex.stream.standalone {
+		return
+	}
 	how := o.End.How
-	ex.sess.droppable = &droppableCursor{cursor: ex.cursor, endedAt: o.Time, how: how,
+	ex.sess.droppable = &droppableCursor{cursor: ex.cursor, streamUnknown: ex.stream == nil, endedAt: o.Time, how: how,
 		resume: ex.requestEvidence(),
 		end:    ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d SSE event(s), none with an id", how, ex.events))}
 }
@@ -52,6 +63,10 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 	if p.how == decode.EndGap || d.historyMayBeHidden(ex, s, p.endedAt) {
 		// An event with an id may be in the lost bytes.
 		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
+		return
+	}
+	if p.streamUnknown {
+		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCursorStreamUnknown, p.cursor)
 		return
 	}
 	d.violation(&Violation{

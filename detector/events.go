@@ -204,6 +204,7 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	p := parseEventID(ev.ID)
 	s.shape = s.shape.merge(p.shape)
 	var st *stream
+	standalone := ex.method == "GET" && !ex.hasCursor
 	own := ex.stream != nil && ex.stream.hasPrefix && ex.stream.prefix == p.prefix
 	if s.shape == shapeGoSDK && !own && !s.prefixNamesStream(ex, p) {
 		// The prefix is not a stream's name here: trust no shape.
@@ -214,7 +215,7 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 		if own {
 			st = ex.stream // the common case: no map lookup per event
 		} else {
-			st = d.newStream(s, p.prefix, true, o.Time)
+			st = d.newStream(s, p.prefix, true, standalone, o.Time)
 			if st != nil && st.opener == 0 {
 				st.opener = ex.serial
 			}
@@ -224,7 +225,7 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	case ex.resume != nil && ex.resume.active && ex.resume.stream >= 0:
 		st = s.streams[ex.resume.stream]
 	default:
-		st = d.newStream(s, "", false, o.Time)
+		st = d.newStream(s, "", false, standalone, o.Time)
 	}
 	if st == nil {
 		return

@@ -254,6 +254,11 @@ const (
 	// ReasonSharedProgressToken: two calls in flight carry one progress
 	// token, against the specification; their progress interleaves.
 	ReasonSharedProgressToken = "progress token held by two active requests"
+	// ReasonCursorStreamUnknown: a resumed stream ended before any event
+	// id, but its cursor is not in the session's index, so whether the
+	// GET without a cursor that followed continues it (the standalone
+	// stream) or opens the standalone stream beside a call's is unknown.
+	ReasonCursorStreamUnknown = "stream of the cursor not seen"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
 	// on the first "_" and finds no stream), so it answers 200 and replays

@@ -51,9 +51,13 @@ type stream struct {
 	idx       int32
 	prefix    string // id prefix when the id shape names streams
 	hasPrefix bool
-	next      int32 // next position to hand out
-	maxNum    int64 // highest go-sdk index / decimal value of a new id; -1 none
-	gap       bool  // some exchange carrying it lost bytes
+	// standalone: its first new id came on a GET without a cursor, the
+	// session's standalone stream (the others are calls' streams, which
+	// only a GET with a cursor can continue).
+	standalone bool
+	next       int32 // next position to hand out
+	maxNum     int64 // highest go-sdk index / decimal value of a new id; -1 none
+	gap        bool  // some exchange carrying it lost bytes
 	// opener is the serial of the exchange whose new id began a prefix
 	// stream: only it and resumes of the stream may add to it.
 	opener uint64
@@ -563,9 +567,10 @@ func (d *Detector) flushUnknown(s *session) {
 	s.pendingUnknown = nil
 }
 
-// streamFor returns the logical stream for a new stream prefix or exchange,
-// or nil when MaxStreamsPerSession is reached.
-func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.Time) *stream {
+// newStream returns the logical stream for a new stream prefix or
+// exchange, or nil when MaxStreamsPerSession is reached; standalone says the
+// exchange is a GET without a cursor, for a stream it creates.
+func (d *Detector) newStream(s *session, prefix string, hasPrefix, standalone bool, t time.Time) *stream {
 	if hasPrefix {
 		if i, ok := s.streamByPrefix.get(prefix); ok {
 			return s.streams[i]
@@ -577,7 +582,7 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix bool, t time.T
 		return nil
 	}
 	st := s.streamSlab.new()
-	*st = stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, maxNum: -1}
+	*st = stream{idx: int32(len(s.streams)), prefix: prefix, hasPrefix: hasPrefix, standalone: standalone, maxNum: -1}
 	st.priming = st.primingBuf[:0]
 	if s.streams == nil {
 		s.streams = make([]*stream, 0, 8) // a GET stream and a few POST streams

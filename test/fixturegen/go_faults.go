@@ -14,8 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 func init() {
@@ -27,6 +30,7 @@ func init() {
 		scenario{name: "go-progress-replay", desc: "a tool sends notifications/progress 1, 2, 2, 3 for one token", run: runGoProgressReplay},
 		scenario{name: "go-resume-on-sessionless", desc: "2026-07-28 traffic where a broken gateway mints an Mcp-Session-Id", run: runGoResumeOnSessionless},
 		scenario{name: "go-unresumable-close", desc: "2025-11-25 server without event store; its POST stream ends before the response, with no event id", run: runGoUnresumableClose},
+		scenario{name: "go-cursor-dropped", desc: "the resumed standalone GET is cut right after its head; go-sdk's client reconnects without Last-Event-ID", run: runGoCursorDropped},
 	)
 }
 
@@ -329,5 +333,67 @@ func runGoResumeOnSessionless(ctx context.Context, dir string) error {
 		"expect violation kind=resume_on_sessionless_revision protocol_version=2026-07-28 count=1",
 		"expect violation count=1",
 		"expect resume count=0",
+	)
+}
+
+// runGoCursorDropped needs no broken server or client: go-sdk's client
+// (v1.8.0) keeps a stream's cursor only from the events of its last
+// response, so a resumed standalone GET that ends before any event leaves
+// it with none, and it reconnects without Last-Event-ID (the shape of
+// typescript-sdk #2499); its server then sends the standalone stream again
+// from the start. An idle timeout on a proxy ends a stream that way.
+func runGoCursorDropped(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	return recordGo(dir, "go-cursor-dropped", []http.Handler{goHandler(srv, storeOpts())}, func(r *rig) error {
+		first := newSSECut("GET /mcp", func(ev string) bool { return strings.Contains(ev, "broadcast 1 of") })
+		resumed := newHeadCut("Last-Event-Id")
+		// Closed when a GET without a cursor follows the cut resume.
+		reconnected := make(chan struct{})
+		var once sync.Once
+		watch := func(int) pcaprec.Hooks {
+			return pcaprec.Hooks{FromClient: func(p []byte) ([]byte, pcaprec.Action) {
+				if resumed.used.Load() && bytes.HasPrefix(p, []byte("GET /mcp")) && !bytes.Contains(p, []byte("Last-Event-Id")) {
+					once.Do(func() { close(reconnected) })
+				}
+				return p, pcaprec.Forward
+			}}
+		}
+		r.hooks = append(r.hooks, first.hooks, resumed.hooks, watch)
+		return withGoSession(ctx, r.url(), revisionSessions, true, func(cs *mcp.ClientSession) error {
+			if err := withLogs(ctx, cs); err != nil {
+				return err
+			}
+			// Let the standalone GET open before anything is sent on it.
+			time.Sleep(100 * time.Millisecond)
+			if err := expectResult(ctx, cs, "broadcast", streamArgs{Steps: 3, Label: "news"}, nil, "news: broadcast"); err != nil {
+				return err
+			}
+			for _, c := range []*sseCut{first, resumed} {
+				if err := c.waitFired(ctx); err != nil {
+					return err
+				}
+			}
+			r.noteCut(first)
+			select {
+			case <-reconnected:
+			case <-ctx.Done():
+				return fmt.Errorf("no GET without a cursor after the cut resume: %w", ctx.Err())
+			}
+			return expectResult(ctx, cs, "echo", streamArgs{Label: "after"}, nil, "after")
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, standalone GET enabled.",
+		"# tools/call broadcast (steps=3) sends three log messages on the standalone GET stream. The proxy",
+		"# FINs the GET right after the first ({cut}); the client resumes it with Last-Event-Id: {cut}, and",
+		"# the proxy FINs the resumed GET right after its response head (200, no event). go-sdk's client",
+		"# takes a stream's cursor from the events of the response it reads, so it reconnects with no",
+		"# Last-Event-ID at all: the cursor {cut} is dropped. go-sdk's server answers a GET without a cursor",
+		"# with the standalone stream from its start (acquireStream after index -1), so {cut} and the",
+		"# events after it reach the client a second time, outside any resume: duplicate_delivery. Both",
+		"# SDKs are unmodified; the proxy's cuts are all the fault. The session lives on (echo, then DELETE).",
+		"expect violation kind=cursor_dropped last_event_id={cut} count=1",
+		"expect violation kind=duplicate_delivery first_event_id={cut} count=1",
+		"expect violation count=2",
+		"expect session ended=deleted count=1",
 	)
 }
