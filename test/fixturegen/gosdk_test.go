@@ -19,13 +19,16 @@ import (
 )
 
 func TestSelectScenarios(t *testing.T) {
-	names := []string{"go-a", "go-b", "ts-a"}
+	names := []string{"go-a", "go-b", "go-probe", "ts-a"}
+	registry["go-probe"] = scenario{probe: true}
+	defer delete(registry, "go-probe")
 	for _, tc := range []struct {
 		only string
 		want []string
 	}{
-		{"", names},
+		{"", []string{"go-a", "go-b", "ts-a"}}, // a probe only by its name
 		{"go-b", []string{"go-b"}},
+		{"go-probe", []string{"go-probe"}},
 		{"go-*", []string{"go-a", "go-b"}},
 		{"ts-a, go-a", []string{"go-a", "ts-a"}},
 		{"nope", nil},

@@ -34,6 +34,8 @@ type scenario struct {
 	name string // file stem, prefixed with the SDK family ("go-", "ts-")
 	desc string // one line for -list
 	run  func(ctx context.Context, dir string) error
+	// probe: not a fixture; run only when -only names it exactly.
+	probe bool
 }
 
 var registry = map[string]scenario{}
@@ -121,16 +123,18 @@ func main() {
 	}
 }
 
-// selectScenarios picks the names matching the -only filter.
+// selectScenarios picks the names matching the -only filter; a probe only
+// by its exact name.
 func selectScenarios(names []string, only string) []string {
-	if only == "" {
-		return names
-	}
 	var out []string
 	for _, n := range names {
+		if only == "" && !registry[n].probe {
+			out = append(out, n)
+			continue
+		}
 		for _, pat := range strings.Split(only, ",") {
 			pat = strings.TrimSpace(pat)
-			if pat == n || strings.HasSuffix(pat, "*") && strings.HasPrefix(n, strings.TrimSuffix(pat, "*")) {
+			if pat == n || !registry[n].probe && strings.HasSuffix(pat, "*") && strings.HasPrefix(n, strings.TrimSuffix(pat, "*")) {
 				out = append(out, n)
 				break
 			}

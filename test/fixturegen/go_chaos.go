@@ -1,0 +1,182 @@
+package main
+
+// go-chaos is a probe, not a fixture: many go-sdk clients doing random
+// things a correct application may do, against a correct go-sdk server, with
+// a proxy cutting random streams the way idle timeouts and drains do. Nothing
+// is injected into either SDK, so a violation found in its capture is either
+// a false alarm of the detector or a fault of the SDKs themselves, and must
+// be explained. Its runs found a capture bug (a FIN after a proven hole
+// counted as one more lost byte), progress tokens shared by overlapping
+// calls taken for replays, and cursor_dropped raised on call streams,
+// beside which go-sdk's real dropped cursor turned up (the fixture
+// go-cursor-dropped). Run it with several seeds and put the captures
+// through the damage tests (README.md, "Probes"; docs/damage.md).
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+)
+
+var (
+	chaosSeed    = flag.Uint64("seed", 1, "go-chaos: the random seed (the same seed draws the same choices; timing still varies)")
+	chaosClients = flag.Int("clients", 8, "go-chaos: concurrent clients")
+)
+
+// chaosRun is how long go-chaos's clients start new sessions.
+const chaosRun = 8 * time.Second
+
+func init() {
+	register(scenario{name: "go-chaos", probe: true, run: runGoChaos,
+		desc: "probe: go-sdk clients doing random correct things (both revisions, overlapping calls, timeouts, polling, idle expiry) while the proxy cuts random streams"})
+}
+
+func runGoChaos(ctx context.Context, dir string) error {
+	opts := storeOpts()
+	// Short, so that the clients' pauses expire some sessions (404s).
+	opts.SessionTimeout = 700 * time.Millisecond
+	var calls, failed, cuts atomic.Int64
+	err := recordGo(dir, "go-chaos", []http.Handler{revisionRouter(goHandler(newGoServer(toolSet{}), opts))}, func(r *rig) error {
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(*chaosSeed, 0))
+		r.hooks = append(r.hooks, func(n int) pcaprec.Hooks {
+			mu.Lock()
+			cut, k, mid := rng.IntN(10) < 3, 1+rng.IntN(5), rng.IntN(2) == 0
+			mu.Unlock()
+			if !cut {
+				return pcaprec.Hooks{}
+			}
+			c := newSSECut("", nthEventWithID(k))
+			c.midEvent = mid
+			c.onFire = func() { cuts.Add(1) }
+			return c.hooks(n)
+		})
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(chaosRun)
+		for i := range *chaosClients {
+			wg.Go(func() {
+				c := chaosClient{url: r.url(), rng: rand.New(rand.NewPCG(*chaosSeed, uint64(i+1))), name: fmt.Sprintf("c%d", i), calls: &calls, failed: &failed}
+				c.run(ctx, deadline)
+			})
+		}
+		wg.Wait()
+		return nil
+	},
+		"# probe (test/fixturegen/go_chaos.go): random correct go-sdk traffic, random proxy cuts.",
+		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.",
+	)
+	fmt.Fprintf(os.Stderr, "go-chaos seed %d: %d calls, %d failed, %d cuts\n", *chaosSeed, calls.Load(), failed.Load(), cuts.Load())
+	return err
+}
+
+// nthEventWithID matches the k-th SSE event with an id of a response.
+func nthEventWithID(k int) func(string) bool {
+	seen := 0
+	return func(ev string) bool {
+		if eventID([]byte(ev)) == "" {
+			return false
+		}
+		seen++
+		return seen == k
+	}
+}
+
+// chaosClient makes one session after another until the deadline.
+type chaosClient struct {
+	url           string
+	rng           *rand.Rand
+	name          string
+	calls, failed *atomic.Int64
+}
+
+func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
+	// Half the sessions share the client's keep-alive connections.
+	shared := &http.Client{Transport: &http.Transport{}}
+	defer shared.CloseIdleConnections()
+	for s := 0; time.Now().Before(deadline); s++ {
+		hc := shared
+		if c.rng.IntN(2) == 0 {
+			hc = &http.Client{Transport: &http.Transport{}}
+		}
+		c.session(ctx, hc, fmt.Sprintf("%s-s%d", c.name, s))
+		if hc != shared {
+			hc.CloseIdleConnections()
+		}
+	}
+}
+
+// session connects (a third of the sessions with the SDK's default
+// revision, 2026-07-28, the rest pinned to 2025-11-25), makes one to six
+// calls, some overlapping, and ends with DELETE or, one time in four,
+// abandons the session.
+func (c *chaosClient) session(ctx context.Context, hc *http.Client, label string) {
+	var copts *mcp.ClientSessionOptions
+	if c.rng.IntN(3) != 0 {
+		copts = &mcp.ClientSessionOptions{ProtocolVersion: revisionSessions}
+	}
+	t := &mcp.StreamableClientTransport{Endpoint: c.url, HTTPClient: hc, DisableStandaloneSSE: c.rng.IntN(2) == 0, MaxRetries: 2}
+	cs, err := newGoClient().Connect(ctx, t, copts)
+	if err != nil {
+		c.failed.Add(1)
+		return
+	}
+	var overlapping sync.WaitGroup
+	for o := range 1 + c.rng.IntN(6) {
+		call := c.randomCall(fmt.Sprintf("%s-o%d", label, o))
+		if c.rng.IntN(3) == 0 {
+			overlapping.Go(func() { call(ctx, cs) })
+		} else {
+			call(ctx, cs)
+		}
+		if c.rng.IntN(8) == 0 {
+			// Long enough, at times, for the server to expire the session.
+			time.Sleep(time.Duration(500+c.rng.IntN(700)) * time.Millisecond)
+		}
+	}
+	overlapping.Wait()
+	if c.rng.IntN(4) != 0 {
+		cs.Close()
+	}
+}
+
+// randomCall draws one call: a tool, its steps, a server-closed stream
+// (polling) one time in four, a progress token from a small set (so
+// overlapping calls at times share one, as an application with a constant
+// token does), and one time in six a timeout short enough to cancel it.
+// Labels are unique: no call is ever re-issued.
+func (c *chaosClient) randomCall(label string) func(context.Context, *mcp.ClientSession) {
+	tool := []string{"stream", "stream", "echo", "broadcast", "slow_write"}[c.rng.IntN(5)]
+	a := streamArgs{Steps: c.rng.IntN(5), Label: label}
+	if tool == "slow_write" {
+		a.Steps = min(a.Steps, 2)
+	}
+	if c.rng.IntN(4) == 0 {
+		a.CloseAfter = 1 + c.rng.IntN(max(a.Steps, 1))
+	}
+	var token any
+	if c.rng.IntN(2) == 0 {
+		token = fmt.Sprintf("tok-%d", c.rng.IntN(3))
+	}
+	timeout := 6 * time.Second
+	if c.rng.IntN(6) == 0 {
+		timeout = time.Duration(50+c.rng.IntN(300)) * time.Millisecond
+	}
+	return func(ctx context.Context, cs *mcp.ClientSession) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		c.calls.Add(1)
+		if _, err := callTool(ctx, cs, tool, a, token); err != nil {
+			c.failed.Add(1)
+		}
+	}
+}
