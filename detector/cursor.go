@@ -71,11 +71,11 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 	}
 	d.violation(&Violation{
 		Kind: KindCursorDropped, Time: o.Time, LastEventID: p.cursor,
-		Explanation: fmt.Sprintf("Session %s resumed a stream with Last-Event-ID %s; that stream ended (%s at %s) before "+
+		Explanation: fmt.Sprintf("Session %s resumed its standalone stream with Last-Event-ID %s; that stream ended (%s at %s) before "+
 			"delivering any event id, so %s was still the client's last event. Its next GET carried no Last-Event-ID: "+
 			"the client dropped its cursor, so the server cannot replay what it missed (it waits for events already sent, "+
 			"or gets the stream from the start). Check the client: a resumed stream's cursor is the one it resumed with "+
-			"until an event brings a newer id (typescript-sdk #2499).",
+			"until an event brings a newer id (typescript-sdk #2499; go-sdk v1.8.0's client too).",
 			s.id, p.cursor, p.how, p.endedAt.Format(time.RFC3339Nano), p.cursor),
 		Evidence: []Evidence{p.resume, p.end, ex.requestEvidence()},
 	}, ex, s, p.cursor)

@@ -13,11 +13,12 @@ import (
 )
 
 // TestCrowdedCaptureFindsTheUnion: every real SDK capture of the suite
-// merged into one, as many clients behind one address reaching one MCP
-// endpoint (damage.Crowd: one client IP, one server port, one Host per
-// server implementation, times shifted to overlap), must give exactly the violations of each capture
-// alone: nothing lost, nothing added. Linking a new session to the wrong
-// lost one, or keying state by address alone, shows here.
+// merged into one, as many clients behind one address reaching one server
+// (damage.Crowd: one client IP, one server port, one Host per server
+// implementation, times shifted to overlap), must give exactly the
+// violations of each capture alone: nothing lost, nothing added. Linking a
+// new session to the wrong lost one, or keying state by address alone,
+// shows here.
 func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 	fixtures, captures := readCrowdCaptures(t)
 	var want []finding
