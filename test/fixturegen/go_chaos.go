@@ -47,20 +47,7 @@ func runGoChaos(ctx context.Context, dir string) error {
 	opts.SessionTimeout = 700 * time.Millisecond
 	var calls, failed, cuts atomic.Int64
 	err := recordGo(dir, "go-chaos", []http.Handler{revisionRouter(goHandler(newGoServer(toolSet{}), opts))}, func(r *rig) error {
-		var mu sync.Mutex
-		rng := rand.New(rand.NewPCG(*chaosSeed, 0))
-		r.hooks = append(r.hooks, func(n int) pcaprec.Hooks {
-			mu.Lock()
-			cut, k, mid := rng.IntN(10) < 3, 1+rng.IntN(5), rng.IntN(2) == 0
-			mu.Unlock()
-			if !cut {
-				return pcaprec.Hooks{}
-			}
-			c := newSSECut("", nthEventWithID(k))
-			c.midEvent = mid
-			c.onFire = func() { cuts.Add(1) }
-			return c.hooks(n)
-		})
+		r.hooks = append(r.hooks, randomCuts(&cuts))
 		var wg sync.WaitGroup
 		deadline := time.Now().Add(chaosRun)
 		for i := range *chaosClients {
@@ -77,6 +64,26 @@ func runGoChaos(ctx context.Context, dir string) error {
 	)
 	fmt.Fprintf(os.Stderr, "go-chaos seed %d: %d calls, %d failed, %d cuts\n", *chaosSeed, calls.Load(), failed.Load(), cuts.Load())
 	return err
+}
+
+// randomCuts is the probes' proxy fault: 30% of connections, drawn with
+// -seed, are cut after their k-th event with an id (k from 1 to 5), at its
+// boundary or inside it; cuts counts the cuts made.
+func randomCuts(cuts *atomic.Int64) func(n int) pcaprec.Hooks {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(*chaosSeed, 0))
+	return func(n int) pcaprec.Hooks {
+		mu.Lock()
+		cut, k, mid := rng.IntN(10) < 3, 1+rng.IntN(5), rng.IntN(2) == 0
+		mu.Unlock()
+		if !cut {
+			return pcaprec.Hooks{}
+		}
+		c := newSSECut("", nthEventWithID(k))
+		c.midEvent = mid
+		c.onFire = func() { cuts.Add(1) }
+		return c.hooks(n)
+	}
 }
 
 // nthEventWithID matches the k-th SSE event with an id of a response.

@@ -284,6 +284,14 @@ type tsClientConfig struct {
 	SettleMs    int             `json:"settleMs,omitempty"`
 	Tenants     []string        `json:"tenants,omitempty"`
 	GiveUpAfter int             `json:"giveUpAfterMs,omitempty"`
+	Chaos       *tsChaosConfig  `json:"chaos,omitempty"`
+}
+
+// tsChaosConfig drives the chaos flow (ts-chaos).
+type tsChaosConfig struct {
+	Seed       uint64 `json:"seed"`
+	Clients    int    `json:"clients"`
+	DurationMs int    `json:"durationMs"`
 }
 
 func startTSClient(ctx context.Context, cfg tsClientConfig) (*nodeProc, error) {
