@@ -29,11 +29,11 @@ import (
 )
 
 var (
-	chaosSeed    = flag.Uint64("seed", 1, "go-chaos: the random seed (the same seed draws the same choices; timing still varies)")
-	chaosClients = flag.Int("clients", 8, "go-chaos: concurrent clients")
+	chaosSeed    = flag.Uint64("seed", 1, "probes (go-chaos, ts-chaos): the random seed (the same seed draws the same choices; timing still varies)")
+	chaosClients = flag.Int("clients", 8, "probes (go-chaos, ts-chaos): concurrent clients")
 )
 
-// chaosRun is how long go-chaos's clients start new sessions.
+// chaosRun is how long the probes' clients start new sessions.
 const chaosRun = 8 * time.Second
 
 func init() {

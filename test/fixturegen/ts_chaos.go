@@ -23,8 +23,7 @@ func init() {
 
 func runTSChaos(ctx context.Context, dir string) error {
 	const name = "ts-chaos"
-	var cuts atomic.Int64
-	var forgets atomic.Int64
+	var cuts, forgets atomic.Int64
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	defer stopForgetting()
 	out, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{RetryInterval: 100}},
