@@ -452,7 +452,7 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonCaptureGap, m.ProgressToken)
 			return
 		}
-		if activeHolders(s, m.ProgressToken) > 1 {
+		if tokenHolders(s, m.ProgressToken) > 1 {
 			// The client broke the token's uniqueness, and each call's
 			// progress counts on its own: the values interleave.
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonSharedProgressToken, m.ProgressToken)
@@ -479,13 +479,14 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 	s.progress.set(m.ProgressToken, m.Progress)
 }
 
-// activeHolders counts the calls of s carrying token that are neither
-// answered nor cancelled. It walks every call, so it runs only where a
-// violation would otherwise be raised.
-func activeHolders(s *session, token string) int {
+// tokenHolders counts the calls of s carrying token that are not answered.
+// A cancelled call counts: its server may still send progress already under
+// way (the TypeScript SDK's tools run on after a cancellation). It walks
+// every call, so it runs only where a violation would otherwise be raised.
+func tokenHolders(s *session, token string) int {
 	n := 0
 	for _, c := range s.calls.all() {
-		if c.token == token && !c.answered && !c.cancelled {
+		if c.token == token && !c.answered {
 			n++
 		}
 	}
