@@ -104,6 +104,9 @@ type chaosClient struct {
 	rng           *rand.Rand
 	name          string
 	calls, failed *atomic.Int64
+	// tsServer: the server is server.mjs (go-ts-chaos): its tools, and
+	// 2025-11-25 only.
+	tsServer bool
 }
 
 func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
@@ -128,7 +131,7 @@ func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
 // abandons the session.
 func (c *chaosClient) session(ctx context.Context, hc *http.Client, label string) {
 	var copts *mcp.ClientSessionOptions
-	if c.rng.IntN(3) != 0 {
+	if c.rng.IntN(3) != 0 || c.tsServer {
 		copts = &mcp.ClientSessionOptions{ProtocolVersion: revisionSessions}
 	}
 	t := &mcp.StreamableClientTransport{Endpoint: c.url, HTTPClient: hc, DisableStandaloneSSE: c.rng.IntN(2) == 0, MaxRetries: 2}
@@ -162,14 +165,7 @@ func (c *chaosClient) session(ctx context.Context, hc *http.Client, label string
 // token does), and one time in six a timeout short enough to cancel it.
 // Labels are unique: no call is ever re-issued.
 func (c *chaosClient) randomCall(label string) func(context.Context, *mcp.ClientSession) {
-	tool := []string{"stream", "stream", "echo", "broadcast", "slow_write"}[c.rng.IntN(5)]
-	a := streamArgs{Steps: c.rng.IntN(5), Label: label}
-	if tool == "slow_write" {
-		a.Steps = min(a.Steps, 2)
-	}
-	if c.rng.IntN(4) == 0 {
-		a.CloseAfter = 1 + c.rng.IntN(max(a.Steps, 1))
-	}
+	tool, args := c.randomTool(label)
 	var token any
 	if c.rng.IntN(2) == 0 {
 		token = fmt.Sprintf("tok-%d", c.rng.IntN(3))
@@ -182,8 +178,39 @@ func (c *chaosClient) randomCall(label string) func(context.Context, *mcp.Client
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		c.calls.Add(1)
-		if _, err := callTool(ctx, cs, tool, a, token); err != nil {
+		p := &mcp.CallToolParams{Name: tool, Arguments: args}
+		if token != nil {
+			p.SetProgressToken(token)
+		}
+		if _, err := cs.CallTool(ctx, p); err != nil {
 			c.failed.Add(1)
 		}
 	}
+}
+
+// randomTool draws a tool of the server and its arguments.
+func (c *chaosClient) randomTool(label string) (string, any) {
+	steps := c.rng.IntN(5)
+	if c.tsServer {
+		// server.mjs: slow_write (1 to 20 steps, polling with pollAfter)
+		// three times in four, else announce on the standalone stream.
+		delay := 20 + c.rng.IntN(60)
+		if c.rng.IntN(4) == 0 {
+			return "announce", tsAnnounceArgs{Count: 1 + c.rng.IntN(3), DelayMs: delay, Label: label}
+		}
+		a := tsCallArgs{Label: label, Steps: max(steps, 1), DelayMs: delay}
+		if c.rng.IntN(4) == 0 {
+			a.PollAfter = 1 + c.rng.IntN(a.Steps)
+		}
+		return "slow_write", a
+	}
+	tool := []string{"stream", "stream", "echo", "broadcast", "slow_write"}[c.rng.IntN(5)]
+	a := streamArgs{Steps: steps, Label: label}
+	if tool == "slow_write" {
+		a.Steps = min(a.Steps, 2)
+	}
+	if c.rng.IntN(4) == 0 {
+		a.CloseAfter = 1 + c.rng.IntN(max(a.Steps, 1))
+	}
+	return tool, a
 }

@@ -264,8 +264,9 @@ type tsCallArgs struct {
 
 // tsAnnounceArgs are announce's arguments.
 type tsAnnounceArgs struct {
-	Count   int `json:"count"`
-	DelayMs int `json:"delayMs"`
+	Count   int    `json:"count"`
+	DelayMs int    `json:"delayMs"`
+	Label   string `json:"label,omitempty"`
 }
 
 // tsTenants names the sharedStore flow's tenants; the first one's GET
