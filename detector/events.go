@@ -452,6 +452,12 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonCaptureGap, m.ProgressToken)
 			return
 		}
+		if !s.startSeen {
+			// The calls that carry the token may all have come before
+			// the capture began: one or two of them, or a new one.
+			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonStartNotCaptured, m.ProgressToken)
+			return
+		}
 		if tokenHolders(s, m.ProgressToken) > 1 {
 			// The client broke the token's uniqueness, and each call's
 			// progress counts on its own: the values interleave.

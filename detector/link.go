@@ -656,7 +656,10 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 	if !holds(l) {
 		return
 	}
-	if d.linkMayBeHidden(ex, o.Time, byEvidence, r, holds) {
+	// S2 may have issued the cursor itself in bytes the capture lost: ids
+	// that repeat across sessions (go-sdk numbers every standalone stream
+	// _0, _1, ...) make that no rare case.
+	if d.linkMayBeHidden(ex, o.Time, byEvidence, r, holds) || d.historyMayBeHidden(ex, s, s.firstSeen) {
 		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form1")
 		return
 	}

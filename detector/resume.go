@@ -143,6 +143,13 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	}
 	ref, known := s.events.get(ex.cursor)
 	if _, cut := s.partial[ex.cursor]; cut && !known {
+		if d.historyMayBeHidden(ex, s, s.firstSeen) {
+			// A replay that delivered the event whole, and so gave the
+			// client its id, may be in the lost bytes.
+			d.unverifiable(o.Time, s, ex, string(KindTruncatedResume), ReasonCaptureGap, ex.cursor)
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureGap)
+			return
+		}
 		d.truncatedResume(ex, s, o)
 		d.resolveResume(ex, o.Time, ResumeViolated, "")
 		return
