@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func init() {
@@ -23,6 +25,8 @@ func init() {
 			desc: "probe: TypeScript SDK applications doing random correct things (overlapping, abandoned and polling calls, announcements, sessions forgotten) while the proxy cuts random streams"},
 		scenario{name: "go-ts-chaos", probe: true, run: runGoTSChaos,
 			desc: "probe: go-chaos's go-sdk clients against the TypeScript SDK's server (sessions forgotten as in ts-chaos)"},
+		scenario{name: "ts-go-chaos", probe: true, run: runTSGoChaos,
+			desc: "probe: ts-chaos's TypeScript applications against a go-sdk server with the same tools (idle expiry as in go-chaos)"},
 	)
 }
 
@@ -63,11 +67,7 @@ func runTSChaos(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, `"chaos"`) {
-			fmt.Fprintf(os.Stderr, "ts-chaos seed %d: %s\n", *chaosSeed, line)
-		}
-	}
+	fmt.Fprintf(os.Stderr, "ts-chaos seed %d: %s\n", *chaosSeed, chaosCounts(out))
 	return writeSpec(dir, name,
 		"# probe (test/fixturegen/ts_chaos.go): random correct TypeScript SDK traffic, random proxy cuts.",
 		"# Any violation is a false alarm or a fault of the SDK; explain it before trusting the capture.")
@@ -105,4 +105,80 @@ func runGoTSChaos(ctx context.Context, dir string) error {
 	return writeSpec(dir, name,
 		"# probe (test/fixturegen/ts_chaos.go): go-sdk clients against the TypeScript SDK's server, random proxy cuts.",
 		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.")
+}
+
+// runTSGoChaos runs ts-chaos's applications against a go-sdk server with
+// server.mjs's tools (tsShapedGoServer): a TypeScript application calling
+// a Go server. The server's idle timeout forgets sessions (as go-chaos's).
+func runTSGoChaos(ctx context.Context, dir string) error {
+	const name = "ts-go-chaos"
+	opts := storeOpts()
+	opts.SessionTimeout = 700 * time.Millisecond
+	r, err := newRig(pcapPath(dir, name), goHandler(tsShapedGoServer(), opts))
+	if err != nil {
+		return err
+	}
+	var cuts atomic.Int64
+	r.hooks = append(r.hooks, randomCuts(&cuts))
+	tr := &tsRig{rig: r}
+	out, err := tr.runTSClient(ctx, tsClientConfig{Flow: "chaos", Chaos: &tsChaosConfig{Seed: *chaosSeed, Clients: *chaosClients, DurationMs: int(chaosRun / time.Millisecond)}}, nil)
+	if ferr := tr.finish(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "ts-go-chaos seed %d: %d cuts; %s\n", *chaosSeed, cuts.Load(), chaosCounts(out))
+	return writeSpec(dir, name,
+		"# probe (test/fixturegen/ts_chaos.go): TypeScript SDK applications against a go-sdk server, random proxy cuts.",
+		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.")
+}
+
+// tsShapedGoServer is a go-sdk server with server.mjs's tools: slow_write
+// (steps notifications delayMs apart, progress when the client sent a
+// token, its stream closed for polling after pollAfter) and announce (log
+// messages on the standalone stream).
+func tsShapedGoServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "fixture-go-server", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_write", Description: "writes slowly, reporting progress"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a tsCallArgs) (*mcp.CallToolResult, any, error) {
+			delay := time.Duration(a.DelayMs) * time.Millisecond
+			for i := 1; i <= a.Steps; i++ {
+				time.Sleep(delay)
+				if err := notifyStep(ctx, req, i, a.Steps, a.Label); err != nil {
+					return nil, nil, err
+				}
+				if i == a.PollAfter && req.Extra != nil && req.Extra.CloseSSEStream != nil {
+					req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 100 * time.Millisecond})
+				}
+			}
+			time.Sleep(delay)
+			return textResult("wrote " + a.Label), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "announce", Description: "sends log messages on the standalone stream"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a tsAnnounceArgs) (*mcp.CallToolResult, any, error) {
+			for i := 1; i <= a.Count; i++ {
+				time.Sleep(time.Duration(a.DelayMs) * time.Millisecond)
+				// A context not tied to the request routes the message to
+				// the standalone stream.
+				//lint:ignore SA1019 logging is deprecated from 2026-07-28 only; these are 2025-11-25 sessions
+				err := req.Session.Log(context.Background(), &mcp.LoggingMessageParams{Level: "info", Logger: "announce",
+					Data: fmt.Sprintf("announcement %d of %d for %s", i, a.Count, a.Label)})
+				if err != nil {
+					return nil, nil, err
+				}
+			}
+			return textResult(fmt.Sprintf("announced %d", a.Count)), nil, nil
+		})
+	return s
+}
+
+// chaosCounts is the chaos flow's closing line in the client's output.
+func chaosCounts(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"chaos"`) {
+			return line
+		}
+	}
+	return "no counts"
 }

@@ -261,6 +261,9 @@ flows.chaos = async function chaos() {
                 continue;
             }
             counts.sessions++;
+            // Announcements are log messages: ask for them (a server that
+            // does not log refuses, and nothing else changes).
+            await c.client.setLoggingLevel('info').catch(() => {});
             const running = [];
             let lost = false;
             c.sessionLost.then(() => (lost = true));
