@@ -493,7 +493,16 @@ func (h *readerHold) hold(n int) {
 	}
 }
 
-func (h *readerHold) release() { close(*h.gate.Swap(nil)) }
+// release lets the held readers go; it does nothing when none are held.
+// Tests also register it as a cleanup after the capture's own, which runs
+// first and waits for the readers: a test that fails while readers are held
+// must not leave its capture waiting for them until the test binary times
+// out.
+func (h *readerHold) release() {
+	if g := h.gate.Swap(nil); g != nil {
+		close(*g)
+	}
+}
 
 // A ring whose reader a test holds for a second must hold that second's
 // packets: a block goes to the reader 20 ms after its first packet however
@@ -517,6 +526,7 @@ func TestLiveBacklogNeverTicksAhead(t *testing.T) {
 				Config: Config{Workers: workers}, BlockSize: heldBlockSize, NumBlocks: heldBlocks}
 			cfg.holdReader = h.hook
 			r := startLive(t, cfg)
+			t.Cleanup(h.release)
 			exchange(t, l.Addr(), 100, 100)
 			r.waitFor(t, "the first connection to end", func(st LiveStats) bool { return st.Fins >= 2 })
 
@@ -633,7 +643,8 @@ type netnsBridge struct {
 
 func setupNetns(t *testing.T) *netnsBridge {
 	t.Helper()
-	id := os.Getpid() % 200
+	reapStaleNetns()
+	id := freeSubnet(t, os.Getpid()%200)
 	nb := &netnsBridge{
 		ns:     fmt.Sprintf("rwcap%d", os.Getpid()),
 		bridge: fmt.Sprintf("rwbr%d", os.Getpid()),
@@ -662,6 +673,49 @@ func setupNetns(t *testing.T) *netnsBridge {
 	ip("-n", nb.ns, "link", "set", peer, "up")
 	ip("-n", nb.ns, "link", "set", "lo", "up")
 	return nb
+}
+
+// reapStaleNetns deletes the namespaces and bridges setupNetns made for
+// test binaries that are gone: one killed before its cleanups ran leaves
+// its subnet routed to a bridge nobody answers on.
+func reapStaleNetns() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(line, " ")
+		pid, err := strconv.Atoi(strings.TrimPrefix(name, "rwcap"))
+		if err != nil || !strings.HasPrefix(name, "rwcap") || pid == os.Getpid() || unix.Kill(pid, 0) == nil {
+			continue
+		}
+		exec.Command("ip", "netns", "del", name).Run()
+		exec.Command("ip", "link", "del", fmt.Sprintf("rwbr%d", pid)).Run()
+		exec.Command("ip", "link", "del", fmt.Sprintf("rwh%d", pid)).Run()
+	}
+}
+
+// freeSubnet returns the first id from want on whose 10.231.id.0/24 no
+// interface of the host has an address: a subnet routed to another bridge
+// would take the test's traffic.
+func freeSubnet(t *testing.T, want int) int {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		id := (want + i) % 200
+		prefix := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 231, byte(id), 0}), 24)
+		used := false
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && prefix.Contains(p.Addr()) {
+				used = true
+			}
+		}
+		if !used {
+			return id
+		}
+	}
+	t.Fatal("no free 10.231.x.0/24 subnet")
+	return 0
 }
 
 // listenInNetns opens a listening socket in the named network namespace:
@@ -737,6 +791,7 @@ func TestLiveMissedOnOneInterface(t *testing.T) {
 			h := newReaderHold(1) // the veth's readers
 			cfg.holdReader = h.hook
 			lossy := startLive(t, cfg)
+			t.Cleanup(h.release)
 			if behind {
 				h.hold(2) // one per worker
 			}
