@@ -23,7 +23,8 @@ import (
 // parts.
 //
 // Captures of different Implementations get different Hosts (127.0.0.1,
-// 127.0.0.2, ... with the shared port) on the one server address, as
+// 127.0.0.2, ... with the shared port; a Host spelled localhost stays
+// localhost with the shared port for all) on the one server address, as
 // virtual hosts of one ingress: an endpoint is one server's, and its event
 // id scheme is one. Under one Host, go-sdk's per-session counters (every
 // standalone stream numbered from _0) would tell the detector that the

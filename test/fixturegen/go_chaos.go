@@ -48,15 +48,7 @@ func runGoChaos(ctx context.Context, dir string) error {
 	var calls, failed, cuts atomic.Int64
 	err := recordGo(dir, "go-chaos", []http.Handler{revisionRouter(goHandler(newGoServer(toolSet{}), opts))}, func(r *rig) error {
 		r.hooks = append(r.hooks, randomCuts(&cuts))
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(chaosRun)
-		for i := range *chaosClients {
-			wg.Go(func() {
-				c := chaosClient{url: r.url(), rng: rand.New(rand.NewPCG(*chaosSeed, uint64(i+1))), name: fmt.Sprintf("c%d", i), calls: &calls, failed: &failed}
-				c.run(ctx, deadline)
-			})
-		}
-		wg.Wait()
+		runChaosClients(ctx, r.url(), false, &calls, &failed)
 		return nil
 	},
 		"# probe (test/fixturegen/go_chaos.go): random correct go-sdk traffic, random proxy cuts.",
@@ -96,6 +88,21 @@ func nthEventWithID(k int) func(string) bool {
 		seen++
 		return seen == k
 	}
+}
+
+// runChaosClients runs -clients chaosClients against url for chaosRun and
+// waits for them; tsServer says the server is server.mjs.
+func runChaosClients(ctx context.Context, url string, tsServer bool, calls, failed *atomic.Int64) {
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(chaosRun)
+	for i := range *chaosClients {
+		wg.Go(func() {
+			c := chaosClient{url: url, rng: rand.New(rand.NewPCG(*chaosSeed, uint64(i+1))), name: fmt.Sprintf("c%d", i),
+				calls: calls, failed: failed, tsServer: tsServer}
+			c.run(ctx, deadline)
+		})
+	}
+	wg.Wait()
 }
 
 // chaosClient makes one session after another until the deadline.

@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +32,11 @@ func init() {
 // tsChaosServer is the probes' server.mjs: an event store per session,
 // polling streams asked back after 100 ms.
 var tsChaosServer = []tsServerConfig{{RetryInterval: 100}}
+
+// tsChaosClient is client.mjs's chaos flow, drawn with -seed and -clients.
+func tsChaosClient() tsClientConfig {
+	return tsClientConfig{Flow: "chaos", Chaos: &tsChaosConfig{Seed: *chaosSeed, Clients: *chaosClients, DurationMs: int(chaosRun / time.Millisecond)}}
+}
 
 // forgetEvery makes r's server forget every session every 1.5 to 3 s until
 // ctx is done, counting the times in forgets.
@@ -60,7 +64,7 @@ func runTSChaos(ctx context.Context, dir string) error {
 			r.hooks = append(r.hooks, randomCuts(&cuts))
 			go forgetEvery(forgetCtx, r, &forgets)
 		},
-		tsClientConfig{Flow: "chaos", Chaos: &tsChaosConfig{Seed: *chaosSeed, Clients: *chaosClients, DurationMs: int(chaosRun / time.Millisecond)}},
+		tsChaosClient(),
 		nil, nil, `"chaos"`)
 	stopForgetting()
 	fmt.Fprintf(os.Stderr, "ts-chaos seed %d: %d cuts, sessions forgotten %d times\n", *chaosSeed, cuts.Load(), forgets.Load())
@@ -86,16 +90,7 @@ func runGoTSChaos(ctx context.Context, dir string) error {
 	r.hooks = append(r.hooks, randomCuts(&cuts))
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	go forgetEvery(forgetCtx, r, &forgets)
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(chaosRun)
-	for i := range *chaosClients {
-		wg.Go(func() {
-			c := chaosClient{url: r.url(), rng: rand.New(rand.NewPCG(*chaosSeed, uint64(i+1))), name: fmt.Sprintf("c%d", i),
-				calls: &calls, failed: &failed, tsServer: true}
-			c.run(ctx, deadline)
-		})
-	}
-	wg.Wait()
+	runChaosClients(ctx, r.url(), true, &calls, &failed)
 	stopForgetting()
 	if err := r.finish(); err != nil {
 		return err
@@ -121,7 +116,7 @@ func runTSGoChaos(ctx context.Context, dir string) error {
 	var cuts atomic.Int64
 	r.hooks = append(r.hooks, randomCuts(&cuts))
 	tr := &tsRig{rig: r}
-	out, err := tr.runTSClient(ctx, tsClientConfig{Flow: "chaos", Chaos: &tsChaosConfig{Seed: *chaosSeed, Clients: *chaosClients, DurationMs: int(chaosRun / time.Millisecond)}}, nil)
+	out, err := tr.runTSClient(ctx, tsChaosClient(), nil)
 	if ferr := tr.finish(); err == nil {
 		err = ferr
 	}
