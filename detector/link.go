@@ -32,7 +32,7 @@ const (
 	weightClientInfo     = 2 // initialize's clientInfo name/version
 	weightAuthorization  = 2 // the Authorization hash
 	weightUserAgent      = 1
-	weightIdenticalCall  = 3 // the lost session holds the very call (or cursor) the new one re-uses
+	weightIdenticalCall  = 3 // the lost session holds the very call (or cursor) the new one re-uses; never lifts a link to certain
 	// linkMargin is how much better than the next candidate the best must
 	// score to be linked; closer, the link is ambiguous.
 	linkMargin = 2
@@ -318,7 +318,13 @@ func resolveByState(r linkResult, e clientEvidence, has func(*session) bool, rar
 	}
 	c := hit[0]
 	c.score += weightIdenticalCall
-	return linkResult{s: c.s, conf: confidenceOf(c.score), why: strings.Join(append(linkReasons(c.s, e), "the very state it re-uses"), ", "), all: r.all}
+	// Identical clients (one application's replicas behind one address)
+	// make identical calls too: a link the state decides is never certain.
+	conf := confidenceOf(c.score)
+	if conf == ConfidenceCertain {
+		conf = ConfidenceHigh
+	}
+	return linkResult{s: c.s, conf: conf, why: strings.Join(append(linkReasons(c.s, e), "the very state it re-uses"), ", "), all: r.all}
 }
 
 // countCall notes that a session of endpoint made the call tool(params).

@@ -298,7 +298,7 @@ func kv(args []string) map[string]string {
 	return m
 }
 
-// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [body=MSGS] [batch] [nonmcp]
+// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [ua=USER-AGENT] [body=MSGS] [batch] [nonmcp]
 func (r *specRun) request(args []string) error {
 	c, err := r.target(args, 3, "request CONN METHOD PATH ...")
 	if err != nil {
@@ -312,7 +312,7 @@ func (r *specRun) request(args []string) error {
 	if v, ok := m["last-event-id"]; ok {
 		req.LastEventID, req.HasLastEventID = v, true
 	}
-	req.ProtocolVersion = m["proto"]
+	req.ProtocolVersion, req.UserAgent = m["proto"], m["ua"]
 	if v, ok := m["body"]; ok {
 		msgs, err := parseMessages(v)
 		if err != nil {
