@@ -458,9 +458,15 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonStartNotCaptured, m.ProgressToken)
 			return
 		}
+		if s.answered >= d.cfg.MaxResponsesPerSession {
+			// Answered calls are forgotten past the bound: which of
+			// them carried the token is not known.
+			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonLimitPrefix+"MaxResponsesPerSession", m.ProgressToken)
+			return
+		}
 		if tokenHolders(s, m.ProgressToken) > 1 {
-			// The client broke the token's uniqueness, and each call's
-			// progress counts on its own: the values interleave.
+			// Each call's progress counts on its own, and either's
+			// value may arrive late: the values interleave.
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonSharedProgressToken, m.ProgressToken)
 			return
 		}
@@ -485,14 +491,22 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 	s.progress.set(m.ProgressToken, m.Progress)
 }
 
-// tokenHolders counts the calls of s carrying token that are not answered.
-// A cancelled call counts: its server may still send progress already under
-// way (the TypeScript SDK's tools run on after a cancellation). It walks
-// every call, so it runs only where a violation would otherwise be raised.
+// tokenHolders counts the calls of s that carried token, answered or not.
+// Two of them make a repeated or lower value no proof of a replay, whenever
+// they ran: a value may be late. A cancelled call's server may send
+// progress already under way (the TypeScript SDK's tools run on after a
+// cancellation). A server may route a call's progress to another stream
+// than its answer, which then arrives first: mcp-go sends it on the
+// standalone GET stream until the call's own stream is upgraded to SSE, and
+// its POST streams all read one notification queue of the session, so one
+// call's progress can come on another call's stream, after its own answer;
+// a resumed stream's backlog may hold values from any time since it broke.
+// It walks every call, so it runs only where a violation would otherwise
+// be raised.
 func tokenHolders(s *session, token string) int {
 	n := 0
 	for _, c := range s.calls.all() {
-		if c.token == token && !c.answered {
+		if c.token == token {
 			n++
 		}
 	}

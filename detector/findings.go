@@ -251,9 +251,10 @@ const (
 	// server that runs without sessions (2025-11-25 allows one) sends such
 	// requests, and its initialize may have come before the capture.
 	ReasonOtherConnection = "request without a session id on another connection than the 404"
-	// ReasonSharedProgressToken: two unanswered calls carry one progress
-	// token, against the specification; their progress interleaves.
-	ReasonSharedProgressToken = "progress token held by two unanswered requests"
+	// ReasonSharedProgressToken: two calls of the session carried one
+	// progress token, and a value may be either's: their progress
+	// interleaves, and either's may come late.
+	ReasonSharedProgressToken = "progress token carried by two requests"
 	// ReasonCursorStreamUnknown: a resumed stream ended before any event
 	// id, but its cursor is not in the session's index, so whether the
 	// GET without a cursor that followed continues it (the standalone

@@ -45,16 +45,23 @@ func runGoChaos(ctx context.Context, dir string) error {
 	opts := storeOpts()
 	// Short, so that the clients' pauses expire some sessions (404s).
 	opts.SessionTimeout = 700 * time.Millisecond
+	return recordGoChaos(ctx, dir, "go-chaos", revisionRouter(goHandler(newGoServer(toolSet{}), opts)),
+		"# probe (test/fixturegen/go_chaos.go): random correct go-sdk traffic, random proxy cuts.")
+}
+
+// recordGoChaos records go-chaos's clients against server h while the proxy
+// cuts at random; about names the probe in the spec's first line.
+func recordGoChaos(ctx context.Context, dir, name string, h http.Handler, about string) error {
 	var calls, failed, cuts atomic.Int64
-	err := recordGo(dir, "go-chaos", []http.Handler{revisionRouter(goHandler(newGoServer(toolSet{}), opts))}, func(r *rig) error {
+	err := recordGo(dir, name, []http.Handler{h}, func(r *rig) error {
 		r.hooks = append(r.hooks, randomCuts(&cuts))
 		runChaosClients(ctx, r.url(), false, &calls, &failed)
 		return nil
 	},
-		"# probe (test/fixturegen/go_chaos.go): random correct go-sdk traffic, random proxy cuts.",
+		about,
 		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.",
 	)
-	fmt.Fprintf(os.Stderr, "go-chaos seed %d: %d calls, %d failed, %d cuts\n", *chaosSeed, calls.Load(), failed.Load(), cuts.Load())
+	fmt.Fprintf(os.Stderr, "%s seed %d: %d calls, %d failed, %d cuts\n", name, *chaosSeed, calls.Load(), failed.Load(), cuts.Load())
 	return err
 }
 

@@ -1,0 +1,101 @@
+package main
+
+// mcpgo-chaos is go-chaos against the other Go SDK's server: mcp-go v1.2.1
+// with its in-memory event store (one store-wide decimal counter for event
+// ids, resumable by GET with Last-Event-ID) and a short idle TTL (even seeds
+// with WithStateful, so expired sessions get 404s), the shape
+// of a production mcp-go server that the fixtures (mcp-go without a store)
+// do not show. It is a probe: random correct traffic, random proxy cuts; a
+// violation in its capture is a false alarm or an SDK's fault.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+func init() {
+	register(scenario{name: "mcpgo-chaos", probe: true, run: runMCPGoChaos,
+		desc: "probe: go-chaos's go-sdk clients against an mcp-go server with its event store and a short idle TTL, while the proxy cuts random streams"})
+}
+
+func runMCPGoChaos(ctx context.Context, dir string) error {
+	return recordGoChaos(ctx, dir, "mcpgo-chaos", newMCPGoChaosServer(*chaosSeed%2 == 0),
+		"# probe (test/fixturegen/mcpgo_chaos.go): go-sdk clients, an mcp-go server with its event store; random proxy cuts.")
+}
+
+// newMCPGoChaosServer is newGoServer's tool set in mcp-go (close_after is
+// ignored: mcp-go has no server-side stream close for polling), with an
+// event store and a 700 ms idle TTL, so the clients' pauses expire some
+// sessions. mcp-go's default session manager checks an id's form only, so
+// an expired session's id is still served (its events purged: a resume
+// gets 400); stateful (even seeds) answers 404 for it.
+func newMCPGoChaosServer(stateful bool) http.Handler {
+	s := mcpserver.NewMCPServer("fixture-mcpgo-server", "1.0.0", mcpserver.WithToolCapabilities(false), mcpserver.WithLogging())
+	notify := func(ctx context.Context, req mcpgo.CallToolRequest, step, total int, label string) error {
+		srv := mcpserver.ServerFromContext(ctx)
+		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+			return srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": meta.ProgressToken, "progress": step, "total": total,
+				"message": fmt.Sprintf("%s step %d", label, step)})
+		}
+		return srv.SendNotificationToClient(ctx, "notifications/message", map[string]any{
+			"level": "info", "logger": "fixture", "data": fmt.Sprintf("%s step %d of %d", label, step, total)})
+	}
+	emit := func(ctx context.Context, req mcpgo.CallToolRequest) (string, error) {
+		label, steps := req.GetString("label", ""), req.GetInt("steps", 0)
+		for i := 1; i <= steps; i++ {
+			if err := notify(ctx, req, i, steps, label); err != nil {
+				return "", err
+			}
+			time.Sleep(eventPace)
+		}
+		return label, nil
+	}
+	args := []mcpgo.ToolOption{mcpgo.WithString("label"), mcpgo.WithNumber("steps"), mcpgo.WithNumber("close_after")}
+	s.AddTool(mcpgo.NewTool("stream", append(args, mcpgo.WithDescription("emits notifications, then returns"))...),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			label, err := emit(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			return mcpgo.NewToolResultText(fmt.Sprintf("%s: %d steps done", label, req.GetInt("steps", 0))), nil
+		})
+	s.AddTool(mcpgo.NewTool("slow_write", append(args, mcpgo.WithDescription("emits notifications, then performs a slow write"))...),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			label, err := emit(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(slowWriteHold):
+			}
+			return mcpgo.NewToolResultText(label + ": written"), nil
+		})
+	s.AddTool(mcpgo.NewTool("broadcast", append(args, mcpgo.WithDescription("emits log messages on the session's standalone stream"))...),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			srv, session := mcpserver.ServerFromContext(ctx), mcpserver.ClientSessionFromContext(ctx)
+			label, steps := req.GetString("label", ""), req.GetInt("steps", 0)
+			for i := 1; i <= steps; i++ {
+				// Not tied to the request: the standalone GET stream's.
+				err := srv.SendNotificationToSpecificClient(session.SessionID(), "notifications/message", map[string]any{
+					"level": "info", "logger": "fixture", "data": fmt.Sprintf("%s broadcast %d of %d", label, i, steps)})
+				if err != nil {
+					return nil, err
+				}
+				time.Sleep(eventPace)
+			}
+			return mcpgo.NewToolResultText(label + ": broadcast"), nil
+		})
+	s.AddTool(mcpgo.NewTool("echo", append(args, mcpgo.WithDescription("returns its label"))...),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(req.GetString("label", "")), nil
+		})
+	return mcpserver.NewStreamableHTTPServer(s, mcpserver.WithEventStore(mcpserver.NewInMemoryEventStore()),
+		mcpserver.WithSessionIdleTTL(700*time.Millisecond), mcpserver.WithStateful(stateful))
+}
