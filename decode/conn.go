@@ -202,6 +202,7 @@ func (c *conn) Data(fromA bool, p []byte, ts time.Time) {
 // open message is ended and the direction looks for a start line again.
 func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 	c.w.stats.gaps.Add(1)
+	at := c.lostSince(ts)
 	d := c.dir(fromA)
 	d.ts = ts
 	fromClient := d.role == roleClient || (d.role == roleUnknown && fromA)
@@ -211,6 +212,9 @@ func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 	}
 	if c.dead {
 		return // not HTTP: nothing to report about
+	}
+	if at.Before(ts) {
+		c.emit(&Observation{Kind: KindGap, Time: at, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost, Notice: true, ProvenAt: ts}})
 	}
 	// Bytes after a gap are not the connection's first bytes, whatever
 	// the handshake said.
@@ -222,6 +226,22 @@ func (c *conn) Gap(fromA bool, lost int, ts time.Time) {
 	c.emit(&Observation{Kind: KindGap, Time: ts, Exchange: exIndex, Gap: &Gap{FromClient: fromClient, Lost: lost}})
 	c.pairingLost = true
 	c.endQueued(ts)
+}
+
+// lostSince is the earliest time bytes proved lost at ts may have been sent
+// (Gap.Notice): the connection's last packet before, but no more than half
+// the reorder window back, so that the merger still puts it in order.
+func (c *conn) lostSince(ts time.Time) time.Time {
+	at := ts.Add(-c.w.cfg.ReorderWindow / 2)
+	for i := range c.dirs {
+		if t := c.dirs[i].ts; t.After(at) {
+			at = t
+		}
+	}
+	if at.After(ts) {
+		return ts
+	}
+	return at
 }
 
 // endQueued ends every exchange still waiting for its response as cut by a

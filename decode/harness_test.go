@@ -392,6 +392,9 @@ func render(obs []*Observation) string {
 			}
 		case KindGap:
 			fmt.Fprintf(&b, " fromClient=%v lost=%d", o.Gap.FromClient, o.Gap.Lost)
+			if o.Gap.Notice {
+				fmt.Fprintf(&b, " notice provenAt=%s", o.Gap.ProvenAt.Sub(testBase))
+			}
 		}
 		b.WriteByte('\n')
 	}

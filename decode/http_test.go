@@ -39,6 +39,9 @@ func summary(obs []*Observation) string {
 			}
 		case KindGap:
 			s = "gap"
+			if o.Gap.Notice {
+				s = "notice"
+			}
 		}
 		parts = append(parts, s)
 	}
@@ -97,7 +100,7 @@ func TestHTTPFraming(t *testing.T) {
 			want:   "req1 POST / incomplete"},
 		{name: "request cut by gap then resync",
 			script: "c> POST / HTTP/1.1\\r\\nContent-Length: 10\\r\\n\\r\\nabc\ngap c 4\nc> zzz\\r\\nGET /next HTTP/1.1\\r\\n\\r\\n",
-			want:   "req1 POST / incomplete; gap; end1 gap; req2 GET /next; end2 gap"},
+			want:   "notice; req1 POST / incomplete; gap; end1 gap; req2 GET /next; end2 gap"},
 		{name: "sse event split and partial at reset",
 			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\n\\r\\nid: 1\\r\ns> \\ndata: a\\r\\n\\r\\nid: 2\\r\\ndata: b\\r\\n\nclose reset",
 			want:   `req1 GET /; resp1 200; event1 "1"; end1 reset partial="2"`},
@@ -115,7 +118,7 @@ func TestHTTPFraming(t *testing.T) {
 			want:   `req1 GET /; resp1 200; event1 ""; end1 open`},
 		{name: "gap before the first bytes is not a non-HTTP start",
 			script: "gap c 100\nc> ody\\r\\nGET /after HTTP/1.1\\r\\n\\r\\n",
-			want:   "gap; req1 GET /after; end1 gap"},
+			want:   "notice; gap; req1 GET /after; end1 gap"},
 		{name: "chunked SSE ended by FIN at an event boundary is clean",
 			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n9\\r\\ndata: a\\n\\n\\r\\n\nfin s",
 			want:   `req1 GET /; resp1 200; event1 ""; end1 clean`},

@@ -364,6 +364,18 @@ type Gap struct {
 	// RolesUnknown: the connection never showed which side is the client,
 	// so Conn.Client and Conn.Server are ConnMeta.A and B, maybe reversed.
 	RolesUnknown bool
+	// Notice: an early word of the gap this connection reports next, at
+	// ProvenAt. The capture proves bytes lost only when a later packet
+	// shows the hole (the next segment, or the ACK of bytes never seen),
+	// while the lost bytes may have been sent right after the
+	// connection's previous packet, and what they caused may already be
+	// on other connections: a server's progress for a call whose request
+	// was lost, on its GET stream, before the ACK. A notice carries that
+	// earlier time (at most half the reorder window back), so the merger
+	// hands it over first. It only says the connection lost bytes from
+	// FromClient's side; everything else is the gap's.
+	Notice   bool
+	ProvenAt time.Time
 }
 
 // MsgType classifies a JSON-RPC message.

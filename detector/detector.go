@@ -1032,6 +1032,10 @@ func (d *Detector) onGap(o *decode.Observation) {
 		d.onLimitGap(o)
 		return
 	}
+	if o.Gap.Notice {
+		d.onGapNotice(o)
+		return
+	}
 	queued := d.awaitsAnswer(o.Conn.ID)
 	d.markOpenExchangesGapped(o)
 	g := d.noteGap(o.Conn, o.Time)
@@ -1072,6 +1076,29 @@ func (d *Detector) onGap(o *decode.Observation) {
 	// Lost response bytes may run on past the response being read into
 	// answers to requests lost too: no session can be named for them.
 	g.unattributed = o.Time
+}
+
+// onGapNotice marks, ahead of the gap proven at o.Gap.ProvenAt, what its
+// lost bytes may already have touched: the connection's open exchanges, and
+// the session a lost request may be of, or any session's requests when the
+// connection carries none alone (as onGap does); lost answers count as
+// unattributed. The times are ProvenAt's, as the gap's will be; the gap
+// itself does the rest.
+func (d *Detector) onGapNotice(o *decode.Observation) {
+	d.markOpenExchangesGapped(o)
+	t := o.Gap.ProvenAt
+	g := d.noteGap(o.Conn, t)
+	if !o.Gap.FromClient {
+		g.unattributed = later(g.unattributed, t)
+		return
+	}
+	owner := d.connOwner(o.Conn)
+	if owner != nil {
+		owner.gap, owner.requestGap = true, true
+	}
+	if owner == nil || !d.liveSession(owner.key) {
+		g.unowned = later(g.unowned, t)
+	}
 }
 
 // historyMayBeHidden says whether lost bytes since t may hold events of
@@ -1252,7 +1279,7 @@ func (d *Detector) noteGap(conn decode.Conn, t time.Time) *pairGaps {
 		d.gaps[k] = g
 		d.chargeGaps(g)
 	}
-	g.last = t
+	g.last = later(g.last, t) // a gap notice may have set a later one
 	return g
 }
 

@@ -473,9 +473,11 @@ func (r *specRun) end(args []string) error {
 	return nil
 }
 
-// gap CONN [client]
+// gap CONN [client] [notice=SECONDS]: notice= makes it the decoder's early
+// notice of a gap proven SECONDS later (Gap.Notice); the gap itself is a
+// separate line.
 func (r *specRun) gap(args []string) error {
-	c, err := r.target(args, 1, "gap CONN [client]")
+	c, err := r.target(args, 1, "gap CONN [client] [notice=SECONDS]")
 	if err != nil {
 		return err
 	}
@@ -483,8 +485,17 @@ func (r *specRun) gap(args []string) error {
 	if cur, err := r.current(c, false); err == nil {
 		x = cur
 	}
+	m := kv(args[1:])
 	o := r.emit(c, x, decode.KindGap)
-	o.Gap = &decode.Gap{FromClient: len(args) > 1 && args[1] == "client", Lost: -1}
+	_, fromClient := m["client"]
+	o.Gap = &decode.Gap{FromClient: fromClient, Lost: -1}
+	if v, ok := m["notice"]; ok {
+		sec, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("notice=%q: %v", v, err)
+		}
+		o.Gap.Notice, o.Gap.ProvenAt = true, r.now.Add(time.Duration(sec*float64(time.Second)))
+	}
 	o.Request, o.Response = nil, nil
 	return nil
 }
