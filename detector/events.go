@@ -442,9 +442,32 @@ func eventID(o *decode.Observation) string {
 	return ""
 }
 
+// progressMark is the last progress value of a token and the stream that
+// carried it (progressStream).
+type progressMark struct {
+	value  float64
+	stream uint64
+}
+
+// progressStream names the stream a progress value came on: the logical
+// stream its event ids belong to (a call's stream, or the standalone one,
+// with their resumes), else the exchange. Values compare only on one
+// stream: a server may send one call's progress on several streams, whose
+// deliveries do not keep the order it sent them in (mcp-go sends it on the
+// standalone GET stream or on whichever POST stream of the session reads its
+// notification queue first; a resumed stream's backlog comes after what
+// another stream delivered meanwhile).
+func progressStream(ex *exchange) uint64 {
+	if ex.stream != nil {
+		return uint64(ex.stream.idx)
+	}
+	return 1<<63 | ex.serial
+}
+
 func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation, m *decode.Message) {
-	last, seen := s.progress.get(m.ProgressToken)
-	if seen && m.Progress <= last {
+	mark, seen := s.progress.get(m.ProgressToken)
+	last := mark.value
+	if seen && mark.stream == progressStream(ex) && m.Progress <= last {
 		if d.requestsMayBeHidden(s, ex.conn) || d.historyMayBeHidden(ex, s, s.firstSeen) {
 			// The lost bytes may hold a new request re-using the token
 			// (its progress starts again) or the answer that ended the
@@ -488,7 +511,7 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 		}
 		d.charge(s, entryBytes+int64(len(m.ProgressToken)))
 	}
-	s.progress.set(m.ProgressToken, m.Progress)
+	s.progress.set(m.ProgressToken, progressMark{m.Progress, progressStream(ex)})
 }
 
 // tokenHolders counts the calls of s that carried token, answered or not.

@@ -210,7 +210,7 @@ type sessionState struct {
 	repeatable map[string]struct{}
 	// toolsListed: a tools/list answer of this session was seen.
 	toolsListed bool
-	progress    smallMap[string, float64]
+	progress    smallMap[string, progressMark]
 	streamSlab  slab[stream]
 	// redelivered counts deliveries beyond the first per event id; only
 	// an EventSink needs it, and only replays and duplicates create it.
