@@ -21,35 +21,66 @@ import (
 func init() {
 	register(scenario{name: "mcpgo-chaos", probe: true, run: runMCPGoChaos,
 		desc: "probe: go-chaos's go-sdk clients against an mcp-go server with its event store and a short idle TTL, while the proxy cuts random streams"})
+	register(scenario{name: "ts-mcpgo-chaos", probe: true, run: runTSMCPGoChaos,
+		desc: "probe: ts-chaos's TypeScript applications against an mcp-go server with server.mjs's tools, its event store and a short idle TTL, while the proxy cuts random streams"})
 }
 
 func runMCPGoChaos(ctx context.Context, dir string) error {
-	return recordGoChaos(ctx, dir, "mcpgo-chaos", newMCPGoChaosServer(*chaosSeed%2 == 0),
+	return recordGoChaos(ctx, dir, "mcpgo-chaos", mcpgoHandler(mcpgoChaosTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
 		"# probe (test/fixturegen/mcpgo_chaos.go): go-sdk clients, an mcp-go server with its event store; random proxy cuts.")
 }
 
-// newMCPGoChaosServer is newGoServer's tool set in mcp-go (close_after is
-// ignored: mcp-go has no server-side stream close for polling), with an
-// event store and a 700 ms idle TTL, so the clients' pauses expire some
-// sessions. mcp-go's default session manager checks an id's form only, so
-// an expired session's id is still served (its events purged: a resume
-// gets 400); stateful (even seeds) answers 404 for it.
-func newMCPGoChaosServer(stateful bool) http.Handler {
-	s := mcpserver.NewMCPServer("fixture-mcpgo-server", "1.0.0", mcpserver.WithToolCapabilities(false), mcpserver.WithLogging())
-	notify := func(ctx context.Context, req mcpgo.CallToolRequest, step, total int, label string) error {
-		srv := mcpserver.ServerFromContext(ctx)
-		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
-			return srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
-				"progressToken": meta.ProgressToken, "progress": step, "total": total,
-				"message": fmt.Sprintf("%s step %d", label, step)})
-		}
-		return srv.SendNotificationToClient(ctx, "notifications/message", map[string]any{
-			"level": "info", "logger": "fixture", "data": fmt.Sprintf("%s step %d of %d", label, step, total)})
+func runTSMCPGoChaos(ctx context.Context, dir string) error {
+	return recordTSChaos(ctx, dir, "ts-mcpgo-chaos", mcpgoHandler(mcpgoTSShapedTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
+		"# probe (test/fixturegen/mcpgo_chaos.go): TypeScript SDK applications, an mcp-go server with its event store; random proxy cuts.")
+}
+
+// mcpgoHandler serves s with mcp-go's event store, ending sessions idle for
+// ttl (the probes: 700 ms, so the clients' pauses expire some). mcp-go's
+// default session manager checks an id's form only, so an ended session's
+// id is still served (its events purged: a resume gets 400); stateful
+// answers 404 for it.
+func mcpgoHandler(s *mcpserver.MCPServer, ttl time.Duration, stateful bool) http.Handler {
+	return mcpserver.NewStreamableHTTPServer(s, mcpserver.WithEventStore(mcpserver.NewInMemoryEventStore()),
+		mcpserver.WithSessionIdleTTL(ttl), mcpserver.WithStateful(stateful))
+}
+
+// mcpgoChaosTTL is the probes' idle TTL.
+const mcpgoChaosTTL = 700 * time.Millisecond
+
+func newMCPGoServer() *mcpserver.MCPServer {
+	return mcpserver.NewMCPServer("fixture-mcpgo-server", "1.0.0", mcpserver.WithToolCapabilities(false), mcpserver.WithLogging())
+}
+
+// mcpgoNotifyStep is notifyStep in mcp-go: progress when the client sent a
+// token, else a log message, on whichever stream mcp-go picks.
+func mcpgoNotifyStep(ctx context.Context, req mcpgo.CallToolRequest, step, total int, label string) error {
+	srv := mcpserver.ServerFromContext(ctx)
+	if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+		return srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+			"progressToken": meta.ProgressToken, "progress": step, "total": total,
+			"message": fmt.Sprintf("%s step %d", label, step)})
 	}
+	return srv.SendNotificationToClient(ctx, "notifications/message", map[string]any{
+		"level": "info", "logger": "fixture", "data": fmt.Sprintf("%s step %d of %d", label, step, total)})
+}
+
+// mcpgoStandaloneLog sends a log message not tied to the request: mcp-go
+// puts it on the session's standalone GET stream.
+func mcpgoStandaloneLog(ctx context.Context, logger, data string) error {
+	srv, session := mcpserver.ServerFromContext(ctx), mcpserver.ClientSessionFromContext(ctx)
+	return srv.SendNotificationToSpecificClient(session.SessionID(), "notifications/message", map[string]any{
+		"level": "info", "logger": logger, "data": data})
+}
+
+// mcpgoChaosTools is newGoServer's tool set in mcp-go (close_after is
+// ignored: mcp-go has no server-side stream close for polling).
+func mcpgoChaosTools() *mcpserver.MCPServer {
+	s := newMCPGoServer()
 	emit := func(ctx context.Context, req mcpgo.CallToolRequest) (string, error) {
 		label, steps := req.GetString("label", ""), req.GetInt("steps", 0)
 		for i := 1; i <= steps; i++ {
-			if err := notify(ctx, req, i, steps, label); err != nil {
+			if err := mcpgoNotifyStep(ctx, req, i, steps, label); err != nil {
 				return "", err
 			}
 			time.Sleep(eventPace)
@@ -79,13 +110,9 @@ func newMCPGoChaosServer(stateful bool) http.Handler {
 		})
 	s.AddTool(mcpgo.NewTool("broadcast", append(args, mcpgo.WithDescription("emits log messages on the session's standalone stream"))...),
 		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
-			srv, session := mcpserver.ServerFromContext(ctx), mcpserver.ClientSessionFromContext(ctx)
 			label, steps := req.GetString("label", ""), req.GetInt("steps", 0)
 			for i := 1; i <= steps; i++ {
-				// Not tied to the request: the standalone GET stream's.
-				err := srv.SendNotificationToSpecificClient(session.SessionID(), "notifications/message", map[string]any{
-					"level": "info", "logger": "fixture", "data": fmt.Sprintf("%s broadcast %d of %d", label, i, steps)})
-				if err != nil {
+				if err := mcpgoStandaloneLog(ctx, "fixture", fmt.Sprintf("%s broadcast %d of %d", label, i, steps)); err != nil {
 					return nil, err
 				}
 				time.Sleep(eventPace)
@@ -96,6 +123,39 @@ func newMCPGoChaosServer(stateful bool) http.Handler {
 		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 			return mcpgo.NewToolResultText(req.GetString("label", "")), nil
 		})
-	return mcpserver.NewStreamableHTTPServer(s, mcpserver.WithEventStore(mcpserver.NewInMemoryEventStore()),
-		mcpserver.WithSessionIdleTTL(700*time.Millisecond), mcpserver.WithStateful(stateful))
+	return s
+}
+
+// mcpgoTSShapedTools is tsShapedGoServer in mcp-go: slow_write (steps
+// notifications delayMs apart; pollAfter is ignored, as close_after above)
+// and announce (log messages on the standalone stream).
+func mcpgoTSShapedTools() *mcpserver.MCPServer {
+	s := newMCPGoServer()
+	s.AddTool(mcpgo.NewTool("slow_write", mcpgo.WithDescription("writes slowly, reporting progress"), mcpgo.WithString("label"),
+		mcpgo.WithNumber("steps"), mcpgo.WithNumber("delayMs"), mcpgo.WithNumber("pollAfter")),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			label, steps := req.GetString("label", ""), req.GetInt("steps", 0)
+			delay := time.Duration(req.GetInt("delayMs", 0)) * time.Millisecond
+			for i := 1; i <= steps; i++ {
+				time.Sleep(delay)
+				if err := mcpgoNotifyStep(ctx, req, i, steps, label); err != nil {
+					return nil, err
+				}
+			}
+			time.Sleep(delay)
+			return mcpgo.NewToolResultText("wrote " + label), nil
+		})
+	s.AddTool(mcpgo.NewTool("announce", mcpgo.WithDescription("sends log messages on the standalone stream"), mcpgo.WithString("label"),
+		mcpgo.WithNumber("count"), mcpgo.WithNumber("delayMs")),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			label, count := req.GetString("label", ""), req.GetInt("count", 0)
+			for i := 1; i <= count; i++ {
+				time.Sleep(time.Duration(req.GetInt("delayMs", 0)) * time.Millisecond)
+				if err := mcpgoStandaloneLog(ctx, "announce", fmt.Sprintf("announcement %d of %d for %s", i, count, label)); err != nil {
+					return nil, err
+				}
+			}
+			return mcpgo.NewToolResultText(fmt.Sprintf("announced %d", count)), nil
+		})
+	return s
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -106,10 +107,16 @@ func runGoTSChaos(ctx context.Context, dir string) error {
 // server.mjs's tools (tsShapedGoServer): a TypeScript application calling
 // a Go server. The server's idle timeout forgets sessions (as go-chaos's).
 func runTSGoChaos(ctx context.Context, dir string) error {
-	const name = "ts-go-chaos"
 	opts := storeOpts()
 	opts.SessionTimeout = 700 * time.Millisecond
-	r, err := newRig(pcapPath(dir, name), goHandler(tsShapedGoServer(), opts))
+	return recordTSChaos(ctx, dir, "ts-go-chaos", goHandler(tsShapedGoServer(), opts),
+		"# probe (test/fixturegen/ts_chaos.go): TypeScript SDK applications against a go-sdk server, random proxy cuts.")
+}
+
+// recordTSChaos records ts-chaos's applications against server h while the
+// proxy cuts at random; about names the probe in the spec's first line.
+func recordTSChaos(ctx context.Context, dir, name string, h http.Handler, about string) error {
+	r, err := newRig(pcapPath(dir, name), h)
 	if err != nil {
 		return err
 	}
@@ -123,9 +130,8 @@ func runTSGoChaos(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "ts-go-chaos seed %d: %d cuts; %s\n", *chaosSeed, cuts.Load(), chaosCounts(out))
-	return writeSpec(dir, name,
-		"# probe (test/fixturegen/ts_chaos.go): TypeScript SDK applications against a go-sdk server, random proxy cuts.",
+	fmt.Fprintf(os.Stderr, "%s seed %d: %d cuts; %s\n", name, *chaosSeed, cuts.Load(), chaosCounts(out))
+	return writeSpec(dir, name, about,
 		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.")
 }
 

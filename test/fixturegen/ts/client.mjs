@@ -152,6 +152,30 @@ const flows = {
         await c.client.close();
     },
 
+    // A call whose stream breaks; while the transport's resume is on its
+    // way, the server expires the session, and the application's next
+    // request gets 404. The resume then arrives (config.callMayFail: the call
+    // times out after it is answered).
+    async expiredResume() {
+        const c = await connect('fixture-ts-client');
+        const call = callSlowWrite(c, config.call).then(
+            () => log({ call: 'completed' }),
+            err => log({ call: 'failed', error: String(err.message) })
+        );
+        await waitFor('expired');
+        try {
+            await c.client.listTools();
+            throw new Error('listTools succeeded on an expired session');
+        } catch (err) {
+            if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
+            log({ app: 'got 404 for the expired session', error: String(err.message) });
+        }
+        await waitFor('resumed');
+        await call;
+        await sleep(300);
+        await c.client.close();
+    },
+
     // A completed call, then the session is lost while idle, and the server
     // answers the dead session 400 instead of 404: the transport reports a
     // 400, nothing says "re-initialise", and the application retries once
