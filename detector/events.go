@@ -516,16 +516,11 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 
 // tokenHolders counts the calls of s that carried token, answered or not.
 // Two of them make a repeated or lower value no proof of a replay, whenever
-// they ran: a value may be late. A cancelled call's server may send
-// progress already under way (the TypeScript SDK's tools run on after a
-// cancellation). A server may route a call's progress to another stream
-// than its answer, which then arrives first: mcp-go sends it on the
-// standalone GET stream until the call's own stream is upgraded to SSE, and
-// its POST streams all read one notification queue of the session, so one
-// call's progress can come on another call's stream, after its own answer;
-// a resumed stream's backlog may hold values from any time since it broke.
-// It walks every call, so it runs only where a violation would otherwise
-// be raised.
+// they ran: a value may be late, as one call's progress can come on another
+// call's stream or in a resumed backlog after its own answer (mcp-go, see
+// progressStream), and a cancelled call's server may send progress already
+// under way (the TypeScript SDK's tools run on). It walks every call, so it
+// runs only where a violation would otherwise be raised.
 func tokenHolders(s *session, token string) int {
 	n := 0
 	for _, c := range s.calls.all() {
