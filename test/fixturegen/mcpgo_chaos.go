@@ -3,10 +3,10 @@ package main
 // mcpgo-chaos is go-chaos against the other Go SDK's server: mcp-go v1.2.1
 // with its in-memory event store (one store-wide decimal counter for event
 // ids, resumable by GET with Last-Event-ID) and a short idle TTL (even seeds
-// with WithStateful, so expired sessions get 404s), the shape
-// of a production mcp-go server that the fixtures (mcp-go without a store)
-// do not show. It is a probe: random correct traffic, random proxy cuts; a
-// violation in its capture is a false alarm or an SDK's fault.
+// with WithStateful, so expired sessions get 404s): the shape of a
+// production mcp-go server. ts-mcpgo-chaos puts TypeScript applications in
+// front of it. They are probes: random correct traffic, random proxy cuts;
+// a violation in their captures is a false alarm or an SDK's fault.
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func runTSMCPGoChaos(ctx context.Context, dir string) error {
 }
 
 // mcpgoHandler serves s with mcp-go's event store, ending sessions idle for
-// ttl (the probes: 700 ms, so the clients' pauses expire some). mcp-go's
+// ttl. mcp-go's
 // default session manager checks an id's form only, so an ended session's
 // id is still served (its events purged: a resume gets 400); stateful
 // answers 404 for it.
@@ -45,9 +45,11 @@ func mcpgoHandler(s *mcpserver.MCPServer, ttl time.Duration, stateful bool) http
 		mcpserver.WithSessionIdleTTL(ttl), mcpserver.WithStateful(stateful))
 }
 
-// mcpgoChaosTTL is the probes' idle TTL.
+// mcpgoChaosTTL is the probes' idle TTL: the clients' pauses expire some
+// sessions.
 const mcpgoChaosTTL = 700 * time.Millisecond
 
+// newMCPGoServer is an mcp-go server without tools yet, which may log.
 func newMCPGoServer() *mcpserver.MCPServer {
 	return mcpserver.NewMCPServer("fixture-mcpgo-server", "1.0.0", mcpserver.WithToolCapabilities(false), mcpserver.WithLogging())
 }
