@@ -1,6 +1,6 @@
 package main
 
-// mcpgo-chaos is go-chaos against the other Go SDK's server: mcp-go v1.2.1
+// go-mcpgo-chaos is go-chaos against the other Go SDK's server: mcp-go v1.2.1
 // with its in-memory event store (one store-wide decimal counter for event
 // ids, resumable by GET with Last-Event-ID) and a short idle TTL (even seeds
 // with WithStateful, so expired sessions get 404s): the shape of a
@@ -19,14 +19,14 @@ import (
 )
 
 func init() {
-	register(scenario{name: "mcpgo-chaos", probe: true, run: runMCPGoChaos,
+	register(scenario{name: "go-mcpgo-chaos", probe: true, run: runGoMCPGoChaos,
 		desc: "probe: go-chaos's go-sdk clients against an mcp-go server with its event store and a short idle TTL, while the proxy cuts random streams"})
 	register(scenario{name: "ts-mcpgo-chaos", probe: true, run: runTSMCPGoChaos,
 		desc: "probe: ts-chaos's TypeScript applications against an mcp-go server with server.mjs's tools, its event store and a short idle TTL, while the proxy cuts random streams"})
 }
 
-func runMCPGoChaos(ctx context.Context, dir string) error {
-	return recordGoChaos(ctx, dir, "mcpgo-chaos", mcpgoHandler(mcpgoChaosTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
+func runGoMCPGoChaos(ctx context.Context, dir string) error {
+	return recordGoChaos(ctx, dir, "go-mcpgo-chaos", mcpgoHandler(mcpgoChaosTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
 		"# probe (test/fixturegen/mcpgo_chaos.go): go-sdk clients, an mcp-go server with its event store; random proxy cuts.")
 }
 
