@@ -45,17 +45,18 @@ func runGoChaos(ctx context.Context, dir string) error {
 	opts := storeOpts()
 	// Short, so that the clients' pauses expire some sessions (404s).
 	opts.SessionTimeout = 700 * time.Millisecond
-	return recordGoChaos(ctx, dir, "go-chaos", revisionRouter(goHandler(newGoServer(toolSet{}), opts)),
+	return recordGoChaos(ctx, dir, "go-chaos", revisionRouter(goHandler(newGoServer(toolSet{}), opts)), chaosSetup{},
 		"# probe (test/fixturegen/go_chaos.go): random correct go-sdk traffic, random proxy cuts.")
 }
 
-// recordGoChaos records go-chaos's clients against server h while the proxy
-// cuts at random; about names the probe in the spec's first line.
-func recordGoChaos(ctx context.Context, dir, name string, h http.Handler, about string) error {
+// recordGoChaos records go-chaos's clients (set up by setup) against
+// server h while the proxy cuts at random; about names the probe in the
+// spec's first line.
+func recordGoChaos(ctx context.Context, dir, name string, h http.Handler, setup chaosSetup, about string) error {
 	var calls, failed, cuts atomic.Int64
 	err := recordGo(dir, name, []http.Handler{h}, func(r *rig) error {
 		r.hooks = append(r.hooks, randomCuts(&cuts))
-		runChaosClients(ctx, r.url(), false, &calls, &failed)
+		runChaosClients(ctx, r.url(), setup, &calls, &failed)
 		return nil
 	},
 		about,
@@ -97,15 +98,24 @@ func nthEventWithID(k int) func(string) bool {
 	}
 }
 
+// chaosSetup says who meets in a Go-client probe.
+type chaosSetup struct {
+	// tsServer: the server is server.mjs (go-ts-chaos): its tools, and
+	// 2025-11-25 only.
+	tsServer bool
+	// mcpgoClient: the clients are mcp-go's (mcpgo-go-chaos), not go-sdk's.
+	mcpgoClient bool
+}
+
 // runChaosClients runs -clients chaosClients against url for chaosRun and
-// waits for them; tsServer says the server is server.mjs.
-func runChaosClients(ctx context.Context, url string, tsServer bool, calls, failed *atomic.Int64) {
+// waits for them.
+func runChaosClients(ctx context.Context, url string, setup chaosSetup, calls, failed *atomic.Int64) {
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(chaosRun)
 	for i := range *chaosClients {
 		wg.Go(func() {
 			c := chaosClient{url: url, rng: rand.New(rand.NewPCG(*chaosSeed, uint64(i+1))), name: fmt.Sprintf("c%d", i),
-				calls: calls, failed: failed, tsServer: tsServer}
+				calls: calls, failed: failed, chaosSetup: setup}
 			c.run(ctx, deadline)
 		})
 	}
@@ -118,9 +128,7 @@ type chaosClient struct {
 	rng           *rand.Rand
 	name          string
 	calls, failed *atomic.Int64
-	// tsServer: the server is server.mjs (go-ts-chaos): its tools, and
-	// 2025-11-25 only.
-	tsServer bool
+	chaosSetup
 }
 
 func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
@@ -132,7 +140,11 @@ func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
 		if c.rng.IntN(2) == 0 {
 			hc = &http.Client{Transport: &http.Transport{}}
 		}
-		c.session(ctx, hc, fmt.Sprintf("%s-s%d", c.name, s))
+		if c.mcpgoClient {
+			c.mcpgoSession(ctx, hc, fmt.Sprintf("%s-s%d", c.name, s))
+		} else {
+			c.session(ctx, hc, fmt.Sprintf("%s-s%d", c.name, s))
+		}
 		if hc != shared {
 			hc.CloseIdleConnections()
 		}
@@ -180,14 +192,7 @@ func (c *chaosClient) session(ctx context.Context, hc *http.Client, label string
 // Labels are unique: no call is ever re-issued.
 func (c *chaosClient) randomCall(label string) func(context.Context, *mcp.ClientSession) {
 	tool, args := c.randomTool(label)
-	var token any
-	if c.rng.IntN(2) == 0 {
-		token = fmt.Sprintf("tok-%d", c.rng.IntN(3))
-	}
-	timeout := 6 * time.Second
-	if c.rng.IntN(6) == 0 {
-		timeout = time.Duration(50+c.rng.IntN(300)) * time.Millisecond
-	}
+	token, timeout := c.randomTokenTimeout()
 	return func(ctx context.Context, cs *mcp.ClientSession) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -200,6 +205,19 @@ func (c *chaosClient) randomCall(label string) func(context.Context, *mcp.Client
 			c.failed.Add(1)
 		}
 	}
+}
+
+// randomTokenTimeout draws a call's progress token (none half the time)
+// and timeout.
+func (c *chaosClient) randomTokenTimeout() (token any, timeout time.Duration) {
+	if c.rng.IntN(2) == 0 {
+		token = fmt.Sprintf("tok-%d", c.rng.IntN(3))
+	}
+	timeout = 6 * time.Second
+	if c.rng.IntN(6) == 0 {
+		timeout = time.Duration(50+c.rng.IntN(300)) * time.Millisecond
+	}
+	return token, timeout
 }
 
 // randomTool draws a tool of the server and its arguments.

@@ -12,8 +12,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	mcptransport "github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
@@ -21,13 +24,85 @@ import (
 func init() {
 	register(scenario{name: "go-mcpgo-chaos", probe: true, run: runGoMCPGoChaos,
 		desc: "probe: go-chaos's go-sdk clients against an mcp-go server with its event store and a short idle TTL, while the proxy cuts random streams"})
+	register(scenario{name: "mcpgo-go-chaos", probe: true, run: runMCPGoGoChaos,
+		desc: "probe: mcp-go clients doing go-chaos's random things against go-chaos's go-sdk server, while the proxy cuts random streams"})
 	register(scenario{name: "ts-mcpgo-chaos", probe: true, run: runTSMCPGoChaos,
 		desc: "probe: ts-chaos's TypeScript applications against an mcp-go server with server.mjs's tools, its event store and a short idle TTL, while the proxy cuts random streams"})
 }
 
 func runGoMCPGoChaos(ctx context.Context, dir string) error {
-	return recordGoChaos(ctx, dir, "go-mcpgo-chaos", mcpgoHandler(mcpgoChaosTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
+	return recordGoChaos(ctx, dir, "go-mcpgo-chaos", mcpgoHandler(mcpgoChaosTools(), mcpgoChaosTTL, *chaosSeed%2 == 0), chaosSetup{},
 		"# probe (test/fixturegen/mcpgo_chaos.go): go-sdk clients, an mcp-go server with its event store; random proxy cuts.")
+}
+
+// runMCPGoGoChaos puts mcp-go's client in go-chaos's place: it resumes a
+// stream the server (or a proxy's FIN) ended after an event id, fails a
+// call whose stream broke off, and listens on the standalone stream only
+// when asked (WithContinuousListening, half the 2025-11-25 sessions).
+func runMCPGoGoChaos(ctx context.Context, dir string) error {
+	opts := storeOpts()
+	opts.SessionTimeout = mcpgoChaosTTL
+	return recordGoChaos(ctx, dir, "mcpgo-go-chaos", revisionRouter(goHandler(newGoServer(toolSet{}), opts)), chaosSetup{mcpgoClient: true},
+		"# probe (test/fixturegen/mcpgo_chaos.go): mcp-go clients against a go-sdk server; random proxy cuts.")
+}
+
+// mcpgoSession is session with mcp-go's client: a third of the sessions
+// with its default revision (2026-07-28), the rest pinned to 2025-11-25;
+// one to six calls, some overlapping; then Close.
+func (c *chaosClient) mcpgoSession(ctx context.Context, hc *http.Client, label string) {
+	rev := revisionSessions
+	if c.rng.IntN(3) == 0 {
+		rev = ""
+	}
+	topts := []mcptransport.StreamableHTTPCOption{mcptransport.WithHTTPBasicClient(hc)}
+	if c.rng.IntN(2) == 0 && rev == revisionSessions {
+		//lint:ignore SA1019 the standalone GET stream is 2025-11-25's, the revision these sessions pin
+		topts = append(topts, mcptransport.WithContinuousListening())
+	}
+	cl, err := mcpclient.NewStreamableHttpClient(c.url, topts...)
+	if err != nil {
+		c.failed.Add(1)
+		return
+	}
+	defer cl.Close()
+	init := mcpgo.InitializeRequest{}
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "fixture-mcpgo-client", Version: "1.0.0"}
+	init.Params.ProtocolVersion = rev
+	if err := cl.Start(ctx); err != nil {
+		c.failed.Add(1)
+		return
+	}
+	if _, err := cl.Initialize(ctx, init); err != nil {
+		c.failed.Add(1)
+		return
+	}
+	var overlapping sync.WaitGroup
+	for o := range 1 + c.rng.IntN(6) {
+		tool, args := c.randomTool(fmt.Sprintf("%s-o%d", label, o))
+		token, timeout := c.randomTokenTimeout()
+		call := func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			c.calls.Add(1)
+			req := mcpgo.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = tool, args
+			if token != nil {
+				req.Params.Meta = &mcpgo.Meta{ProgressToken: token}
+			}
+			if _, err := cl.CallTool(ctx, req); err != nil {
+				c.failed.Add(1)
+			}
+		}
+		if c.rng.IntN(3) == 0 {
+			overlapping.Go(call)
+		} else {
+			call()
+		}
+		if c.rng.IntN(8) == 0 {
+			time.Sleep(time.Duration(500+c.rng.IntN(700)) * time.Millisecond)
+		}
+	}
+	overlapping.Wait()
 }
 
 func runTSMCPGoChaos(ctx context.Context, dir string) error {

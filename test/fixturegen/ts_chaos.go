@@ -91,7 +91,7 @@ func runGoTSChaos(ctx context.Context, dir string) error {
 	r.hooks = append(r.hooks, randomCuts(&cuts))
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	go forgetEvery(forgetCtx, r, &forgets)
-	runChaosClients(ctx, r.url(), true, &calls, &failed)
+	runChaosClients(ctx, r.url(), chaosSetup{tsServer: true}, &calls, &failed)
 	stopForgetting()
 	if err := r.finish(); err != nil {
 		return err
