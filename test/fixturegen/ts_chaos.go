@@ -25,6 +25,8 @@ func init() {
 			desc: "probe: TypeScript SDK applications doing random correct things (overlapping, abandoned and polling calls, announcements, sessions forgotten) while the proxy cuts random streams"},
 		scenario{name: "go-ts-chaos", probe: true, run: runGoTSChaos,
 			desc: "probe: go-chaos's go-sdk clients against the TypeScript SDK's server (sessions forgotten as in ts-chaos)"},
+		scenario{name: "mcpgo-ts-chaos", probe: true, run: runMCPGoTSChaos,
+			desc: "probe: go-chaos's clients with mcp-go's client in go-sdk's place against the TypeScript SDK's server (sessions forgotten as in ts-chaos)"},
 		scenario{name: "ts-go-chaos", probe: true, run: runTSGoChaos,
 			desc: "probe: ts-chaos's TypeScript applications against a go-sdk server with the same tools (idle expiry as in go-chaos)"},
 	)
@@ -82,7 +84,19 @@ func runTSChaos(ctx context.Context, dir string) error {
 // must agree on the wire, as a go-sdk application calling a TypeScript
 // server does.
 func runGoTSChaos(ctx context.Context, dir string) error {
-	const name = "go-ts-chaos"
+	return recordChaosAgainstTS(ctx, dir, "go-ts-chaos", chaosSetup{tsServer: true},
+		"# probe (test/fixturegen/ts_chaos.go): go-sdk clients against the TypeScript SDK's server, random proxy cuts.")
+}
+
+// runMCPGoTSChaos is go-ts-chaos with mcp-go's client.
+func runMCPGoTSChaos(ctx context.Context, dir string) error {
+	return recordChaosAgainstTS(ctx, dir, "mcpgo-ts-chaos", chaosSetup{tsServer: true, mcpgoClient: true},
+		"# probe (test/fixturegen/ts_chaos.go): mcp-go clients against the TypeScript SDK's server, random proxy cuts.")
+}
+
+// recordChaosAgainstTS records Go clients (setup) against server.mjs,
+// which forgets every session now and then, while the proxy cuts at random.
+func recordChaosAgainstTS(ctx context.Context, dir, name string, setup chaosSetup, about string) error {
 	r, err := newTSRig(ctx, pcapPath(dir, name), tsChaosServer...)
 	if err != nil {
 		return err
@@ -91,15 +105,14 @@ func runGoTSChaos(ctx context.Context, dir string) error {
 	r.hooks = append(r.hooks, randomCuts(&cuts))
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	go forgetEvery(forgetCtx, r, &forgets)
-	runChaosClients(ctx, r.url(), chaosSetup{tsServer: true}, &calls, &failed)
+	runChaosClients(ctx, r.url(), setup, &calls, &failed)
 	stopForgetting()
 	if err := r.finish(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "go-ts-chaos seed %d: %d calls, %d failed, %d cuts, sessions forgotten %d times\n",
-		*chaosSeed, calls.Load(), failed.Load(), cuts.Load(), forgets.Load())
-	return writeSpec(dir, name,
-		"# probe (test/fixturegen/ts_chaos.go): go-sdk clients against the TypeScript SDK's server, random proxy cuts.",
+	fmt.Fprintf(os.Stderr, "%s seed %d: %d calls, %d failed, %d cuts, sessions forgotten %d times\n",
+		name, *chaosSeed, calls.Load(), failed.Load(), cuts.Load(), forgets.Load())
+	return writeSpec(dir, name, about,
 		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.")
 }
 
