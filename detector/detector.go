@@ -1037,18 +1037,10 @@ func (d *Detector) onGap(o *decode.Observation) {
 		return
 	}
 	queued := d.awaitsAnswer(o.Conn.ID)
-	d.markOpenExchangesGapped(o)
+	owner, anySession := d.markLost(o)
 	g := d.noteGap(o.Conn, o.Time)
 	if o.Gap.FromClient {
-		owner := d.connOwner(o.Conn)
-		if owner != nil {
-			// The lost request may be the next of the session the
-			// connection carries (a keep-alive connection's GET, say).
-			owner.gap, owner.requestGap = true, true
-		}
-		if owner == nil || !d.liveSession(owner.key) {
-			// Any session's, or the next session's of a client whose
-			// last one ended.
+		if anySession {
 			g.unowned = o.Time
 		}
 		lr := lostRequest{o.Conn.ID, owner, o.Time}
@@ -1079,26 +1071,35 @@ func (d *Detector) onGap(o *decode.Observation) {
 }
 
 // onGapNotice marks, ahead of the gap proven at o.Gap.ProvenAt, what its
-// lost bytes may already have touched: the connection's open exchanges, and
-// the session a lost request may be of, or any session's requests when the
-// connection carries none alone (as onGap does); lost answers count as
-// unattributed. The times are ProvenAt's, as the gap's will be; the gap
-// itself does the rest.
+// lost bytes may already have touched, at ProvenAt as the gap will (as
+// onGap does); the gap itself does the rest.
 func (d *Detector) onGapNotice(o *decode.Observation) {
-	d.markOpenExchangesGapped(o)
+	_, anySession := d.markLost(o)
 	t := o.Gap.ProvenAt
 	g := d.noteGap(o.Conn, t)
-	if !o.Gap.FromClient {
+	switch {
+	case !o.Gap.FromClient:
 		g.unattributed = later(g.unattributed, t)
-		return
+	case anySession:
+		g.unowned = later(g.unowned, t)
 	}
-	owner := d.connOwner(o.Conn)
+}
+
+// markLost marks, for a gap and its notice alike, what bytes lost on o's
+// connection may have held: any exchange open on it, and a lost request
+// may be the next of the session the connection carries (owner; a
+// keep-alive connection's GET, say). anySession: with no owner, or its
+// session ended, the lost request may be any session's.
+func (d *Detector) markLost(o *decode.Observation) (owner *session, anySession bool) {
+	d.markOpenExchangesGapped(o)
+	if !o.Gap.FromClient {
+		return nil, false
+	}
+	owner = d.connOwner(o.Conn)
 	if owner != nil {
 		owner.gap, owner.requestGap = true, true
 	}
-	if owner == nil || !d.liveSession(owner.key) {
-		g.unowned = later(g.unowned, t)
-	}
+	return owner, owner == nil || !d.liveSession(owner.key)
 }
 
 // historyMayBeHidden says whether lost bytes since t may hold events of
