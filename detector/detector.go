@@ -168,15 +168,18 @@ type exchange struct {
 	method, path  string
 	// endpoint is the logical MCP endpoint (Host header and path, else the
 	// server address): sessions are keyed by id within it.
-	endpoint       string
-	auth           string // the request's Authorization hash
-	userAgent      string
-	reqSession     string
-	hasReqSession  bool
-	cursor         string
-	hasCursor      bool
-	protoHeader    string
-	rev            string
+	endpoint      string
+	auth          string // the request's Authorization hash
+	userAgent     string
+	reqSession    string
+	hasReqSession bool
+	cursor        string
+	hasCursor     bool
+	protoHeader   string
+	rev           string
+	// revAsked: rev is the revision an initialize asked for, and its
+	// result (the revision the server chose) has not been seen.
+	revAsked       bool
 	msgs           []decode.Message
 	isInit         bool
 	ignored        bool
@@ -557,7 +560,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		if m.Type == decode.MsgRequest && m.Method == "initialize" {
 			ex.isInit = true
 			if ex.protoHeader == "" && m.ProtocolVersion != "" {
-				ex.rev = m.ProtocolVersion
+				ex.rev, ex.revAsked = m.ProtocolVersion, true
 			}
 		}
 	}

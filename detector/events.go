@@ -362,7 +362,7 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 				d.unknownSessionSaid(ex, o)
 			}
 			if ex.isInit && m.ProtocolVersion != "" {
-				ex.rev = m.ProtocolVersion
+				ex.rev, ex.revAsked = m.ProtocolVersion, false
 				if s != nil {
 					s.rev, s.revFromInit = m.ProtocolVersion, true
 				}

@@ -246,6 +246,11 @@ const (
 	ReasonSessionEvicted  = "session evicted (limit hit: MaxSessions)"
 	ReasonStateEvicted    = "session evicted (limit hit: MaxStateBytes)"
 	ReasonSessionDeleted  = "session deleted before the request"
+	// ReasonRevisionNotSeen: an initialize's stream ended before its
+	// result, so the revision is the one the client asked for; the server
+	// may have chosen an older one (a server that does not speak the
+	// client's latest answers with its own).
+	ReasonRevisionNotSeen = "revision the server chose not seen"
 	// ReasonOtherConnection: a request without a session id came on
 	// another connection than the lost session's 404. Any client of a
 	// server that runs without sessions (2025-11-25 allows one) sends such

@@ -852,6 +852,12 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonCaptureGap)
 		return
 	}
+	if ex.revAsked {
+		// The initialize itself went unanswered: the server may speak an
+		// older revision than the client asked for, where this is no rule.
+		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonRevisionNotSeen)
+		return
+	}
 	if d.cfg.PartialHistory {
 		// So may an exchange the input never showed.
 		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonPartialHistory)
