@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,12 @@ func recordGoChaos(ctx context.Context, dir, name string, h http.Handler, setup 
 // -seed, are cut after their k-th event with an id (k from 1 to 5), at its
 // boundary or inside it; cuts counts the cuts made.
 func randomCuts(cuts *atomic.Int64) func(n int) pcaprec.Hooks {
+	return randomEventCuts(cuts, nthEventWithID)
+}
+
+// randomEventCuts is randomCuts with the k-th event chosen by nth: servers
+// that send no ids are cut after any event (nthEvent).
+func randomEventCuts(cuts *atomic.Int64, nth func(k int) func(string) bool) func(n int) pcaprec.Hooks {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(*chaosSeed, 0))
 	return func(n int) pcaprec.Hooks {
@@ -79,7 +86,7 @@ func randomCuts(cuts *atomic.Int64) func(n int) pcaprec.Hooks {
 		if !cut {
 			return pcaprec.Hooks{}
 		}
-		c := newSSECut("", nthEventWithID(k))
+		c := newSSECut("", nth(k))
 		c.midEvent = mid
 		c.onFire = func() { cuts.Add(1) }
 		return c.hooks(n)
@@ -98,11 +105,25 @@ func nthEventWithID(k int) func(string) bool {
 	}
 }
 
+// nthEvent matches the k-th SSE event with data of a response.
+func nthEvent(k int) func(string) bool {
+	seen := 0
+	return func(ev string) bool {
+		if !strings.HasPrefix(ev, "data:") && !strings.Contains(ev, "\ndata:") {
+			return false
+		}
+		seen++
+		return seen == k
+	}
+}
+
 // chaosSetup says who meets in a Go-client probe.
 type chaosSetup struct {
-	// tsServer: the server is server.mjs (go-ts-chaos): its tools, and
-	// 2025-11-25 only.
+	// tsServer: the server has server.mjs's tools (go-ts-chaos) and, unless
+	// bothRevisions, speaks 2025-11-25 only.
 	tsServer bool
+	// bothRevisions: a tsServer that speaks 2026-07-28 too (tmcp_server.mjs).
+	bothRevisions bool
 	// mcpgoClient: the clients are mcp-go's (mcpgo-go-chaos), not go-sdk's.
 	mcpgoClient bool
 }
@@ -157,7 +178,7 @@ func (c *chaosClient) run(ctx context.Context, deadline time.Time) {
 // abandons the session.
 func (c *chaosClient) session(ctx context.Context, hc *http.Client, label string) {
 	var copts *mcp.ClientSessionOptions
-	if c.rng.IntN(3) != 0 || c.tsServer {
+	if c.rng.IntN(3) != 0 || (c.tsServer && !c.bothRevisions) {
 		copts = &mcp.ClientSessionOptions{ProtocolVersion: revisionSessions}
 	}
 	t := &mcp.StreamableClientTransport{Endpoint: c.url, HTTPClient: hc, DisableStandaloneSSE: c.rng.IntN(2) == 0, MaxRetries: 2}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 func init() {
@@ -41,6 +42,14 @@ func tsChaosClient() tsClientConfig {
 	return tsClientConfig{Flow: "chaos", Chaos: &tsChaosConfig{Seed: *chaosSeed, Clients: *chaosClients, DurationMs: int(chaosRun / time.Millisecond)}}
 }
 
+// randomCuts is the probes' proxy fault for this server.
+func (c tsServerConfig) randomCuts(cuts *atomic.Int64) func(n int) pcaprec.Hooks {
+	if c.NoEventIDs {
+		return randomEventCuts(cuts, nthEvent)
+	}
+	return randomCuts(cuts)
+}
+
 // forgetEvery makes r's server forget every session every 1.5 to 3 s until
 // ctx is done, counting the times in forgets.
 func forgetEvery(ctx context.Context, r *tsRig, forgets *atomic.Int64) {
@@ -58,51 +67,57 @@ func forgetEvery(ctx context.Context, r *tsRig, forgets *atomic.Int64) {
 }
 
 func runTSChaos(ctx context.Context, dir string) error {
-	const name = "ts-chaos"
+	return recordTSChaosAgainst(ctx, dir, "ts-chaos", tsChaosServer[0],
+		"# probe (test/fixturegen/ts_chaos.go): random correct TypeScript SDK traffic, random proxy cuts.")
+}
+
+// recordTSChaosAgainst records the chaos flow's applications against one
+// node server, which forgets every session now and then, while the proxy
+// cuts at random.
+func recordTSChaosAgainst(ctx context.Context, dir, name string, server tsServerConfig, about string) error {
 	var cuts, forgets atomic.Int64
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	defer stopForgetting()
-	out, err := recordTS(ctx, pcapPath(dir, name), tsChaosServer,
+	out, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{server},
 		func(r *tsRig) {
-			r.hooks = append(r.hooks, randomCuts(&cuts))
+			r.hooks = append(r.hooks, server.randomCuts(&cuts))
 			go forgetEvery(forgetCtx, r, &forgets)
 		},
 		tsChaosClient(),
 		nil, nil, `"chaos"`)
 	stopForgetting()
-	fmt.Fprintf(os.Stderr, "ts-chaos seed %d: %d cuts, sessions forgotten %d times\n", *chaosSeed, cuts.Load(), forgets.Load())
+	fmt.Fprintf(os.Stderr, "%s seed %d: %d cuts, sessions forgotten %d times\n", name, *chaosSeed, cuts.Load(), forgets.Load())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "ts-chaos seed %d: %s\n", *chaosSeed, chaosCounts(out))
-	return writeSpec(dir, name,
-		"# probe (test/fixturegen/ts_chaos.go): random correct TypeScript SDK traffic, random proxy cuts.",
-		"# Any violation is a false alarm or a fault of the SDK; explain it before trusting the capture.")
+	fmt.Fprintf(os.Stderr, "%s seed %d: %s\n", name, *chaosSeed, chaosCounts(out))
+	return writeSpec(dir, name, about,
+		"# Any violation is a false alarm or a fault of the SDKs; explain it before trusting the capture.")
 }
 
 // runGoTSChaos runs go-chaos's clients against server.mjs: two SDKs that
 // must agree on the wire, as a go-sdk application calling a TypeScript
 // server does.
 func runGoTSChaos(ctx context.Context, dir string) error {
-	return recordChaosAgainstTS(ctx, dir, "go-ts-chaos", chaosSetup{tsServer: true},
+	return recordChaosAgainstTS(ctx, dir, "go-ts-chaos", tsChaosServer[0], chaosSetup{tsServer: true},
 		"# probe (test/fixturegen/ts_chaos.go): go-sdk clients against the TypeScript SDK's server, random proxy cuts.")
 }
 
 // runMCPGoTSChaos is go-ts-chaos with mcp-go's client.
 func runMCPGoTSChaos(ctx context.Context, dir string) error {
-	return recordChaosAgainstTS(ctx, dir, "mcpgo-ts-chaos", chaosSetup{tsServer: true, mcpgoClient: true},
+	return recordChaosAgainstTS(ctx, dir, "mcpgo-ts-chaos", tsChaosServer[0], chaosSetup{tsServer: true, mcpgoClient: true},
 		"# probe (test/fixturegen/ts_chaos.go): mcp-go clients against the TypeScript SDK's server, random proxy cuts.")
 }
 
-// recordChaosAgainstTS records Go clients (setup) against server.mjs,
+// recordChaosAgainstTS records Go clients (setup) against a node server,
 // which forgets every session now and then, while the proxy cuts at random.
-func recordChaosAgainstTS(ctx context.Context, dir, name string, setup chaosSetup, about string) error {
-	r, err := newTSRig(ctx, pcapPath(dir, name), tsChaosServer...)
+func recordChaosAgainstTS(ctx context.Context, dir, name string, server tsServerConfig, setup chaosSetup, about string) error {
+	r, err := newTSRig(ctx, pcapPath(dir, name), server)
 	if err != nil {
 		return err
 	}
 	var calls, failed, cuts, forgets atomic.Int64
-	r.hooks = append(r.hooks, randomCuts(&cuts))
+	r.hooks = append(r.hooks, server.randomCuts(&cuts))
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	go forgetEvery(forgetCtx, r, &forgets)
 	runChaosClients(ctx, r.url(), setup, &calls, &failed)

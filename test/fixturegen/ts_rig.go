@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,12 +57,16 @@ func tsDir() string {
 	return filepath.Join("test", "fixturegen", "ts")
 }
 
+// tsPackages are packages of ts/package.json whose absence from
+// node_modules means it must be installed (again).
+var tsPackages = []string{"@modelcontextprotocol/sdk", "tmcp", "@tmcp/transport-http"}
+
 var (
 	nodeModulesOnce sync.Once
 	nodeModulesErr  error
 )
 
-// ensureNodeModules runs `npm ci` once if the SDK is not installed, so a
+// ensureNodeModules runs `npm ci` once if a package of tsPackages is missing, so a
 // fresh clone can run the generator; it fails with a clear message when node
 // or npm is missing.
 func ensureNodeModules(ctx context.Context) error {
@@ -71,7 +76,13 @@ func ensureNodeModules(ctx context.Context) error {
 			return
 		}
 		dir := tsDir()
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err == nil {
+		installed := true
+		for _, pkg := range tsPackages {
+			if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+				installed = false
+			}
+		}
+		if installed {
 			return
 		}
 		if _, err := exec.LookPath("npm"); err != nil {
@@ -220,6 +231,12 @@ type tsServer struct {
 
 // tsServerConfig is server.mjs's configuration (see its header).
 type tsServerConfig struct {
+	// Script is the server to run, server.mjs when empty (tmcp_server.mjs
+	// takes none of the options below).
+	Script string `json:"-"`
+	// NoEventIDs: the server sends none, so the probes cut streams after
+	// any event.
+	NoEventIDs    bool `json:"-"`
 	RetryInterval int  `json:"retryInterval,omitempty"`
 	Permissive    bool `json:"permissive,omitempty"`
 	SharedStore   bool `json:"sharedStore,omitempty"`
@@ -228,7 +245,7 @@ type tsServerConfig struct {
 }
 
 func startTSServer(ctx context.Context, cfg tsServerConfig) (*tsServer, error) {
-	p, err := startNode(ctx, "server.mjs", cfg)
+	p, err := startNode(ctx, cmp.Or(cfg.Script, "server.mjs"), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +257,7 @@ func startTSServer(ctx context.Context, cfg tsServerConfig) (*tsServer, error) {
 	var hello struct{ Port int }
 	if err := json.Unmarshal([]byte(line), &hello); err != nil || hello.Port == 0 {
 		p.stop()
-		return nil, fmt.Errorf("server.mjs: bad greeting %q", line)
+		return nil, fmt.Errorf("%s: bad greeting %q", p.name, line)
 	}
 	return &tsServer{nodeProc: p, addr: fmt.Sprintf("127.0.0.1:%d", hello.Port)}, nil
 }
