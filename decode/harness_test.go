@@ -384,6 +384,9 @@ func render(obs []*Observation) string {
 			if e.HasPartialID {
 				fmt.Fprintf(&b, " partial=%q", e.PartialID)
 			}
+			if e.CutMidEvent {
+				b.WriteString(" mid-event")
+			}
 			if e.HasLastID {
 				fmt.Fprintf(&b, " last=%q", e.LastID)
 			}

@@ -72,7 +72,7 @@ func (d *dir) headTooLarge(midLine bool) {
 		d.resetBody()
 		d.emitResponse(ro)
 		d.limit = "MaxHeaderBytes"
-		d.endResponse(EndTruncated)
+		d.endResponse(EndTruncated, false)
 	}
 	d.enterSync()
 	d.skipLine = midLine

@@ -7,13 +7,15 @@ func (d *dir) messageDone() {
 	if d.role == roleClient {
 		d.finishRequest(false)
 	} else {
-		d.endResponse(EndClean)
+		d.endResponse(EndClean, true)
 	}
 	d.nextMessage()
 }
 
-// endResponse emits the body (when it held JSON-RPC) and the End.
-func (d *dir) endResponse(how EndHow) {
+// endResponse emits the body (when it held JSON-RPC) and the End. framed
+// says the body's own framing ended it (the last chunk, the whole length);
+// else the connection did (FIN, reset, a gap).
+func (d *dir) endResponse(how EndHow, framed bool) {
 	ro := d.resp
 	if ro == nil {
 		return
@@ -35,6 +37,7 @@ func (d *dir) endResponse(how EndHow) {
 			if how == EndClean {
 				end.How = EndTruncated
 			}
+			end.CutMidEvent = !framed
 			end.PartialID, end.HasPartialID = d.sse.PartialID()
 		}
 		end.LastID, end.HasLastID = d.sse.LastEventID()
@@ -111,7 +114,7 @@ func (d *dir) abort(how EndHow) {
 		if d.role == roleClient {
 			d.finishRequest(true)
 		} else {
-			d.endResponse(how)
+			d.endResponse(how, false)
 		}
 	}
 }

@@ -304,6 +304,10 @@ type End struct {
 	// whether there was one.
 	PartialID    string
 	HasPartialID bool
+	// CutMidEvent: the connection, not the body's own framing, ended inside
+	// an event, so the rest of it was never seen: an id line may have
+	// followed its data (SSE allows any order).
+	CutMidEvent bool
 	// ClientClosed is true when the client had already closed its side of
 	// the connection (FIN) when the response ended: the client gave the
 	// stream up, the server did not end it.

@@ -121,7 +121,7 @@ func (d *dir) responseHead() {
 		d.messageDone()
 	case f.badLength && !f.chunked:
 		st.parseErrors[errBadContentLength].Add(1)
-		d.endResponse(EndTruncated)
+		d.endResponse(EndTruncated, false)
 		d.enterSync()
 	case f.chunked:
 		d.startBody(bodyChunked, 0)

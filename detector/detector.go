@@ -738,6 +738,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	s := ex.sess
+	if s != nil && len(s.heldCloses) > 0 {
+		d.answerHeldCloses(s, ex)
+	}
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
 		r := d.lost.link(d.evidenceOf(ex.conn, s, ex), s, o.Time, d.cfg.LinkWindow)

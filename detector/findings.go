@@ -174,6 +174,41 @@ func short(h string) string {
 // hands it to the sink. idParts identify this finding beyond kind, session
 // and request identity.
 func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...string) *Violation {
+	if v = d.completeViolation(v, ex, s, idParts...); v != nil {
+		d.emitViolation(v, s)
+	}
+	return v
+}
+
+// holdViolation completes v as violation does and keeps it on s until an
+// answer of the session settles it (answerHeldCloses, settleHeldCloses).
+func (d *Detector) holdViolation(v *Violation, ex *exchange, s *session, idParts ...string) {
+	if v = d.completeViolation(v, ex, s, idParts...); v != nil {
+		s.heldCloses = append(s.heldCloses, v)
+	}
+}
+
+func (d *Detector) emitViolation(v *Violation, s *session) {
+	if s != nil {
+		s.violations++
+	}
+	d.stats.Violations[v.Kind]++
+	d.sink.Violation(v)
+}
+
+// unverifiableFinding turns a completed violation that no later evidence
+// confirmed into the check's unverifiable record.
+func (d *Detector) unverifiableFinding(v *Violation, reason string) {
+	u := &Unverifiable{Time: v.Time, SessionID: v.SessionID, Client: v.Client, Server: v.Server, Reason: reason, Check: string(v.Kind)}
+	u.ID = findingID("unverifiable", string(v.Kind), reason, v.ID)
+	d.stats.Unverifiable[reason]++
+	d.sink.Unverifiable(u)
+}
+
+// completeViolation fills the common fields of v from ex and s and gives
+// it its id; it returns nil when a pipeline limit cut the evidence, having
+// recorded the check as unverifiable instead.
+func (d *Detector) completeViolation(v *Violation, ex *exchange, s *session, idParts ...string) *Violation {
 	var ev *decode.Event
 	if d.cur != nil {
 		ev = d.cur.Event
@@ -202,7 +237,6 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 		if v.ProtocolVersion == "" {
 			v.ProtocolVersion = s.rev
 		}
-		s.violations++
 	}
 	if ex != nil {
 		if v.Client == "" {
@@ -224,8 +258,6 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 	if ex != nil && ex.resume != nil && !ex.resume.emitted {
 		ex.resume.violations = append(ex.resume.violations, v.ID)
 	}
-	d.stats.Violations[v.Kind]++
-	d.sink.Violation(v)
 	return v
 }
 
@@ -251,6 +283,13 @@ const (
 	// may have chosen an older one (a server that does not speak the
 	// client's latest answers with its own).
 	ReasonRevisionNotSeen = "revision the server chose not seen"
+	// ReasonCutMidEvent: the connection ended inside an event whose id
+	// line, if any, would have come after the cut.
+	ReasonCutMidEvent = "stream cut inside an event whose id line may have followed"
+	// ReasonSessionFateUnseen: a stream ended without a cursor, and no
+	// later answer of the session showed whether the session outlived it
+	// (a server that ends a session ends its streams with it).
+	ReasonSessionFateUnseen = "no later answer showed the session outlived the stream"
 	// ReasonOtherConnection: a request without a session id came on
 	// another connection than the lost session's 404. Any client of a
 	// server that runs without sessions (2025-11-25 allows one) sends such

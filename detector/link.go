@@ -852,6 +852,12 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonCaptureGap)
 		return
 	}
+	if e.CutMidEvent {
+		// The server may have sent an id in the part of the event the cut
+		// took (@hono/mcp writes it after the data): cut, not ended early.
+		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonCutMidEvent)
+		return
+	}
 	if ex.revAsked {
 		// The initialize itself went unanswered: the server may speak an
 		// older revision than the client asked for, where this is no rule.
@@ -863,15 +869,51 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 		d.unverifiable(o.Time, s, ex, "unresumable_close", ReasonPartialHistory)
 		return
 	}
-	d.violation(&Violation{
+	// A server that ends the session ends its streams too (a restart, an
+	// expiry), and the client's way back is then a new session, cursor or
+	// not: the finding waits for the session's next answer.
+	d.holdViolation(&Violation{
 		Kind: KindUnresumableClose, Time: o.Time, JSONRPCIDs: pending, Tool: tool,
 		Explanation: fmt.Sprintf("Under %s the server ended the SSE stream of a POST in session %s (%s) before sending the "+
 			"JSON-RPC response to %v, and it had sent no event id on that stream. Without an id the client has no cursor "+
-			"to resume from, so the response is lost and the call's outcome is unknown. Check the server: it may close a "+
-			"request stream early only after a priming event with an id.", ex.rev, s.id, e.How, pending),
+			"to resume from, so the response is lost and the call's outcome is unknown. The session outlived the stream: "+
+			"a later request of it was answered. Check the server: it may close a request stream early only after a "+
+			"priming event with an id.", ex.rev, s.id, e.How, pending),
 		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
 			ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d event(s), none with an id", e.How, e.Events))},
 	}, ex, s)
+}
+
+// answerHeldCloses settles s's held unresumable_close findings by ex's
+// answer: a 404 after a stream ended says the server ended the session
+// with it, which is not this finding; any other answer to a request sent
+// after it says the session outlived the stream, which is.
+func (d *Detector) answerHeldCloses(s *session, ex *exchange) {
+	held := s.heldCloses[:0]
+	for _, v := range s.heldCloses {
+		switch {
+		case ex.status == 404 && ex.respAt.After(v.Time):
+		case ex.status != 404 && ex.start.After(v.Time):
+			v.Evidence = append(v.Evidence, ex.requestEvidence(), ex.responseEvidence())
+			d.emitViolation(v, s)
+		default:
+			held = append(held, v)
+		}
+	}
+	clear(s.heldCloses[len(held):])
+	s.heldCloses = held
+}
+
+// settleHeldCloses decides what s still holds when it ends: nothing after
+// a 404 (the session ended), else unverifiable, since no answer showed
+// whether the session outlived the stream.
+func (d *Detector) settleHeldCloses(s *session, how string) {
+	for _, v := range s.heldCloses {
+		if how != "404" {
+			d.unverifiableFinding(v, ReasonSessionFateUnseen)
+		}
+	}
+	s.heldCloses = nil
 }
 
 // lostEvidence is the 404 that lost session l, where it was seen.

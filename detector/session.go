@@ -178,7 +178,10 @@ type session struct {
 	lostConn                    decode.Conn
 	lostEx                      int
 	pendingUnknown              []*UnknownOutcome
-	reinitFlagged               bool // form 3 of silent_reinit_after_404 already raised
+	// heldCloses are unresumable_close findings waiting to learn whether
+	// the session outlived the stream (settleHeldCloses).
+	heldCloses    []*Violation
+	reinitFlagged bool // form 3 of silent_reinit_after_404 already raised
 	// droppable: a resumed GET of the session ended before any event id
 	// (cursor.go); the client's next GET must carry a cursor again.
 	droppable *droppableCursor
@@ -538,6 +541,7 @@ func (d *Detector) endSession(s *session, how string) {
 	if s.ended != "" {
 		return
 	}
+	d.settleHeldCloses(s, how)
 	s.ended = how
 	d.stats.SessionsEnded[how]++
 	d.sink.Session(&SessionSummary{

@@ -445,7 +445,7 @@ func (r *specRun) body(args []string) error {
 	return nil
 }
 
-// end CONN clean|truncated|reset|gap|open [partial=X] [last=X]
+// end CONN clean|truncated|reset|gap|open [partial=X] [last=X] [client-closed] [mid-event]
 func (r *specRun) end(args []string) error {
 	c, x, err := r.streamTarget(args, 2, "end CONN HOW")
 	if err != nil {
@@ -466,6 +466,9 @@ func (r *specRun) end(args []string) error {
 	}
 	if _, ok := m["client-closed"]; ok {
 		e.ClientClosed = true
+	}
+	if _, ok := m["mid-event"]; ok {
+		e.CutMidEvent = true // the connection ended inside an event
 	}
 	o := r.emit(c, x, decode.KindEnd)
 	o.End = e
