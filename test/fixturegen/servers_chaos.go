@@ -1,12 +1,14 @@
 package main
 
-// Probes against tmcp (ts/tmcp_server.mjs), an MCP server implementation
-// independent of the official SDKs, with its own Streamable HTTP transport:
-// no event ids, no session ever refused, broadcasts on every standalone
-// stream, and the per-request revision beside the session ones. The
-// clients are the other probes' (ts-chaos's applications, go-chaos's
-// go-sdk and mcp-go clients); the proxy cuts at random and the server
-// restarts now and then (forget), as in ts-chaos.
+// Probes against MCP servers that are neither SDK's transport, in node:
+// tmcp (ts/tmcp_server.mjs), an implementation of its own with no event
+// ids, no session ever refused, broadcasts on every standalone stream and
+// the per-request revision beside the session ones; and @hono/mcp
+// (ts/hono_server.mjs), a transport of its own under the SDK's McpServer,
+// with random UUID event ids and no priming. The clients are the other
+// probes' (ts-chaos's applications, go-chaos's go-sdk and mcp-go clients);
+// the proxy cuts at random and the server restarts now and then (forget),
+// as in ts-chaos.
 
 import "context"
 
@@ -18,23 +20,48 @@ func init() {
 			desc: "probe: go-chaos's go-sdk clients (both revisions) against a tmcp server, restarted now and then"},
 		scenario{name: "mcpgo-tmcp-chaos", probe: true, run: runMCPGoTmcpChaos,
 			desc: "probe: go-chaos's clients with mcp-go's client against a tmcp server, restarted now and then"},
+		scenario{name: "ts-hono-chaos", probe: true, run: runTSHonoChaos,
+			desc: "probe: ts-chaos's TypeScript applications against @hono/mcp's transport (random event ids, no priming), sessions forgotten now and then"},
+		scenario{name: "go-hono-chaos", probe: true, run: runGoHonoChaos,
+			desc: "probe: go-chaos's go-sdk clients (both revisions) against @hono/mcp's transport, sessions forgotten now and then"},
+		scenario{name: "mcpgo-hono-chaos", probe: true, run: runMCPGoHonoChaos,
+			desc: "probe: go-chaos's clients with mcp-go's client against @hono/mcp's transport, sessions forgotten now and then"},
 	)
 }
 
-// tmcpServer is tmcp_server.mjs: server.mjs's tools on tmcp.
-var tmcpServer = tsServerConfig{Script: "tmcp_server.mjs", NoEventIDs: true}
+var (
+	// tmcpServer is tmcp_server.mjs: server.mjs's tools on tmcp.
+	tmcpServer = tsServerConfig{Script: "tmcp_server.mjs", NoEventIDs: true}
+	// honoServer is hono_server.mjs: server.mjs's tools on @hono/mcp.
+	honoServer = tsServerConfig{Script: "hono_server.mjs"}
+)
 
 func runTSTmcpChaos(ctx context.Context, dir string) error {
 	return recordTSChaosAgainst(ctx, dir, "ts-tmcp-chaos", tmcpServer,
-		"# probe (test/fixturegen/tmcp_chaos.go): TypeScript SDK applications against a tmcp server, random proxy cuts.")
+		"# probe (test/fixturegen/servers_chaos.go): TypeScript SDK applications against a tmcp server, random proxy cuts.")
 }
 
 func runGoTmcpChaos(ctx context.Context, dir string) error {
 	return recordChaosAgainstTS(ctx, dir, "go-tmcp-chaos", tmcpServer, chaosSetup{tsServer: true, bothRevisions: true},
-		"# probe (test/fixturegen/tmcp_chaos.go): go-sdk clients against a tmcp server, random proxy cuts.")
+		"# probe (test/fixturegen/servers_chaos.go): go-sdk clients against a tmcp server, random proxy cuts.")
 }
 
 func runMCPGoTmcpChaos(ctx context.Context, dir string) error {
 	return recordChaosAgainstTS(ctx, dir, "mcpgo-tmcp-chaos", tmcpServer, chaosSetup{tsServer: true, bothRevisions: true, mcpgoClient: true},
-		"# probe (test/fixturegen/tmcp_chaos.go): mcp-go clients against a tmcp server, random proxy cuts.")
+		"# probe (test/fixturegen/servers_chaos.go): mcp-go clients against a tmcp server, random proxy cuts.")
+}
+
+func runTSHonoChaos(ctx context.Context, dir string) error {
+	return recordTSChaosAgainst(ctx, dir, "ts-hono-chaos", honoServer,
+		"# probe (test/fixturegen/servers_chaos.go): TypeScript SDK applications against @hono/mcp's transport, random proxy cuts.")
+}
+
+func runGoHonoChaos(ctx context.Context, dir string) error {
+	return recordChaosAgainstTS(ctx, dir, "go-hono-chaos", honoServer, chaosSetup{tsServer: true, bothRevisions: true},
+		"# probe (test/fixturegen/servers_chaos.go): go-sdk clients against @hono/mcp's transport, random proxy cuts.")
+}
+
+func runMCPGoHonoChaos(ctx context.Context, dir string) error {
+	return recordChaosAgainstTS(ctx, dir, "mcpgo-hono-chaos", honoServer, chaosSetup{tsServer: true, bothRevisions: true, mcpgoClient: true},
+		"# probe (test/fixturegen/servers_chaos.go): mcp-go clients against @hono/mcp's transport, random proxy cuts.")
 }

@@ -20,17 +20,16 @@
 
 import fs from 'node:fs';
 import http from 'node:http';
-import readline from 'node:readline';
 import { getRequestListener } from '@hono/node-server';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import { closeSessions, log, serveCommands } from './commands.mjs';
 import { readMcpRequest } from './request.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
-const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 const record = obj => {
     if (config.chargeLog) fs.appendFileSync(config.chargeLog, JSON.stringify(obj) + '\n');
@@ -111,27 +110,11 @@ async function handle(req) {
 
 const httpServer = http.createServer(getRequestListener(handle, { overrideGlobalObjects: false }));
 
-readline.createInterface({ input: process.stdin }).on('line', async line => {
-    const [cmd, arg] = line.trim().split(/\s+/);
-    switch (cmd) {
-        case 'forget': {
-            const fraction = Number(arg ?? '1');
-            const ids = [...sessions.keys()].filter(() => Math.random() < fraction);
-            for (const id of ids) {
-                const t = sessions.get(id);
-                sessions.delete(id);
-                await t.close();
-            }
-            log({ event: 'forgot', sessions: ids, kept: sessions.size });
-            break;
-        }
-        case '':
-        case undefined:
-            break;
-        default:
-            log({ error: `unknown command ${JSON.stringify(line)}` });
+serveCommands({
+    forget: async (fraction = '1') => {
+        const ids = await closeSessions(sessions, [...sessions.keys()].filter(() => Math.random() < Number(fraction)));
+        log({ event: 'forgot', sessions: ids, kept: sessions.size });
     }
 });
-process.stdin.on('end', () => process.exit(0));
 
 httpServer.listen(0, '127.0.0.1', () => log({ port: httpServer.address().port }));

@@ -34,18 +34,15 @@
 // Every line it prints is JSON, for the generator's log.
 
 import http from 'node:http';
-import readline from 'node:readline';
 import { getRequestListener } from '@hono/node-server';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { InMemoryEventStore } from '@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import { z } from 'zod';
+import { closeSessions, log, serveCommands } from './commands.mjs';
 import { readMcpRequest } from './request.mjs';
+import { newMcpServer } from './tools.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
-const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
-const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
 // Keep-alive comments would add events nobody asked for to short captures.
 const keepAliveMs = 10 * 60 * 1000;
@@ -91,75 +88,6 @@ const sharedStore = config.sharedStore ? new SharedEventStore() : undefined;
 // replaying is the session whose resume the shared store is answering (one
 // at a time in the scenarios that use it), for its log line.
 let replaying;
-
-function newMcpServer() {
-    const server = new McpServer({ name: 'fixture-ts-server', version: '1.0.0' }, { capabilities: { logging: {} } });
-    // slow_write reports `steps` progress notifications (or log messages when
-    // the caller sent no progress token) `delayMs` apart on the request's own
-    // SSE stream, then returns. With pollAfter it closes its SSE stream after
-    // that many steps (SEP-1699 polling), so the client has to resume.
-    server.registerTool(
-        'slow_write',
-        {
-            description: 'writes slowly, reporting progress',
-            inputSchema: {
-                label: z.string(),
-                steps: z.number().int().min(1).max(20),
-                delayMs: z.number().int().min(0).max(2000),
-                pollAfter: z.number().int().min(0).optional()
-            }
-        },
-        async ({ label, steps, delayMs, pollAfter }, extra) => {
-            const token = extra._meta?.progressToken;
-            for (let i = 1; i <= steps; i++) {
-                await sleep(delayMs);
-                if (token !== undefined) {
-                    await extra.sendNotification({
-                        method: 'notifications/progress',
-                        params: { progressToken: token, progress: i, total: steps, message: `${label} step ${i}` }
-                    });
-                } else {
-                    await extra.sendNotification({
-                        method: 'notifications/message',
-                        params: { level: 'info', logger: 'slow_write', data: `${label} step ${i} of ${steps}` }
-                    });
-                }
-                if (pollAfter !== undefined && i === pollAfter) {
-                    if (!extra.closeSSEStream) {
-                        throw new Error('closeSSEStream unavailable: no event store or protocol < 2025-11-25');
-                    }
-                    extra.closeSSEStream();
-                }
-            }
-            await sleep(delayMs);
-            return { content: [{ type: 'text', text: `wrote ${label}` }] };
-        }
-    );
-    // announce sends `count` log messages `delayMs` apart with no related
-    // request, so they travel on the standalone GET stream (_GET_stream).
-    server.registerTool(
-        'announce',
-        {
-            description: 'sends server-initiated notifications on the GET stream',
-            inputSchema: {
-                count: z.number().int().min(1).max(20),
-                delayMs: z.number().int().min(0).max(2000),
-                label: z.string().optional()
-            }
-        },
-        async ({ count, delayMs, label }, extra) => {
-            for (let i = 1; i <= count; i++) {
-                await sleep(delayMs);
-                await server.server.notification({
-                    method: 'notifications/message',
-                    params: { level: 'info', logger: 'announce', data: `announcement ${i} of ${count}${label ? ` for ${label} (session ${extra.sessionId})` : ''}` }
-                });
-            }
-            return { content: [{ type: 'text', text: `announced ${count}` }] };
-        }
-    );
-    return server;
-}
 
 async function newSession() {
     const transport = new WebStandardStreamableHTTPServerTransport({
@@ -258,32 +186,15 @@ async function handle(req) {
 const listener = getRequestListener(handle, { overrideGlobalObjects: false });
 const httpServer = http.createServer(listener);
 
-readline.createInterface({ input: process.stdin }).on('line', async line => {
-    switch (line.trim()) {
-        case 'forget': {
-            // Closing the transport ends its open SSE streams cleanly (chunked
-            // terminator) and makes it answer 404; dropping it from the map
-            // makes the router answer 404 too.
-            const ids = [...sessions.keys()];
-            for (const id of ids) {
-                const t = sessions.get(id);
-                sessions.delete(id);
-                await t.close();
-            }
-            log({ event: 'forgot', sessions: ids });
-            break;
-        }
-        case 'drain':
-            httpServer.closeIdleConnections();
-            log({ event: 'drained' });
-            break;
-        case '':
-            break;
-        default:
-            log({ error: `unknown command ${JSON.stringify(line)}` });
+serveCommands({
+    // Closing the transport ends its open SSE streams cleanly (chunked
+    // terminator) and makes it answer 404; dropping it from the map makes
+    // the router answer 404 too.
+    forget: async () => log({ event: 'forgot', sessions: await closeSessions(sessions) }),
+    drain: () => {
+        httpServer.closeIdleConnections();
+        log({ event: 'drained' });
     }
 });
-// The generator closing our stdin means the scenario is over.
-process.stdin.on('end', () => process.exit(0));
 
 httpServer.listen(0, '127.0.0.1', () => log({ port: httpServer.address().port }));

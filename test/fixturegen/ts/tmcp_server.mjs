@@ -15,15 +15,14 @@
 // Every line it prints is JSON, for the generator's log.
 
 import http from 'node:http';
-import readline from 'node:readline';
 import { getRequestListener } from '@hono/node-server';
 import { McpServer } from 'tmcp';
 import { ZodJsonSchemaAdapter } from '@tmcp/adapter-zod';
 import { HttpTransport } from '@tmcp/transport-http';
 import { InMemoryInfoSessionManager, InMemoryStreamSessionManager } from '@tmcp/session-manager';
 import { z } from 'zod';
+import { log, serveCommands } from './commands.mjs';
 
-const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
 // OpenStreams remembers which sessions hold a standalone stream, so that
@@ -112,21 +111,13 @@ async function handle(req) {
 
 const httpServer = http.createServer(getRequestListener(handle, { overrideGlobalObjects: false }));
 
-readline.createInterface({ input: process.stdin }).on('line', line => {
-    switch (line.trim()) {
-        case 'forget': {
-            const ids = [...streams.ids];
-            for (const id of ids) streams.delete(id);
-            start();
-            log({ event: 'forgot', streams: ids });
-            break;
-        }
-        case '':
-            break;
-        default:
-            log({ error: `unknown command ${JSON.stringify(line)}` });
+serveCommands({
+    forget: () => {
+        const ids = [...streams.ids];
+        for (const id of ids) streams.delete(id);
+        start();
+        log({ event: 'forgot', streams: ids });
     }
 });
-process.stdin.on('end', () => process.exit(0));
 
 httpServer.listen(0, '127.0.0.1', () => log({ port: httpServer.address().port }));
