@@ -177,8 +177,9 @@ type exchange struct {
 	hasCursor     bool
 	protoHeader   string
 	rev           string
-	// revAsked: rev is the revision an initialize asked for, and its
-	// result (the revision the server chose) has not been seen.
+	// revAsked: rev is the revision an initialize asked for (header or
+	// params), and its result (the revision the server chose) has not
+	// been seen.
 	revAsked       bool
 	msgs           []decode.Message
 	isInit         bool
@@ -558,9 +559,12 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	for i := range r.Messages {
 		m := &r.Messages[i]
 		if m.Type == decode.MsgRequest && m.Method == "initialize" {
-			ex.isInit = true
+			// Whatever revision an initialize names, in its header (as
+			// @ai-sdk/mcp's client sends) or its params, the server may
+			// choose an older one.
+			ex.isInit, ex.revAsked = true, true
 			if ex.protoHeader == "" && m.ProtocolVersion != "" {
-				ex.rev, ex.revAsked = m.ProtocolVersion, true
+				ex.rev = m.ProtocolVersion
 			}
 		}
 	}
