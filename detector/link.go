@@ -128,7 +128,8 @@ type clientEvidence struct {
 	// sessions on one connection, so the same connection proves nothing.
 	sharedConn                  bool
 	auth, userAgent, clientInfo string
-	// endpoint, when set, rules out sessions of other logical endpoints.
+	// endpoint, when set, rules out sessions of other logical endpoints
+	// (evidenceOf sets it wherever a request is known).
 	endpoint string
 }
 
@@ -142,6 +143,11 @@ func (d *Detector) evidenceOf(conn decode.Conn, s *session, ex *exchange) client
 	if ex != nil {
 		e.auth = cmp.Or(e.auth, ex.auth)
 		e.userAgent = cmp.Or(e.userAgent, ex.userAgent)
+		// A client that lost its session starts over at the same URL:
+		// only the lost session's own endpoint (Host and path) says
+		// anything. Another MCP server behind the same address (virtual
+		// hosts on one ingress) has other clients, whose calls may match.
+		e.endpoint = ex.endpoint
 	}
 	return e
 }
@@ -690,11 +696,10 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if ex.isInit || !ex.ok2xx() {
 		return
 	}
-	// Only the lost session's own endpoint says anything: a request to
-	// another one (another Host or path behind the same address) may come
-	// from any client of a server without sessions.
+	// Only the lost session's own endpoint says anything (evidenceOf): a
+	// request to another one (another Host or path behind the same
+	// address) may come from any client of a server without sessions.
 	e := d.evidenceOf(ex.conn, nil, ex)
-	e.endpoint = ex.endpoint
 	r := d.lost.link(e, nil, o.Time, d.cfg.LinkWindow)
 	if r.s == nil && len(r.ambiguous) > 0 {
 		d.ambiguousLink(o.Time, nil, ex, "form3", r)
