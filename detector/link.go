@@ -696,6 +696,13 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	if ex.isInit || !ex.ok2xx() {
 		return
 	}
+	if ex.method != "" && ex.method != "POST" {
+		// A client carrying on without its session sends its calls; a GET
+		// without a session id continues none (@ai-sdk/mcp's client opens
+		// one before its initialize, and mcp-go answers it 200). A request
+		// the capture lost may have been a call: unverifiable below.
+		return
+	}
 	// Only the lost session's own endpoint says anything (evidenceOf): a
 	// request to another one (another Host or path behind the same
 	// address) may come from any client of a server without sessions.
