@@ -106,8 +106,14 @@ func (c *chaosClient) mcpgoSession(ctx context.Context, hc *http.Client, label s
 }
 
 func runTSMCPGoChaos(ctx context.Context, dir string) error {
-	return recordTSChaos(ctx, dir, "ts-mcpgo-chaos", mcpgoHandler(mcpgoTSShapedTools(), mcpgoChaosTTL, *chaosSeed%2 == 0),
+	return recordTSChaos(ctx, dir, "ts-mcpgo-chaos", tsShapedMCPGoHandler(), tsChaosClient(),
 		"# probe (test/fixturegen/mcpgo_chaos.go): TypeScript SDK applications, an mcp-go server with its event store; random proxy cuts.")
+}
+
+// tsShapedMCPGoHandler is mcp-go's server with server.mjs's tools, its event
+// store and idle TTL; even seeds answer 404 for ended sessions.
+func tsShapedMCPGoHandler() http.Handler {
+	return mcpgoHandler(mcpgoTSShapedTools(), mcpgoChaosTTL, *chaosSeed%2 == 0)
 }
 
 // mcpgoHandler serves s with mcp-go's event store, ending sessions idle for

@@ -37,7 +37,7 @@ var (
 )
 
 func runTSTmcpChaos(ctx context.Context, dir string) error {
-	return recordTSChaosAgainst(ctx, dir, "ts-tmcp-chaos", tmcpServer,
+	return recordTSChaosAgainst(ctx, dir, "ts-tmcp-chaos", tmcpServer, tsChaosClient(),
 		"# probe (test/fixturegen/servers_chaos.go): TypeScript SDK applications against a tmcp server, random proxy cuts.")
 }
 
@@ -52,7 +52,7 @@ func runMCPGoTmcpChaos(ctx context.Context, dir string) error {
 }
 
 func runTSHonoChaos(ctx context.Context, dir string) error {
-	return recordTSChaosAgainst(ctx, dir, "ts-hono-chaos", honoServer,
+	return recordTSChaosAgainst(ctx, dir, "ts-hono-chaos", honoServer, tsChaosClient(),
 		"# probe (test/fixturegen/servers_chaos.go): TypeScript SDK applications against @hono/mcp's transport, random proxy cuts.")
 }
 

@@ -67,14 +67,14 @@ func forgetEvery(ctx context.Context, r *tsRig, forgets *atomic.Int64) {
 }
 
 func runTSChaos(ctx context.Context, dir string) error {
-	return recordTSChaosAgainst(ctx, dir, "ts-chaos", tsChaosServer[0],
+	return recordTSChaosAgainst(ctx, dir, "ts-chaos", tsChaosServer[0], tsChaosClient(),
 		"# probe (test/fixturegen/ts_chaos.go): random correct TypeScript SDK traffic, random proxy cuts.")
 }
 
-// recordTSChaosAgainst records the chaos flow's applications against one
-// node server, which forgets every session now and then, while the proxy
-// cuts at random.
-func recordTSChaosAgainst(ctx context.Context, dir, name string, server tsServerConfig, about string) error {
+// recordTSChaosAgainst records a chaos flow's applications (client) against
+// one node server, which forgets every session now and then, while the
+// proxy cuts at random.
+func recordTSChaosAgainst(ctx context.Context, dir, name string, server tsServerConfig, client tsClientConfig, about string) error {
 	var cuts, forgets atomic.Int64
 	forgetCtx, stopForgetting := context.WithCancel(ctx)
 	defer stopForgetting()
@@ -83,7 +83,7 @@ func recordTSChaosAgainst(ctx context.Context, dir, name string, server tsServer
 			r.hooks = append(r.hooks, server.randomCuts(&cuts))
 			go forgetEvery(forgetCtx, r, &forgets)
 		},
-		tsChaosClient(),
+		client,
 		nil, nil, `"chaos"`)
 	stopForgetting()
 	fmt.Fprintf(os.Stderr, "%s seed %d: %d cuts, sessions forgotten %d times\n", name, *chaosSeed, cuts.Load(), forgets.Load())
@@ -135,15 +135,21 @@ func recordChaosAgainstTS(ctx context.Context, dir, name string, server tsServer
 // server.mjs's tools (tsShapedGoServer): a TypeScript application calling
 // a Go server. The server's idle timeout forgets sessions (as go-chaos's).
 func runTSGoChaos(ctx context.Context, dir string) error {
-	opts := storeOpts()
-	opts.SessionTimeout = 700 * time.Millisecond
-	return recordTSChaos(ctx, dir, "ts-go-chaos", goHandler(tsShapedGoServer(), opts),
+	return recordTSChaos(ctx, dir, "ts-go-chaos", tsShapedGoHandler(), tsChaosClient(),
 		"# probe (test/fixturegen/ts_chaos.go): TypeScript SDK applications against a go-sdk server, random proxy cuts.")
 }
 
-// recordTSChaos records ts-chaos's applications against server h while the
-// proxy cuts at random; about names the probe in the spec's first line.
-func recordTSChaos(ctx context.Context, dir, name string, h http.Handler, about string) error {
+// tsShapedGoHandler serves tsShapedGoServer with go-chaos's idle timeout.
+func tsShapedGoHandler() http.Handler {
+	opts := storeOpts()
+	opts.SessionTimeout = 700 * time.Millisecond
+	return goHandler(tsShapedGoServer(), opts)
+}
+
+// recordTSChaos records a chaos flow's applications (client) against server
+// h while the proxy cuts at random; about names the probe in the spec's
+// first line.
+func recordTSChaos(ctx context.Context, dir, name string, h http.Handler, client tsClientConfig, about string) error {
 	r, err := newRig(pcapPath(dir, name), h)
 	if err != nil {
 		return err
@@ -151,7 +157,7 @@ func recordTSChaos(ctx context.Context, dir, name string, h http.Handler, about 
 	var cuts atomic.Int64
 	r.hooks = append(r.hooks, randomCuts(&cuts))
 	tr := &tsRig{rig: r}
-	out, err := tr.runTSClient(ctx, tsChaosClient(), nil)
+	out, err := tr.runTSClient(ctx, client, nil)
 	if ferr := tr.finish(); err == nil {
 		err = ferr
 	}

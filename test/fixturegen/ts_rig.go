@@ -59,7 +59,7 @@ func tsDir() string {
 
 // tsPackages are packages of ts/package.json whose absence from
 // node_modules means it must be installed (again).
-var tsPackages = []string{"@modelcontextprotocol/sdk", "tmcp", "@tmcp/transport-http", "@hono/mcp"}
+var tsPackages = []string{"@modelcontextprotocol/sdk", "tmcp", "@tmcp/transport-http", "@hono/mcp", "@ai-sdk/mcp"}
 
 var (
 	nodeModulesOnce sync.Once
@@ -292,6 +292,9 @@ var tsTenants = []string{"tenant-a", "tenant-b", "tenant-c"}
 
 // tsClientConfig is client.mjs's configuration (see its header).
 type tsClientConfig struct {
+	// Script is the client to run, client.mjs when empty
+	// (aisdk_client.mjs runs the chaos flow only).
+	Script      string          `json:"-"`
 	URL         string          `json:"url"`
 	Flow        string          `json:"flow"`
 	Call        tsCallArgs      `json:"call"`
@@ -313,7 +316,7 @@ type tsChaosConfig struct {
 }
 
 func startTSClient(ctx context.Context, cfg tsClientConfig) (*nodeProc, error) {
-	return startNode(ctx, "client.mjs", cfg)
+	return startNode(ctx, cmp.Or(cfg.Script, "client.mjs"), cfg)
 }
 
 // tsRig is one recording: the go-sdk rig's pcap and proxy (with no Go

@@ -20,6 +20,7 @@ import readline from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { chaosRandom } from './chaos_random.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
@@ -247,20 +248,6 @@ const flows = {
         for (const c of conns) await c.client.close();
     }
 };
-
-// chaosRandom is mulberry32: a small seeded generator, so a seed draws the
-// same choices (the timing still varies).
-function chaosRandom(seed) {
-    let a = seed >>> 0;
-    const next = () => {
-        a = (a + 0x6d2b79f5) >>> 0;
-        let t = a;
-        t = Math.imul(t ^ (t >>> 15), t | 1);
-        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-    return { next, int: n => Math.floor(next() * n) };
-}
 
 // The chaos flow (the ts-chaos probe): config.chaos.clients applications,
 // each making sessions for config.chaos.durationMs, every one doing what a
