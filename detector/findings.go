@@ -180,12 +180,20 @@ func (d *Detector) violation(v *Violation, ex *exchange, s *session, idParts ...
 	return v
 }
 
-// holdViolation completes v as violation does and keeps it on s until an
-// answer of the session settles it (answerHeldCloses, settleHeldCloses).
-func (d *Detector) holdViolation(v *Violation, ex *exchange, s *session, idParts ...string) {
-	if v = d.completeViolation(v, ex, s, idParts...); v != nil {
-		s.heldCloses = append(s.heldCloses, v)
+// holdClose completes an unresumable_close finding as violation does and
+// keeps it on s until an answer of the session settles it
+// (answerHeldCloses, settleHeldCloses). Past maxHeldClosesPerSession the
+// oldest is settled unverifiable.
+func (d *Detector) holdClose(v *Violation, ex *exchange, s *session) {
+	if v = d.completeViolation(v, ex, s); v == nil {
+		return
 	}
+	if len(s.heldCloses) == maxHeldClosesPerSession {
+		d.stats.LimitsHit["maxHeldClosesPerSession"]++
+		d.unverifiableFinding(s.heldCloses[0], ReasonLimitPrefix+"maxHeldClosesPerSession")
+		s.heldCloses = append(s.heldCloses[:0], s.heldCloses[1:]...)
+	}
+	s.heldCloses = append(s.heldCloses, v)
 }
 
 func (d *Detector) emitViolation(v *Violation, s *session) {

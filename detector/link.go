@@ -884,7 +884,7 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 	// A server that ends the session ends its streams too (a restart, an
 	// expiry), and the client's way back is then a new session, cursor or
 	// not: the finding waits for the session's next answer.
-	d.holdViolation(&Violation{
+	d.holdClose(&Violation{
 		Kind: KindUnresumableClose, Time: o.Time, JSONRPCIDs: pending, Tool: tool,
 		Explanation: fmt.Sprintf("Under %s the server ended the SSE stream of a POST in session %s (%s) before sending the "+
 			"JSON-RPC response to %v, and it had sent no event id on that stream. Without an id the client has no cursor "+

@@ -45,6 +45,10 @@ const maxPrimingPositions = 64
 // session remembers for truncated_resume.
 const maxPartialIDsPerSession = 64
 
+// maxHeldClosesPerSession bounds the unresumable_close findings a session
+// holds until its next answer (heldCloses).
+const maxHeldClosesPerSession = 16
+
 // stream is one logical SSE stream of a session: a POST response stream or
 // the standalone GET stream, continued across resumes.
 type stream struct {
@@ -179,7 +183,9 @@ type session struct {
 	lostEx                      int
 	pendingUnknown              []*UnknownOutcome
 	// heldCloses are unresumable_close findings waiting to learn whether
-	// the session outlived the stream (settleHeldCloses).
+	// the session outlived the stream (answerHeldCloses): the streams that
+	// ended since a request that started before them, so rarely more than
+	// the session ever had open at once; maxHeldClosesPerSession bounds them.
 	heldCloses    []*Violation
 	reinitFlagged bool // form 3 of silent_reinit_after_404 already raised
 	// droppable: a resumed GET of the session ended before any event id
