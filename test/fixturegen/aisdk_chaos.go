@@ -21,6 +21,8 @@ func init() {
 			desc: "probe: @ai-sdk/mcp client applications against @hono/mcp's transport"},
 		scenario{name: "aisdk-tmcp-chaos", probe: true, run: runAISDKTmcpChaos,
 			desc: "probe: @ai-sdk/mcp client applications against a tmcp server"},
+		scenario{name: "aisdk-fastmcp-chaos", probe: true, run: runAISDKFastMCPChaos,
+			desc: "probe: @ai-sdk/mcp client applications against a FastMCP server"},
 	)
 }
 
@@ -55,4 +57,9 @@ func runAISDKHonoChaos(ctx context.Context, dir string) error {
 func runAISDKTmcpChaos(ctx context.Context, dir string) error {
 	return recordTSChaosAgainst(ctx, dir, "aisdk-tmcp-chaos", tmcpServer, aisdkChaosClient(),
 		"# probe (test/fixturegen/aisdk_chaos.go): @ai-sdk/mcp clients against a tmcp server, random proxy cuts.")
+}
+
+func runAISDKFastMCPChaos(ctx context.Context, dir string) error {
+	return recordTSChaosAgainst(ctx, dir, "aisdk-fastmcp-chaos", fastmcpServer, aisdkChaosClient(),
+		"# probe (test/fixturegen/aisdk_chaos.go): @ai-sdk/mcp clients against a FastMCP server, random proxy cuts.")
 }

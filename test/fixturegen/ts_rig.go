@@ -59,7 +59,7 @@ func tsDir() string {
 
 // tsPackages are packages of ts/package.json whose absence from
 // node_modules means it must be installed (again).
-var tsPackages = []string{"@modelcontextprotocol/sdk", "tmcp", "@tmcp/transport-http", "@hono/mcp", "@ai-sdk/mcp"}
+var tsPackages = []string{"@modelcontextprotocol/sdk", "tmcp", "@tmcp/transport-http", "@hono/mcp", "@ai-sdk/mcp", "fastmcp"}
 
 var (
 	nodeModulesOnce sync.Once
