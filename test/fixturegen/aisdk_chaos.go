@@ -35,7 +35,7 @@ func aisdkChaosClient() tsClientConfig {
 }
 
 func runAISDKTSChaos(ctx context.Context, dir string) error {
-	return recordTSChaosAgainst(ctx, dir, "aisdk-ts-chaos", tsChaosServer[0], aisdkChaosClient(),
+	return recordTSChaosAgainst(ctx, dir, "aisdk-ts-chaos", tsChaosServer, aisdkChaosClient(),
 		"# probe (test/fixturegen/aisdk_chaos.go): @ai-sdk/mcp clients against the TypeScript SDK's server, random proxy cuts.")
 }
 

@@ -35,7 +35,7 @@ func init() {
 
 // tsChaosServer is the probes' server.mjs: an event store per session,
 // polling streams asked back after 100 ms.
-var tsChaosServer = []tsServerConfig{{RetryInterval: 100}}
+var tsChaosServer = tsServerConfig{RetryInterval: 100}
 
 // tsChaosClient is client.mjs's chaos flow, drawn with -seed and -clients.
 func tsChaosClient() tsClientConfig {
@@ -67,7 +67,7 @@ func forgetEvery(ctx context.Context, r *tsRig, forgets *atomic.Int64) {
 }
 
 func runTSChaos(ctx context.Context, dir string) error {
-	return recordTSChaosAgainst(ctx, dir, "ts-chaos", tsChaosServer[0], tsChaosClient(),
+	return recordTSChaosAgainst(ctx, dir, "ts-chaos", tsChaosServer, tsChaosClient(),
 		"# probe (test/fixturegen/ts_chaos.go): random correct TypeScript SDK traffic, random proxy cuts.")
 }
 
@@ -99,13 +99,13 @@ func recordTSChaosAgainst(ctx context.Context, dir, name string, server tsServer
 // must agree on the wire, as a go-sdk application calling a TypeScript
 // server does.
 func runGoTSChaos(ctx context.Context, dir string) error {
-	return recordChaosAgainstTS(ctx, dir, "go-ts-chaos", tsChaosServer[0], chaosSetup{tsServer: true},
+	return recordChaosAgainstTS(ctx, dir, "go-ts-chaos", tsChaosServer, chaosSetup{tsServer: true},
 		"# probe (test/fixturegen/ts_chaos.go): go-sdk clients against the TypeScript SDK's server, random proxy cuts.")
 }
 
 // runMCPGoTSChaos is go-ts-chaos with mcp-go's client.
 func runMCPGoTSChaos(ctx context.Context, dir string) error {
-	return recordChaosAgainstTS(ctx, dir, "mcpgo-ts-chaos", tsChaosServer[0], chaosSetup{tsServer: true, mcpgoClient: true},
+	return recordChaosAgainstTS(ctx, dir, "mcpgo-ts-chaos", tsChaosServer, chaosSetup{tsServer: true, mcpgoClient: true},
 		"# probe (test/fixturegen/ts_chaos.go): mcp-go clients against the TypeScript SDK's server, random proxy cuts.")
 }
 
