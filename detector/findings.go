@@ -209,8 +209,7 @@ func (d *Detector) emitViolation(v *Violation, s *session) {
 func (d *Detector) unverifiableFinding(v *Violation, reason string) {
 	u := &Unverifiable{Time: v.Time, SessionID: v.SessionID, Client: v.Client, Server: v.Server, Reason: reason, Check: string(v.Kind)}
 	u.ID = findingID("unverifiable", string(v.Kind), reason, v.ID)
-	d.stats.Unverifiable[reason]++
-	d.sink.Unverifiable(u)
+	d.emitUnverifiable(u)
 }
 
 // completeViolation fills the common fields of v from ex and s and gives
@@ -362,7 +361,11 @@ func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, re
 		idParts = append(idParts, ex.requestIdentity())
 	}
 	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, u.Server}, idParts...)...)
-	d.stats.Unverifiable[reason]++
+	d.emitUnverifiable(u)
+}
+
+func (d *Detector) emitUnverifiable(u *Unverifiable) {
+	d.stats.Unverifiable[u.Reason]++
 	d.sink.Unverifiable(u)
 }
 

@@ -8,7 +8,7 @@ package main
 // with random UUID event ids and no priming; and FastMCP
 // (ts/fastmcp_server.mjs), mcp-proxy's HTTP server around the SDK's
 // transport with its own event ids, its own per-request (2026-07-28)
-// handler and pings every 5 s. The clients are the other
+// handler (a 400 from FastMCP 4). The clients are the other
 // probes' (ts-chaos's applications, go-chaos's go-sdk and mcp-go clients);
 // the proxy cuts at random and the server restarts now and then (forget),
 // as in ts-chaos.

@@ -20,69 +20,58 @@
 // It prints JSON lines; the last is {"chaos":{...counts, settled}}.
 
 import { createMCPClient } from '@ai-sdk/mcp';
-import { chaosRandom } from './chaos_random.mjs';
+import { runChaos } from './chaos.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
 async function chaos() {
-    const { seed = 1, clients = 4, durationMs = 8000 } = config.chaos ?? {};
-    const deadline = Date.now() + durationMs;
-    const counts = { sessions: 0, calls: 0, failed: 0 };
-    const app = async i => {
-        const rnd = chaosRandom(seed * 1000 + i);
-        for (let s = 0; Date.now() < deadline; s++) {
-            let lost = false;
-            let client;
-            try {
-                client = await createMCPClient({
-                    transport: { type: 'http', url: config.url },
-                    name: 'fixture-aisdk-client',
-                    // Notifications reach it as errors ("Unsupported message
-                    // type"): it handles none.
-                    onUncaughtError: () => {}
-                });
-            } catch {
-                counts.failed++;
-                await sleep(100);
-                continue;
-            }
-            counts.sessions++;
-            const running = [];
-            const ops = 1 + rnd.int(6);
-            for (let o = 0; o < ops && !lost; o++) {
-                const label = `a${i}-s${s}-o${o}`;
-                // A cut call is never answered: no application waits for
-                // it long.
-                const giveUp = rnd.int(3) === 0 ? 50 + rnd.int(300) : 3000;
-                const args =
-                    rnd.int(4) === 0
-                        ? { name: 'announce', args: { count: 1 + rnd.int(3), delayMs: 20 + rnd.int(60), label } }
-                        : { name: 'slow_write', args: { label, steps: 1 + rnd.int(4), delayMs: 20 + rnd.int(60) } };
-                counts.calls++;
-                const call = client
-                    .callTool({ ...args, options: { abortSignal: AbortSignal.timeout(giveUp) } })
-                    .catch(err => {
-                        counts.failed++;
-                        if (err?.statusCode === 404) lost = true;
-                    });
-                if (rnd.int(3) === 0) running.push(call);
-                else await call;
-                if (rnd.int(8) === 0) await sleep(300 + rnd.int(700));
-            }
-            await Promise.all(running);
-            // close() DELETEs the session: an application drops a client
-            // whose session got 404 instead, and abandons one now and then.
-            if (!lost && rnd.int(4) !== 0) await client.close().catch(() => {});
+    const result = await runChaos(config.chaos, async (i, s, rnd, counts) => {
+        let lost = false;
+        let client;
+        try {
+            client = await createMCPClient({
+                transport: { type: 'http', url: config.url },
+                name: 'fixture-aisdk-client',
+                // Notifications reach it as errors ("Unsupported message
+                // type"): it handles none.
+                onUncaughtError: () => {}
+            });
+        } catch {
+            counts.failed++;
+            await sleep(100);
+            return;
         }
-    };
-    // A close that never settles must not keep the capture from ending.
-    const settled = await Promise.race([
-        Promise.all(Array.from({ length: clients }, (_, i) => app(i))).then(() => true),
-        sleep(durationMs + 8000).then(() => false)
-    ]);
-    log({ chaos: { ...counts, settled } });
+        counts.sessions++;
+        const running = [];
+        const ops = 1 + rnd.int(6);
+        for (let o = 0; o < ops && !lost; o++) {
+            const label = `a${i}-s${s}-o${o}`;
+            // A cut call is never answered: no application waits for
+            // it long.
+            const giveUp = rnd.int(3) === 0 ? 50 + rnd.int(300) : 3000;
+            const args =
+                rnd.int(4) === 0
+                    ? { name: 'announce', args: { count: 1 + rnd.int(3), delayMs: 20 + rnd.int(60), label } }
+                    : { name: 'slow_write', args: { label, steps: 1 + rnd.int(4), delayMs: 20 + rnd.int(60) } };
+            counts.calls++;
+            const call = client
+                .callTool({ ...args, options: { abortSignal: AbortSignal.timeout(giveUp) } })
+                .catch(err => {
+                    counts.failed++;
+                    if (err?.statusCode === 404) lost = true;
+                });
+            if (rnd.int(3) === 0) running.push(call);
+            else await call;
+            if (rnd.int(8) === 0) await sleep(300 + rnd.int(700));
+        }
+        await Promise.all(running);
+        // close() DELETEs the session: an application drops a client
+        // whose session got 404 instead, and abandons one now and then.
+        if (!lost && rnd.int(4) !== 0) await client.close().catch(() => {});
+    });
+    log({ chaos: result });
 }
 
 if (config.flow !== 'chaos') {

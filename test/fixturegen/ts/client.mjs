@@ -20,7 +20,7 @@ import readline from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { chaosRandom } from './chaos_random.mjs';
+import { runChaos } from './chaos.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const log = obj => process.stdout.write(JSON.stringify(obj) + '\n');
@@ -257,70 +257,58 @@ const flows = {
 // DELETE or is abandoned, and a 404 ends it too (the next one starts
 // afresh). No call is ever re-issued: labels are unique.
 flows.chaos = async function chaos() {
-    const { seed = 1, clients = 4, durationMs = 8000 } = config.chaos ?? {};
-    const deadline = Date.now() + durationMs;
-    const counts = { sessions: 0, calls: 0, failed: 0 };
-    const app = async i => {
-        const rnd = chaosRandom(seed * 1000 + i);
-        for (let s = 0; Date.now() < deadline; s++) {
-            let c;
-            try {
-                c = await connect(`fixture-ts-client`);
-            } catch (err) {
-                counts.failed++;
-                await sleep(100);
-                continue;
-            }
-            counts.sessions++;
-            // Announcements are log messages: ask for them (a server that
-            // does not log refuses, and nothing else changes).
-            await c.client.setLoggingLevel('info').catch(() => {});
-            const running = [];
-            let lost = false;
-            c.sessionLost.then(() => (lost = true));
-            const ops = 1 + rnd.int(6);
-            for (let o = 0; o < ops && !lost; o++) {
-                const label = `a${i}-s${s}-o${o}`;
-                // A call whose session is forgotten while its stream is
-                // cut never gets an answer: no application waits the SDK's
-                // default minute for it.
-                const opts = { timeout: 3000 };
-                const pick = rnd.int(6);
-                if (pick === 0) {
-                    const ac = new AbortController();
-                    setTimeout(() => ac.abort('gave up'), 50 + rnd.int(300));
-                    opts.signal = ac.signal;
-                } else if (pick === 1) {
-                    opts.timeout = 50 + rnd.int(300);
-                }
-                if (rnd.int(2) === 0) opts.onprogress = () => {};
-                let req;
-                if (rnd.int(4) === 0) {
-                    req = { name: 'announce', arguments: { count: 1 + rnd.int(3), delayMs: 20 + rnd.int(60), label } };
-                } else {
-                    const steps = 1 + rnd.int(4);
-                    const args = { label, steps, delayMs: 20 + rnd.int(60) };
-                    if (rnd.int(4) === 0) args.pollAfter = 1 + rnd.int(steps);
-                    req = { name: 'slow_write', arguments: args };
-                }
-                counts.calls++;
-                const call = c.client.callTool(req, undefined, opts).catch(() => counts.failed++);
-                if (rnd.int(3) === 0) running.push(call);
-                else await call;
-                if (rnd.int(8) === 0) await sleep(300 + rnd.int(700));
-            }
-            await Promise.all(running);
-            if (!lost && rnd.int(3) !== 0) await c.transport.terminateSession().catch(() => {});
-            await c.client.close();
+    const result = await runChaos(config.chaos, async (i, s, rnd, counts) => {
+        let c;
+        try {
+            c = await connect(`fixture-ts-client`);
+        } catch (err) {
+            counts.failed++;
+            await sleep(100);
+            return;
         }
-    };
-    // An SDK call or close that never settles (a stream cut while its
-    // session was forgotten) must not keep the capture from ending.
-    const settled = await Promise.race([
-        Promise.all(Array.from({ length: clients }, (_, i) => app(i))).then(() => true),
-        sleep(durationMs + 8000).then(() => false)
-    ]);
-    log({ chaos: { ...counts, settled } });
+        counts.sessions++;
+        // Announcements are log messages: ask for them (a server that
+        // does not log refuses, and nothing else changes).
+        await c.client.setLoggingLevel('info').catch(() => {});
+        const running = [];
+        let lost = false;
+        c.sessionLost.then(() => (lost = true));
+        const ops = 1 + rnd.int(6);
+        for (let o = 0; o < ops && !lost; o++) {
+            const label = `a${i}-s${s}-o${o}`;
+            // A call whose session is forgotten while its stream is
+            // cut never gets an answer: no application waits the SDK's
+            // default minute for it.
+            const opts = { timeout: 3000 };
+            const pick = rnd.int(6);
+            if (pick === 0) {
+                const ac = new AbortController();
+                setTimeout(() => ac.abort('gave up'), 50 + rnd.int(300));
+                opts.signal = ac.signal;
+            } else if (pick === 1) {
+                opts.timeout = 50 + rnd.int(300);
+            }
+            if (rnd.int(2) === 0) opts.onprogress = () => {};
+            let req;
+            if (rnd.int(4) === 0) {
+                req = { name: 'announce', arguments: { count: 1 + rnd.int(3), delayMs: 20 + rnd.int(60), label } };
+            } else {
+                const steps = 1 + rnd.int(4);
+                const args = { label, steps, delayMs: 20 + rnd.int(60) };
+                if (rnd.int(4) === 0) args.pollAfter = 1 + rnd.int(steps);
+                req = { name: 'slow_write', arguments: args };
+            }
+            counts.calls++;
+            const call = c.client.callTool(req, undefined, opts).catch(() => counts.failed++);
+            if (rnd.int(3) === 0) running.push(call);
+            else await call;
+            if (rnd.int(8) === 0) await sleep(300 + rnd.int(700));
+        }
+        await Promise.all(running);
+        if (!lost && rnd.int(3) !== 0) await c.transport.terminateSession().catch(() => {});
+        await c.client.close();
+    });
+    log({ chaos: result });
 };
 
 const flow = flows[config.flow];

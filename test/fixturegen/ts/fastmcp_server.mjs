@@ -3,8 +3,9 @@
 // server.mjs's tools, for the fastmcp probes. Its wire differs from
 // server.mjs's: event ids "<stream>_<ms>_<counter>_<random>" from
 // mcp-proxy's InMemoryEventStore (one per session), mcp-proxy's own handler
-// for the per-request revision (2026-07-28) beside the SDK's sessions, and
-// the server pinging every session every 5 s on its standalone stream.
+// for the per-request revision (2026-07-28) beside the SDK's sessions (a 400
+// from FastMCP 4, which the SDK 1.x builds), and by FastMCP's code a ping of
+// every session every 5 s (no probe session lives that long).
 //
 // Usage: node fastmcp_server.mjs '{}'
 // It prints {"port":N} once listening. Commands on stdin, one per line:
