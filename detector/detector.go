@@ -9,6 +9,7 @@ package detector
 import (
 	"hash/maphash"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -116,6 +117,9 @@ type Detector struct {
 	hops     map[uint64]hopSeen
 	hopQueue []hopEntry
 	hopConns map[uint64]struct{} // connections that carried a second hop
+	// servingAddrs: addresses that served MCP requests (a proxy connecting
+	// from one is known for a proxy).
+	servingAddrs map[netip.Addr]struct{}
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -145,6 +149,7 @@ func New(cfg Config, sink Sink) *Detector {
 		causesReported:    map[string]struct{}{},
 		hops:              map[uint64]hopSeen{},
 		hopConns:          map[uint64]struct{}{},
+		servingAddrs:      map[netip.Addr]struct{}{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},

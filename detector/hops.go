@@ -34,9 +34,10 @@ const (
 
 // hopSeen is where and when a request was first seen.
 type hopSeen struct {
-	at     time.Time
-	client netip.Addr
-	server netip.AddrPort
+	at       time.Time
+	client   netip.Addr
+	server   netip.AddrPort
+	endpoint string
 }
 
 // hopEntry is hops' expiry queue: requests in the order they were seen.
@@ -46,13 +47,22 @@ type hopEntry struct {
 }
 
 // secondHop says whether ex's request is another hop of a request seen
-// within hopWindow, and otherwise remembers it. Only requests that carry a
-// session id, and initialize requests, are compared: the id (or the
-// session the answer mints) is what makes two requests one.
+// within hopWindow, and otherwise remembers it. Every MCP request is
+// compared: under 2026-07-28 no request carries a session id, and a hop
+// judged there reads as one client (the proxy's address) making every
+// client's calls.
+//
+// The print leaves the Host out (requestPrint), since a proxy may send the
+// upstream one of its own (nginx's proxy_pass does by default), but the
+// two hops must also share the Host unless the second comes from an
+// address that serves MCP: a proxy connecting from the address its clients
+// reach (one in a pod). Otherwise clients of other servers behind the same
+// path (every server's /mcp) would be taken for hops of each other:
+// identical initializes, a first tools/list, and session ids of servers
+// that number their sessions. Those left, two clients' identical requests
+// to one endpoint from two addresses to two servers within the window are
+// taken for hops and one is set aside: a finding lost, never one gained.
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
-	if !ex.hasReqSession && !ex.isInit {
-		return false
-	}
 	for len(d.hopQueue) > 0 && o.Time.Sub(d.hopQueue[0].at) > hopWindow {
 		e := d.hopQueue[0]
 		if h, ok := d.hops[e.key]; ok && h.at.Equal(e.at) {
@@ -60,9 +70,12 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		}
 		d.hopQueue = d.hopQueue[1:]
 	}
+	d.noteServing(ex.conn.Server.Addr())
 	key := d.requestPrint(ex)
 	h, seen := d.hops[key]
-	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != ex.conn.Client.Addr() && h.server != ex.conn.Server {
+	client := ex.conn.Client.Addr()
+	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != client && h.server != ex.conn.Server &&
+		(h.endpoint == ex.endpoint || d.serving(client)) {
 		d.stats.ProxyHops++
 		if len(d.hopConns) >= maxHopRequests {
 			// Forget them all: a proxy connection still in use is
@@ -79,9 +92,27 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	d.hops[key] = hopSeen{at: o.Time, client: ex.conn.Client.Addr(), server: ex.conn.Server}
+	d.hops[key] = hopSeen{at: o.Time, client: client, server: ex.conn.Server, endpoint: ex.endpoint}
 	d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
 	return false
+}
+
+// noteServing remembers that addr served MCP requests, at most
+// maxHopRequests addresses (past it they are all forgotten and counted).
+func (d *Detector) noteServing(addr netip.Addr) {
+	if _, ok := d.servingAddrs[addr]; ok {
+		return
+	}
+	if len(d.servingAddrs) >= maxHopRequests {
+		clear(d.servingAddrs)
+		d.stats.LimitsHit["maxHopRequests"]++
+	}
+	d.servingAddrs[addr] = struct{}{}
+}
+
+func (d *Detector) serving(addr netip.Addr) bool {
+	_, ok := d.servingAddrs[addr]
+	return ok
 }
 
 // onHopConn says whether conn carried a second hop: it is a proxy's
@@ -92,14 +123,12 @@ func (d *Detector) onHopConn(conn uint64) bool {
 	return ok
 }
 
-// requestPrint hashes what a proxy that keeps the Host header forwards
-// unchanged: method, endpoint (Host and path), session id, Last-Event-ID
-// and the JSON-RPC messages. (Behind a proxy that rewrites Host the two
-// hops are two endpoints' sessions, judged apart: nothing mixes them.)
+// requestPrint hashes what a proxy forwards unchanged, its Host aside:
+// method, path, session id, Last-Event-ID and the JSON-RPC messages.
 func (d *Detector) requestPrint(ex *exchange) uint64 {
 	var h maphash.Hash
 	h.SetSeed(d.hashSeed)
-	for _, s := range [...]string{ex.method, ex.endpoint, ex.reqSession, ex.cursor} {
+	for _, s := range [...]string{ex.method, ex.path, ex.reqSession, ex.cursor} {
 		h.WriteString(s)
 		h.WriteByte(0)
 	}

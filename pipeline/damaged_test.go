@@ -231,16 +231,25 @@ func checkDamaged(t *testing.T, label string, intact damageRun, reruns []int, fi
 	return got, lost
 }
 
-// diffFindings compares the violations of a run with those wanted: lost are
-// wanted and not got, added got and not wanted.
+// diffFindings compares the violations of a run with those wanted, as
+// multisets: lost are wanted and not got, added got and not wanted. A
+// finding reported twice where once was wanted (a proxy's hop judged as
+// another client) is added once.
 func diffFindings(want, got []finding) (lost, added []finding) {
+	left := map[finding]int{}
+	for _, f := range got {
+		left[f]++
+	}
 	for _, f := range want {
-		if !slices.Contains(got, f) {
-			lost = append(lost, f)
+		if left[f] > 0 {
+			left[f]--
+			continue
 		}
+		lost = append(lost, f)
 	}
 	for _, f := range got {
-		if !slices.Contains(want, f) {
+		if left[f] > 0 {
+			left[f]--
 			added = append(added, f)
 		}
 	}

@@ -32,15 +32,22 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 		}
 		name := strings.TrimSuffix(filepath.Base(fx), ".pcap")
 		intact := runDamaged(t, 1, fx)
-		for _, delay := range []time.Duration{300 * time.Microsecond, 20 * time.Millisecond} {
-			path := filepath.Join(dir, fmt.Sprintf("%s-%v.pcap", name, delay))
-			writePackets(t, path, lt, damage.Capture{Packets: pkts, LinkType: lt}.ProxyHop(delay))
+		for _, hop := range []struct {
+			delay       time.Duration
+			rewriteHost bool
+		}{{300 * time.Microsecond, false}, {20 * time.Millisecond, false}, {2 * time.Millisecond, true}} {
+			what := fmt.Sprintf("a proxy hop %v later", hop.delay)
+			if hop.rewriteHost {
+				what += " with its own Host"
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s-%v-%v.pcap", name, hop.delay, hop.rewriteHost))
+			writePackets(t, path, lt, damage.Capture{Packets: pkts, LinkType: lt}.ProxyHop(hop.delay, hop.rewriteHost))
 			got := runDamaged(t, 2, path)
 			if got.err != nil {
-				t.Fatalf("%s with a proxy hop %v later: %v", name, delay, got.err)
+				t.Fatalf("%s with %s: %v", name, what, got.err)
 			}
 			if lost, added := diffFindings(intact.violations, got.violations); len(lost)+len(added) > 0 {
-				t.Errorf("%s with a proxy hop %v later: lost %v, added %v", name, delay, lost, added)
+				t.Errorf("%s with %s: lost %v, added %v", name, what, lost, added)
 			}
 		}
 		total += len(intact.violations)

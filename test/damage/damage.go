@@ -10,6 +10,7 @@
 package damage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -275,10 +276,12 @@ func (c Capture) SplitLoss(rate float64, seed uint64) (a, b []pcaprec.Packet) {
 }
 
 // Addresses of ProxyHop's second hop: the proxy's own address and the
-// upstream server's, in 192.0.2.0/24 (TEST-NET-1), which no fixture uses.
+// upstream server's, in 192.0.2.0/24 (TEST-NET-1), which no fixture uses;
+// and, with rewriteHost, the clients' (TEST-NET-2).
 var (
 	proxyAddr    = [4]byte{192, 0, 2, 1}
 	upstreamAddr = [4]byte{192, 0, 2, 2}
+	clientsAddr  = [4]byte{198, 51, 100, 1}
 )
 
 // ProxyHop adds what a capture on a node that also runs a reverse proxy
@@ -288,30 +291,87 @@ var (
 // has its twin), delay later. (A proxy sends the upstream its answers
 // earlier than the client gets them; shifting every packet of the hop
 // alike keeps each connection's order whatever the server's speed.)
-func (c Capture) ProxyHop(delay time.Duration) []pcaprec.Packet {
+//
+// With rewriteHost the proxy is an nginx in the server's pod, with
+// proxy_pass's defaults: it listens on the address the clients reached
+// (the capture's server address; the clients move to 198.51.100.1, since
+// the fixtures' loopback clients share it), connects to the upstream from
+// that same address, and sends it a Host of its own: every Host value in
+// the hop's requests is spelled with as many "u"s (the same length, so no
+// sequence number moves; a header split across segments keeps its Host).
+func (c Capture) ProxyHop(delay time.Duration, rewriteHost bool) []pcaprec.Packet {
 	servers := map[uint16]bool{}
 	for _, p := range serverPorts(c.Packets) {
 		servers[p] = true
 	}
-	out := slices.Clone(c.Packets)
+	out := make([]pcaprec.Packet, 0, 2*len(c.Packets))
 	for _, p := range c.Packets {
-		d := slices.Clone(p.Data)
-		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+		if len(p.Data) < 14+20+20 || p.Data[12] != 0x08 || p.Data[13] != 0x00 {
+			out = append(out, p)
 			continue
 		}
+		fromServer := servers[binary.BigEndian.Uint16(p.Data[14+int(p.Data[14]&0x0f)*4:])]
+		proxy := proxyAddr
+		if rewriteHost {
+			first := slices.Clone(p.Data)
+			// The server's address is the source from the server, else the
+			// destination; the client's the other.
+			copy(proxy[:], first[14+12+4*b2i(!fromServer):])
+			copy(first[14+12+4*b2i(fromServer):], clientsAddr[:])
+			p.Data = first
+		}
+		out = append(out, p)
+		d := slices.Clone(p.Data)
 		ip := d[14:]
 		tcp := ip[int(ip[0]&0x0f)*4:]
 		ci := p.CI
-		if servers[binary.BigEndian.Uint16(tcp[0:])] {
+		if fromServer {
 			copy(ip[12:16], upstreamAddr[:])
-			copy(ip[16:20], proxyAddr[:])
+			copy(ip[16:20], proxy[:])
 		} else {
-			copy(ip[12:16], proxyAddr[:])
+			copy(ip[12:16], proxy[:])
 			copy(ip[16:20], upstreamAddr[:])
+			if rewriteHost && len(tcp) >= 20 {
+				renameHosts(tcp[int(tcp[12]>>4)*4:])
+			}
 		}
 		ci.Timestamp = ci.Timestamp.Add(delay)
 		out = append(out, pcaprec.Packet{CI: ci, Data: d})
 	}
 	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
 	return out
+}
+
+// b2i is 1 for true.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// renameHosts spells the value of every Host header line in payload with
+// as many "u"s.
+func renameHosts(payload []byte) {
+	for i := 0; ; {
+		j := bytes.Index(payload[i:], []byte("\r\n"))
+		if j < 0 {
+			return
+		}
+		line := payload[i+j+2:]
+		i += j + 2
+		if len(line) < 5 || !bytes.EqualFold(line[:5], []byte("host:")) {
+			continue
+		}
+		end := bytes.Index(line, []byte("\r\n"))
+		if end < 0 {
+			end = len(line)
+		}
+		v := line[5:end]
+		for k := range v {
+			if v[k] != ' ' && v[k] != '\t' {
+				v[k] = 'u'
+			}
+		}
+	}
 }
