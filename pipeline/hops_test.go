@@ -14,10 +14,13 @@ import (
 // TestProxyHopsChangeNothing records every fixture as a node that also runs
 // a reverse proxy in front of the server sees it: each exchange twice, the
 // client's hop and the proxy's hop to the server, with the same session
-// ids, messages and Host (damage.ProxyHop). Read as one session's history,
-// every event came twice and every answer was delivered twice; the
-// detector sets the second hop aside (detector/hops.go), so the findings
-// must be exactly the fixture's own.
+// ids, messages and Host (damage.ProxyHop); and as an nginx in the
+// server's pod sends it, from the server's address with a Host of its own.
+// Read as one session's history, every event came twice and every answer
+// was delivered twice; read as another endpoint's, every finding would be
+// reported twice. The detector sets the second hop aside
+// (detector/hops.go), so the findings must be exactly the fixture's own,
+// each as many times.
 func TestProxyHopsChangeNothing(t *testing.T) {
 	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
 	if len(fixtures) == 0 {
