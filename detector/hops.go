@@ -8,16 +8,21 @@ import (
 	"github.com/replaywatch/replaywatch/decode"
 )
 
-// Proxy hops. A reverse proxy on the captured node (an ingress controller
-// beside the MCP server's pod, a gateway on the same host) puts every
-// exchange on the wire twice: client to proxy, then proxy to server, with
-// the same session id, the same JSON-RPC messages and, when the proxy keeps
-// the Host header, the same endpoint. Read as two exchanges of one session,
+// Proxy hops and NAT copies. A reverse proxy on the captured node (an
+// ingress controller beside the MCP server's pod, a gateway on the same
+// host) puts every exchange on the wire twice: client to proxy, then proxy
+// to server, with the same session id, the same JSON-RPC messages and,
+// when the proxy keeps the Host header, the same endpoint. So does
+// destination NAT seen from both sides: a client reaching a server on the
+// same node through a Service address (kube-proxy) is captured on its own
+// interface before the translation and on the server's after it, the same
+// socket talking to two addresses. Read as two exchanges of one session,
 // every event arrives twice and every response is delivered twice. The
 // second hop of a request is told by what no client's own retry has:
-// another client address and another server address, within hopWindow of
-// the first. It is set aside whole (Stats.ProxyHops); the first seen, the
-// hop nearest the client, is judged, as the spans path keeps the outermost
+// another client address and another server address, or the very same
+// client socket and another server address, within hopWindow of the
+// first. It is set aside whole (Stats.ProxyHops); the first seen, the hop
+// nearest the client, is judged, as the spans path keeps the outermost
 // span of an exchange.
 const (
 	// hopWindow bounds how long after the first hop the second may come:
@@ -35,7 +40,7 @@ const (
 // hopSeen is where and when a request was first seen.
 type hopSeen struct {
 	at       time.Time
-	client   netip.Addr
+	client   netip.AddrPort
 	server   netip.AddrPort
 	endpoint string
 }
@@ -74,8 +79,9 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	key := d.requestPrint(ex)
 	h, seen := d.hops[key]
 	client := ex.conn.Client.Addr()
-	if seen && o.Time.Sub(h.at) <= hopWindow && h.client != client && h.server != ex.conn.Server &&
-		(h.endpoint == ex.endpoint || d.serving(client)) {
+	if seen && o.Time.Sub(h.at) <= hopWindow && h.server != ex.conn.Server &&
+		(h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) || // a proxy's hop
+			h.client == ex.conn.Client && h.endpoint == ex.endpoint) { // a NAT copy
 		d.stats.ProxyHops++
 		if len(d.hopConns) >= maxHopRequests {
 			// Forget them all: a proxy connection still in use is
@@ -92,7 +98,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	d.hops[key] = hopSeen{at: o.Time, client: client, server: ex.conn.Server, endpoint: ex.endpoint}
+	d.hops[key] = hopSeen{at: o.Time, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
 	d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
 	return false
 }

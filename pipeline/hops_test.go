@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +17,10 @@ import (
 // server's pod sends it, from the server's address with a Host of its own.
 // Read as one session's history, every event came twice and every answer
 // was delivered twice; read as another endpoint's, every finding would be
-// reported twice. The detector sets the second hop aside
+// reported twice. And as a node's capture on every interface sees clients
+// reach the server through a Service address: every packet again, the
+// same socket talking to the Service's address (damage.NATCopy). The
+// detector sets the second hop or copy aside
 // (detector/hops.go), so the findings must be exactly the fixture's own,
 // each as many times.
 func TestProxyHopsChangeNothing(t *testing.T) {
@@ -35,22 +37,24 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 		}
 		name := strings.TrimSuffix(filepath.Base(fx), ".pcap")
 		intact := runDamaged(t, 1, fx)
+		c := damage.Capture{Packets: pkts, LinkType: lt}
 		for _, hop := range []struct {
-			delay       time.Duration
-			rewriteHost bool
-		}{{300 * time.Microsecond, false}, {20 * time.Millisecond, false}, {2 * time.Millisecond, true}} {
-			what := fmt.Sprintf("a proxy hop %v later", hop.delay)
-			if hop.rewriteHost {
-				what += " with its own Host"
-			}
-			path := filepath.Join(dir, fmt.Sprintf("%s-%v-%v.pcap", name, hop.delay, hop.rewriteHost))
-			writePackets(t, path, lt, damage.Capture{Packets: pkts, LinkType: lt}.ProxyHop(hop.delay, hop.rewriteHost))
+			what    string
+			packets []pcaprec.Packet
+		}{
+			{"a proxy hop 300µs later", c.ProxyHop(300*time.Microsecond, false)},
+			{"a proxy hop 20ms later", c.ProxyHop(20*time.Millisecond, false)},
+			{"a proxy hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, true)},
+			{"a NAT copy 5µs later", c.NATCopy(5 * time.Microsecond)},
+		} {
+			path := filepath.Join(dir, name+".pcap")
+			writePackets(t, path, lt, hop.packets)
 			got := runDamaged(t, 2, path)
 			if got.err != nil {
-				t.Fatalf("%s with %s: %v", name, what, got.err)
+				t.Fatalf("%s with %s: %v", name, hop.what, got.err)
 			}
 			if lost, added := diffFindings(intact.violations, got.violations); len(lost)+len(added) > 0 {
-				t.Errorf("%s with %s: lost %v, added %v", name, what, lost, added)
+				t.Errorf("%s with %s: lost %v, added %v", name, hop.what, lost, added)
 			}
 		}
 		total += len(intact.violations)

@@ -342,6 +342,38 @@ func (c Capture) ProxyHop(delay time.Duration, rewriteHost bool) []pcaprec.Packe
 	return out
 }
 
+// serviceAddr is NATCopy's Service address, in 203.0.113.0/24 (TEST-NET-3).
+var serviceAddr = [4]byte{203, 0, 113, 10}
+
+// NATCopy adds what a capture on every interface of a node records when
+// the clients reach a server on the same node through a Service address
+// (kube-proxy's destination NAT): every IPv4 TCP packet a second time, as
+// seen on the other side of the translation, the same socket and bytes
+// with the server's address replaced by the Service's (203.0.113.10, the
+// ports kept), delay later.
+func (c Capture) NATCopy(delay time.Duration) []pcaprec.Packet {
+	servers := map[uint16]bool{}
+	for _, p := range serverPorts(c.Packets) {
+		servers[p] = true
+	}
+	out := make([]pcaprec.Packet, 0, 2*len(c.Packets))
+	for _, p := range c.Packets {
+		out = append(out, p)
+		if len(p.Data) < 14+20+20 || p.Data[12] != 0x08 || p.Data[13] != 0x00 {
+			continue
+		}
+		d := slices.Clone(p.Data)
+		ip := d[14:]
+		fromServer := servers[binary.BigEndian.Uint16(ip[int(ip[0]&0x0f)*4:])]
+		copy(ip[12+4*b2i(!fromServer):], serviceAddr[:])
+		ci := p.CI
+		ci.Timestamp = ci.Timestamp.Add(delay)
+		out = append(out, pcaprec.Packet{CI: ci, Data: d})
+	}
+	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
+	return out
+}
+
 // b2i is 1 for true.
 func b2i(b bool) int {
 	if b {
