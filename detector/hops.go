@@ -29,11 +29,13 @@ const (
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
 	// maxHopRequests bounds the requests remembered for hopWindow (each
-	// about 80 bytes with its map entry): past it, new requests are not
+	// about 320 bytes: two map entries, by print and by print and socket,
+	// and their places in the expiry queue): past it, new requests are not
 	// remembered until older ones expire, so a second hop may be judged
 	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
-	// bounds the proxy connections remembered (hopConns) as well: past
-	// it they are all forgotten.
+	// bounds the proxy connections remembered (hopConns) and the
+	// addresses that served MCP (servingAddrs) as well: past it they are
+	// all forgotten.
 	maxHopRequests = 1 << 14
 )
 
@@ -76,31 +78,56 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.hopQueue = d.hopQueue[1:]
 	}
 	d.noteServing(ex.conn.Server.Addr())
-	key := d.requestPrint(ex)
-	h, seen := d.hops[key]
+	// Several clients' identical requests share a print, and each
+	// remembered one takes the place of the last: any of them will do for
+	// a proxy's hop, but a NAT copy must find its own socket's, so each
+	// request is remembered by its print and socket too.
+	print := d.requestPrint(ex)
+	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client})
 	client := ex.conn.Client.Addr()
-	if seen && o.Time.Sub(h.at) <= hopWindow && h.server != ex.conn.Server &&
-		(h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) || // a proxy's hop
-			h.client == ex.conn.Client && h.endpoint == ex.endpoint) { // a NAT copy
-		d.stats.ProxyHops++
-		if len(d.hopConns) >= maxHopRequests {
-			// Forget them all: a proxy connection still in use is
-			// remembered again at its next second hop.
-			clear(d.hopConns)
-			d.stats.LimitsHit["maxHopRequests"]++
-		}
-		d.hopConns[ex.conn.ID] = struct{}{}
-		return true
+	recent := func(key uint64) (hopSeen, bool) {
+		h, ok := d.hops[key]
+		return h, ok && o.Time.Sub(h.at) <= hopWindow && h.server != ex.conn.Server
+	}
+	if h, ok := recent(copyKey); ok && h.endpoint == ex.endpoint {
+		return d.setAside(ex) // a NAT copy
+	}
+	if h, ok := recent(print); ok && h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) {
+		return d.setAside(ex) // a proxy's hop
 	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
-	if !seen && len(d.hops) >= maxHopRequests {
-		d.stats.LimitsHit["maxHopRequests"]++
-		return false
+	seen := hopSeen{at: o.Time, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
+	for _, key := range [...]uint64{print, copyKey} {
+		if _, ok := d.hops[key]; !ok && len(d.hops) >= 2*maxHopRequests {
+			d.stats.LimitsHit["maxHopRequests"]++
+			return false
+		}
+		d.hops[key] = seen
+		d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
 	}
-	d.hops[key] = hopSeen{at: o.Time, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
-	d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
 	return false
+}
+
+// socketPrint is a request's print with the client socket that sent it.
+type socketPrint struct {
+	print  uint64
+	client netip.AddrPort
+}
+
+// setAside counts ex's request as a second hop and remembers its
+// connection for a proxy's (or a NAT copy's): answers on it that the
+// capture did not pair are set aside too (onHopConn).
+func (d *Detector) setAside(ex *exchange) bool {
+	d.stats.ProxyHops++
+	if len(d.hopConns) >= maxHopRequests {
+		// Forget them all: a proxy connection still in use is
+		// remembered again at its next second hop.
+		clear(d.hopConns)
+		d.stats.LimitsHit["maxHopRequests"]++
+	}
+	d.hopConns[ex.conn.ID] = struct{}{}
+	return true
 }
 
 // noteServing remembers that addr served MCP requests, at most

@@ -18,7 +18,8 @@ import (
 // implementation, times shifted to overlap), must give exactly the
 // violations of each capture alone: nothing lost, nothing added. Linking a
 // new session to the wrong lost one, or keying state by address alone,
-// shows here.
+// shows here. So must the crowd behind a proxy that sends its own Host,
+// and with a NAT copy of every packet (damage.ProxyHop, damage.NATCopy).
 func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 	fixtures, captures := readCrowdCaptures(t)
 	var want []finding
@@ -45,6 +46,24 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 			t.Errorf("stagger %v: added by the crowd: %s: %s", stagger, f, strings.SplitN(got.explain[f], ". ", 2)[0])
 		}
 		t.Logf("stagger %v: %d captures, %d packets merged: %d violations, %d expected", stagger, len(captures), len(merged), len(got.violations), len(want))
+		// The crowd behind a proxy on the node, or reaching its servers
+		// through a Service address: its many identical requests from one
+		// address must not hide each other's second hop or copy.
+		c := damage.Capture{Packets: merged, LinkType: captures[0].LinkType}
+		for _, twice := range []struct {
+			what    string
+			packets []pcaprec.Packet
+		}{
+			{"behind a proxy with its own Host", c.ProxyHop(2*time.Millisecond, true)},
+			{"with a NAT copy", c.NATCopy(5 * time.Microsecond)},
+		} {
+			writePackets(t, path, captures[0].LinkType, twice.packets)
+			got := runDamaged(t, 1, path)
+			lost, added := diffFindings(sortedFindings(want), sortedFindings(got.violations))
+			if len(lost)+len(added) > 0 {
+				t.Errorf("stagger %v, %s: lost %v, added %v", stagger, twice.what, lost, added)
+			}
+		}
 	}
 }
 
