@@ -91,20 +91,26 @@ func TestShapeMerge(t *testing.T) {
 }
 
 // shiftRun rewrites a spec's observations as another agent would see them:
-// other connection ids and a clock offset. Finding ids must not change.
+// other connection ids, a clock offset, and every server behind another
+// address (the client's node sees the Service address the client dialled,
+// the server's node the pod behind it). Finding ids must not change.
 func shiftRun(obs []*decode.Observation, idOffset uint64, dt time.Duration) []*decode.Observation {
 	out := make([]*decode.Observation, len(obs))
 	for i, o := range obs {
 		c := *o
 		c.Conn.ID += idOffset
 		c.Time = c.Time.Add(dt)
+		a := c.Conn.Server.Addr().As4()
+		a[0], a[1] = 10, 96
+		c.Conn.Server = netip.AddrPortFrom(netip.AddrFrom4(a), c.Conn.Server.Port()+1)
 		out[i] = &c
 	}
 	return out
 }
 
 func TestFindingIDsAreDeterministic(t *testing.T) {
-	for _, file := range []string{"session_swap", "silent_reinit_after_404_toolcall", "incomplete_replay", "duplicate_delivery"} {
+	for _, file := range []string{"session_swap", "silent_reinit_after_404_toolcall", "incomplete_replay", "duplicate_delivery",
+		"reissued_call_after_break", "unverifiable_silent_reinit_ambiguous_link", "unresumable_close"} {
 		t.Run(file, func(t *testing.T) {
 			r := parseSpec(t, "testdata/"+file+".test")
 			ids := func(obs []*decode.Observation) []string {
@@ -122,6 +128,9 @@ func TestFindingIDsAreDeterministic(t *testing.T) {
 					out = append(out, a.ID)
 				}
 				for _, u := range rec.unknowns {
+					out = append(out, u.ID)
+				}
+				for _, u := range rec.unverifiable {
 					out = append(out, u.ID)
 				}
 				return out

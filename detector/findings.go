@@ -163,6 +163,21 @@ func (ex *exchange) responseEvidence() Evidence {
 	return ex.evidence(ex.respAt, "response header", d)
 }
 
+// idServer is what a finding id names the server by: its logical
+// endpoint (Host and path), which every agent sees alike, where the
+// server's address may differ. Through a Service (destination NAT) the
+// client's node sees the address the client dialled and the server's node
+// the pod behind it, and both agents must give one finding one id.
+func idServer(ex *exchange, s *session, server string) string {
+	switch {
+	case ex != nil:
+		return ex.endpoint
+	case s != nil:
+		return s.endpoint()
+	}
+	return server
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12]
@@ -257,7 +272,7 @@ func (d *Detector) completeViolation(v *Violation, ex *exchange, s *session, idP
 	if len(v.JSONRPCIDs) == 0 && v.FirstEventID != "" && ev != nil {
 		v.JSONRPCIDs = messageIDs(ev.Messages)
 	}
-	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, v.Server, strings.Join(v.JSONRPCIDs, ",")}, idParts...)
+	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, idServer(ex, s, v.Server), strings.Join(v.JSONRPCIDs, ",")}, idParts...)
 	if ex != nil {
 		parts = append(parts, ex.requestIdentity())
 	}
@@ -360,7 +375,7 @@ func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, re
 		u.Client, u.Server = ex.conn.Client.String(), ex.conn.Server.String()
 		idParts = append(idParts, ex.requestIdentity())
 	}
-	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, u.Server}, idParts...)...)
+	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, idServer(ex, s, u.Server)}, idParts...)...)
 	d.emitUnverifiable(u)
 }
 

@@ -460,7 +460,7 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 
 func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason string) *UnknownOutcome {
 	return &UnknownOutcome{
-		ID:        findingID("unknown_outcome", s.id, c.id, c.method, c.tool, c.paramsHash, s.client.String(), s.server.String()),
+		ID:        findingID("unknown_outcome", s.id, c.id, c.method, c.tool, c.paramsHash, s.client.String(), s.endpoint()),
 		Time:      t,
 		SessionID: s.id,
 		JSONRPCID: c.id,

@@ -299,6 +299,11 @@ func (d *Detector) newTracked(id, key string, o *decode.Observation) *session {
 // and two unrelated servers that mint the same id stay two.
 func sessionKey(endpoint, id string) string { return endpoint + "\x00" + id }
 
+// endpoint is the logical endpoint s belongs to (its key's first part).
+func (s *session) endpoint() string {
+	return s.key[:len(s.key)-len(s.id)-1]
+}
+
 // scratchKey spells sessionKey(endpoint, id) in the detector's scratch
 // buffer, valid until its next use: a map indexed by string(b) does not
 // copy b, so the lookup of a known session (most requests) allocates
