@@ -300,46 +300,24 @@ var (
 // the hop's requests is spelled with as many "u"s (the same length, so no
 // sequence number moves; a header split across segments keeps its Host).
 func (c Capture) ProxyHop(delay time.Duration, rewriteHost bool) []pcaprec.Packet {
-	servers := map[uint16]bool{}
-	for _, p := range serverPorts(c.Packets) {
-		servers[p] = true
-	}
-	out := make([]pcaprec.Packet, 0, 2*len(c.Packets))
-	for _, p := range c.Packets {
-		if len(p.Data) < 14+20+20 || p.Data[12] != 0x08 || p.Data[13] != 0x00 {
-			out = append(out, p)
-			continue
-		}
-		fromServer := servers[binary.BigEndian.Uint16(p.Data[14+int(p.Data[14]&0x0f)*4:])]
+	return c.twice(delay, func(first, second []byte, fromServer bool) []byte {
+		// The server's address is the source from the server, else the
+		// destination; the client's the other.
+		server, client := 12+4*b2i(!fromServer), 12+4*b2i(fromServer)
 		proxy := proxyAddr
 		if rewriteHost {
-			first := slices.Clone(p.Data)
-			// The server's address is the source from the server, else the
-			// destination; the client's the other.
-			copy(proxy[:], first[14+12+4*b2i(!fromServer):])
-			copy(first[14+12+4*b2i(fromServer):], clientsAddr[:])
-			p.Data = first
+			first = slices.Clone(first)
+			copy(proxy[:], first[14+server:])
+			copy(first[14+client:], clientsAddr[:])
+			copy(second[14+client:], clientsAddr[:])
 		}
-		out = append(out, p)
-		d := slices.Clone(p.Data)
-		ip := d[14:]
-		tcp := ip[int(ip[0]&0x0f)*4:]
-		ci := p.CI
-		if fromServer {
-			copy(ip[12:16], upstreamAddr[:])
-			copy(ip[16:20], proxy[:])
-		} else {
-			copy(ip[12:16], proxy[:])
-			copy(ip[16:20], upstreamAddr[:])
-			if rewriteHost && len(tcp) >= 20 {
-				renameHosts(tcp[int(tcp[12]>>4)*4:])
-			}
+		copy(second[14+server:], upstreamAddr[:])
+		copy(second[14+client:], proxy[:])
+		if tcp := second[14+int(second[14]&0x0f)*4:]; rewriteHost && !fromServer && len(tcp) >= 20 {
+			renameHosts(tcp[int(tcp[12]>>4)*4:])
 		}
-		ci.Timestamp = ci.Timestamp.Add(delay)
-		out = append(out, pcaprec.Packet{CI: ci, Data: d})
-	}
-	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
-	return out
+		return first
+	})
 }
 
 // serviceAddr is NATCopy's Service address, in 203.0.113.0/24 (TEST-NET-3).
@@ -352,23 +330,33 @@ var serviceAddr = [4]byte{203, 0, 113, 10}
 // with the server's address replaced by the Service's (203.0.113.10, the
 // ports kept), delay later.
 func (c Capture) NATCopy(delay time.Duration) []pcaprec.Packet {
+	return c.twice(delay, func(first, second []byte, fromServer bool) []byte {
+		copy(second[14+12+4*b2i(!fromServer):], serviceAddr[:])
+		return first
+	})
+}
+
+// twice is every packet of c and, for each IPv4 TCP one, a second delay
+// later, in time order. edit makes the second out of a copy of the first,
+// and may give the first's bytes anew (it must not write to first).
+func (c Capture) twice(delay time.Duration, edit func(first, second []byte, fromServer bool) []byte) []pcaprec.Packet {
 	servers := map[uint16]bool{}
 	for _, p := range serverPorts(c.Packets) {
 		servers[p] = true
 	}
 	out := make([]pcaprec.Packet, 0, 2*len(c.Packets))
 	for _, p := range c.Packets {
-		out = append(out, p)
 		if len(p.Data) < 14+20+20 || p.Data[12] != 0x08 || p.Data[13] != 0x00 {
+			out = append(out, p)
 			continue
 		}
-		d := slices.Clone(p.Data)
-		ip := d[14:]
-		fromServer := servers[binary.BigEndian.Uint16(ip[int(ip[0]&0x0f)*4:])]
-		copy(ip[12+4*b2i(!fromServer):], serviceAddr[:])
+		second := slices.Clone(p.Data)
+		fromServer := servers[binary.BigEndian.Uint16(p.Data[14+int(p.Data[14]&0x0f)*4:])]
+		p.Data = edit(p.Data, second, fromServer)
+		out = append(out, p)
 		ci := p.CI
 		ci.Timestamp = ci.Timestamp.Add(delay)
-		out = append(out, pcaprec.Packet{CI: ci, Data: d})
+		out = append(out, pcaprec.Packet{CI: ci, Data: second})
 	}
 	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
 	return out
