@@ -35,9 +35,10 @@ type Stats struct {
 	// RepeatableReissues: sessionless calls re-issued after their stream
 	// broke, to tools annotated read-only or idempotent (no finding).
 	RepeatableReissues int64
-	// ProxyHops: requests set aside as a proxy's second hop of a request
-	// already seen (hops.go): another client and server address, the same
-	// session id and messages, within a second.
+	// ProxyHops: requests set aside as a proxy's second hop, or a NAT
+	// copy, of a request already seen (hops.go): the same request from
+	// another client address to another server address, or from the same
+	// client socket to another server address, within a second.
 	ProxyHops int64
 	LimitsHit map[string]int64 // by the Config field whose bound was reached
 	// StateBytes is the session state (and the pairs' capture gaps) held

@@ -182,7 +182,7 @@ var detectorCounters = []counterRow[detector.Stats]{
 	{"replaywatch.detector.sessions.seen", "{session}", "Sessions the detector started tracking", func(s *detector.Stats) int64 { return s.SessionsSeen }},
 	{"replaywatch.detector.unknown_outcomes", "{request}", "Requests whose outcome could not be seen", func(s *detector.Stats) int64 { return s.UnknownOutcomes }},
 	{"replaywatch.detector.header_mismatches", "{request}", "Requests whose Mcp-Method/Mcp-Name headers disagree with the body", func(s *detector.Stats) int64 { return s.HeaderMismatches }},
-	{"replaywatch.detector.proxy_hops", "{request}", "Requests set aside as a proxy's second hop of a request already seen", func(s *detector.Stats) int64 { return s.ProxyHops }},
+	{"replaywatch.detector.proxy_hops", "{request}", "Requests set aside as a proxy's second hop, or a NAT copy, of a request already seen", func(s *detector.Stats) int64 { return s.ProxyHops }},
 	{"replaywatch.detector.repeatable_reissues", "{request}", "Calls re-issued after their stream broke to tools annotated read-only or idempotent (no finding)", func(s *detector.Stats) int64 { return s.RepeatableReissues }},
 }
 
