@@ -112,9 +112,11 @@ type Detector struct {
 	limitFloor  limitMark
 	mcpPairs    map[addrKey]struct{}
 	mcpPairsAll bool
-	// hops: requests with a session id seen in the last hopWindow, to set
-	// a proxy's second hop of them aside (hops.go); hopQueue expires them.
+	// hops: MCP requests seen in the last hopWindow, by print, to set a
+	// proxy's second hop of them aside; copies: the same by print, client
+	// socket and endpoint, for a NAT copy (hops.go). hopQueue expires both.
 	hops     map[uint64]hopSeen
+	copies   map[uint64]copySeen
 	hopQueue []hopEntry
 	hopConns map[uint64]struct{} // connections that carried a second hop
 	// servingAddrs: addresses that served MCP requests (a proxy connecting
@@ -148,6 +150,7 @@ func New(cfg Config, sink Sink) *Detector {
 		lost:              newLostIndex(cfg.MaxLostSessions),
 		causesReported:    map[string]struct{}{},
 		hops:              map[uint64]hopSeen{},
+		copies:            map[uint64]copySeen{},
 		hopConns:          map[uint64]struct{}{},
 		servingAddrs:      map[netip.Addr]struct{}{},
 		tombs:             newTombstones(),

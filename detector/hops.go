@@ -29,8 +29,9 @@ const (
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
 	// maxHopRequests bounds the requests remembered for hopWindow (each
-	// about 320 bytes: two map entries, by print and by print and socket,
-	// and their places in the expiry queue): past it, new requests are not
+	// about 200 bytes: an entry by print, one by print, socket and
+	// endpoint, and their places in the expiry queue): past it, new
+	// requests are not
 	// remembered until older ones expire, so a second hop may be judged
 	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
 	// bounds the proxy connections remembered (hopConns) and the
@@ -39,18 +40,27 @@ const (
 	maxHopRequests = 1 << 14
 )
 
-// hopSeen is where and when a request was first seen.
+// hopSeen is where and when a request was first seen (at: UnixNano).
 type hopSeen struct {
-	at       time.Time
+	at       int64
 	client   netip.AddrPort
 	server   netip.AddrPort
 	endpoint string
 }
 
-// hopEntry is hops' expiry queue: requests in the order they were seen.
+// copySeen is when a request was first seen from its client socket, and
+// to which server (a hash of its address): all a NAT copy is told by.
+type copySeen struct {
+	at     int64
+	server uint64
+}
+
+// hopEntry is the expiry queue of hops and copies: requests in the order
+// they were seen, each once per map.
 type hopEntry struct {
-	key uint64
-	at  time.Time
+	key  uint64
+	at   int64
+	copy bool // the key is in copies, else in hops
 }
 
 // secondHop says whether ex's request is another hop of a request seen
@@ -70,9 +80,14 @@ type hopEntry struct {
 // to one endpoint from two addresses to two servers within the window are
 // taken for hops and one is set aside: a finding lost, never one gained.
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
-	for len(d.hopQueue) > 0 && o.Time.Sub(d.hopQueue[0].at) > hopWindow {
+	now := o.Time.UnixNano()
+	for len(d.hopQueue) > 0 && now-d.hopQueue[0].at > int64(hopWindow) {
 		e := d.hopQueue[0]
-		if h, ok := d.hops[e.key]; ok && h.at.Equal(e.at) {
+		if e.copy {
+			if c, ok := d.copies[e.key]; ok && c.at == e.at {
+				delete(d.copies, e.key)
+			}
+		} else if h, ok := d.hops[e.key]; ok && h.at == e.at {
 			delete(d.hops, e.key)
 		}
 		d.hopQueue = d.hopQueue[1:]
@@ -81,38 +96,36 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	// Several clients' identical requests share a print, and each
 	// remembered one takes the place of the last: any of them will do for
 	// a proxy's hop, but a NAT copy must find its own socket's, so each
-	// request is remembered by its print and socket too.
+	// request is remembered by its print, socket and endpoint too.
 	print := d.requestPrint(ex)
-	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client})
-	client := ex.conn.Client.Addr()
-	recent := func(key uint64) (hopSeen, bool) {
-		h, ok := d.hops[key]
-		return h, ok && o.Time.Sub(h.at) <= hopWindow && h.server != ex.conn.Server
-	}
-	if h, ok := recent(copyKey); ok && h.endpoint == ex.endpoint {
+	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client, ex.endpoint})
+	server := maphash.Comparable(d.hashSeed, ex.conn.Server)
+	if c, ok := d.copies[copyKey]; ok && now-c.at <= int64(hopWindow) && c.server != server {
 		return d.setAside(ex) // a NAT copy
 	}
-	if h, ok := recent(print); ok && h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) {
+	client := ex.conn.Client.Addr()
+	if h, ok := d.hops[print]; ok && now-h.at <= int64(hopWindow) && h.server != ex.conn.Server &&
+		h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) {
 		return d.setAside(ex) // a proxy's hop
 	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
-	seen := hopSeen{at: o.Time, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
-	for _, key := range [...]uint64{print, copyKey} {
-		if _, ok := d.hops[key]; !ok && len(d.hops) >= 2*maxHopRequests {
-			d.stats.LimitsHit["maxHopRequests"]++
-			return false
-		}
-		d.hops[key] = seen
-		d.hopQueue = append(d.hopQueue, hopEntry{key: key, at: o.Time})
+	if len(d.hops) >= maxHopRequests || len(d.copies) >= maxHopRequests {
+		d.stats.LimitsHit["maxHopRequests"]++
+		return false
 	}
+	d.hops[print] = hopSeen{at: now, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
+	d.copies[copyKey] = copySeen{at: now, server: server}
+	d.hopQueue = append(d.hopQueue, hopEntry{key: print, at: now}, hopEntry{key: copyKey, at: now, copy: true})
 	return false
 }
 
-// socketPrint is a request's print with the client socket that sent it.
+// socketPrint is a request's print with the client socket that sent it
+// and its endpoint.
 type socketPrint struct {
-	print  uint64
-	client netip.AddrPort
+	print    uint64
+	client   netip.AddrPort
+	endpoint string
 }
 
 // setAside counts ex's request as a second hop and remembers its
