@@ -31,12 +31,11 @@ const (
 	// maxHopRequests bounds the requests remembered for hopWindow (each
 	// about 200 bytes: an entry by print, one by print, socket and
 	// endpoint, and their places in the expiry queue): past it, new
-	// requests are not
-	// remembered until older ones expire, so a second hop may be judged
-	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
-	// bounds the proxy connections remembered (hopConns) and the
-	// addresses that served MCP (servingAddrs) as well: past it they are
-	// all forgotten.
+	// requests are not remembered until older ones expire, so a second
+	// hop may be judged as a request of its own
+	// (Stats.LimitsHit["maxHopRequests"]). It bounds the proxy
+	// connections remembered (hopConns) and the addresses that served MCP
+	// (servingAddrs) as well: past it they are all forgotten.
 	maxHopRequests = 1 << 14
 )
 
