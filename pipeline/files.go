@@ -141,7 +141,8 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
 		InflatedBodies: uint64(d.InflatedBodies), EncodedUnreadBodies: uint64(d.EncodedUnread),
 		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),
-		Resumes: map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
+		ProxyHops: int(det.ProxyHops),
+		Resumes:   map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
 		Errors: problems,
 	}
 	for k, n := range det.Resumes {

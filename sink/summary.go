@@ -32,14 +32,17 @@ type Summary struct {
 	// ("10.0.0.5 -> 10.0.0.9:8080"), at most 256 pairs.
 	RevisionsByPair  map[string]map[string]int `json:"revisions_by_pair"`
 	HeaderMismatches int                       `json:"header_mismatches"`
-	Resumes          map[string]int            `json:"resumes"`  // by outcome
-	Findings         map[string]int            `json:"findings"` // violations by kind
-	Violations       int                       `json:"violations"`
-	UnknownOutcomes  int                       `json:"unknown_outcomes"`
-	Unverifiable     int                       `json:"unverifiable"`
-	CaptureGaps      uint64                    `json:"capture_gaps"`
-	CaptureGapBytes  uint64                    `json:"capture_gap_bytes"` // includes SnaplenBytes
-	LimitsHit        map[string]int            `json:"limits_hit"`        // named limit -> times hit
+	// ProxyHops: requests set aside as a proxy's second hop, or a NAT
+	// copy, of a request already seen (judged once, on the first).
+	ProxyHops       int            `json:"proxy_hops"`
+	Resumes         map[string]int `json:"resumes"`  // by outcome
+	Findings        map[string]int `json:"findings"` // violations by kind
+	Violations      int            `json:"violations"`
+	UnknownOutcomes int            `json:"unknown_outcomes"`
+	Unverifiable    int            `json:"unverifiable"`
+	CaptureGaps     uint64         `json:"capture_gaps"`
+	CaptureGapBytes uint64         `json:"capture_gap_bytes"` // includes SnaplenBytes
+	LimitsHit       map[string]int `json:"limits_hit"`        // named limit -> times hit
 
 	// What share of the capture could be analysed. AnalysedShare is
 	// PayloadBytes / (PayloadBytes + CaptureGapBytes + UnreadFileBytes), nil

@@ -125,6 +125,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	if len(s.Revisions) > 0 {
 		row("Revisions", "%s", counts(s.Revisions))
 	}
+	if s.ProxyHops > 0 {
+		row("Second hops", "%d requests set aside: a proxy's second hop, or a NAT copy, of one already seen", s.ProxyHops)
+	}
 	if s.HeaderMismatches > 0 {
 		row("Header mismatch", "%d requests whose Mcp-Method/Mcp-Name disagree with the body", s.HeaderMismatches)
 	}
