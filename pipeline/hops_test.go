@@ -20,9 +20,8 @@ import (
 // reported twice. And as a node's capture on every interface sees clients
 // reach the server through a Service address: every packet again, the
 // same socket talking to the Service's address (damage.NATCopy). The
-// detector sets the second hop or copy aside
-// (detector/hops.go), so the findings must be exactly the fixture's own,
-// each as many times.
+// detector sets the second hop or copy aside (detector/hops.go), so the
+// findings must be exactly the fixture's own, each as many times.
 func TestProxyHopsChangeNothing(t *testing.T) {
 	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
 	if len(fixtures) == 0 {
