@@ -460,8 +460,7 @@ func (d *Detector) refuseExchange(o *decode.Observation) {
 		u := &Unverifiable{Time: o.Time, Check: "exchange", Reason: ReasonOpenExchangeLimit,
 			Client: o.Conn.Client.String(), Server: o.Conn.Server.String()}
 		u.ID = findingID("unverifiable", "exchange", u.Reason, u.Client, u.Server, strconv.Itoa(o.Exchange), o.Time.UTC().Format(time.RFC3339Nano))
-		d.stats.Unverifiable[u.Reason]++
-		d.sink.Unverifiable(u)
+		d.emitUnverifiable(u)
 	}
 }
 
