@@ -112,12 +112,10 @@ type Detector struct {
 	limitFloor  limitMark
 	mcpPairs    map[addrKey]struct{}
 	mcpPairsAll bool
-	// hops: MCP requests seen in the last hopWindow, by print, to set a
-	// proxy's second hop of them aside; copies: the same by print, client
-	// socket and endpoint, for a NAT copy (hops.go). hopQueue expires both.
-	hops     map[uint64]hopSeen
-	copies   map[uint64]copySeen
-	hopQueue []hopEntry
+	// hopGens: MCP requests seen in the last hopWindow, the current
+	// generation first, to set a proxy's second hop or a NAT copy of them
+	// aside (hops.go).
+	hopGens  [2]hopMemory
 	hopConns map[uint64]struct{} // connections that carried a second hop
 	// servingAddrs: addresses that served MCP requests (a proxy connecting
 	// from one is known for a proxy).
@@ -149,8 +147,7 @@ func New(cfg Config, sink Sink) *Detector {
 		gaps:              map[addrKey]*pairGaps{},
 		lost:              newLostIndex(cfg.MaxLostSessions),
 		causesReported:    map[string]struct{}{},
-		hops:              map[uint64]hopSeen{},
-		copies:            map[uint64]copySeen{},
+		hopGens:           [2]hopMemory{newHopMemory(), newHopMemory()},
 		hopConns:          map[uint64]struct{}{},
 		servingAddrs:      map[netip.Addr]struct{}{},
 		tombs:             newTombstones(),

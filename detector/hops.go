@@ -28,22 +28,23 @@ const (
 	// hopWindow bounds how long after the first hop the second may come:
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
-	// maxHopRequests bounds the requests remembered for hopWindow (each
-	// about 200 bytes: an entry by print, one by print, socket and
-	// endpoint, and their places in the expiry queue): past it, new
-	// requests are not remembered until older ones expire, so a second
-	// hop may be judged as a request of its own
+	// maxHopRequests bounds the requests remembered in a generation of
+	// hopWindow (hopMemory; each about 150 bytes: an entry by print, and
+	// a smaller one by print, socket and endpoint; two generations are
+	// kept): past it, new requests are not remembered until the next
+	// generation, so a second hop may be judged as a request of its own
 	// (Stats.LimitsHit["maxHopRequests"]). It bounds the proxy
 	// connections remembered (hopConns) and the addresses that served MCP
 	// (servingAddrs) as well: past it they are all forgotten.
 	maxHopRequests = 1 << 14
 )
 
-// hopSeen is where and when a request was first seen (at: UnixNano).
+// hopSeen is when a request was first seen (at: UnixNano), from which
+// client address to which server (hashes of them), at which endpoint.
 type hopSeen struct {
 	at       int64
-	client   netip.AddrPort
-	server   netip.AddrPort
+	client   uint64
+	server   uint64
 	endpoint string
 }
 
@@ -54,12 +55,59 @@ type copySeen struct {
 	server uint64
 }
 
-// hopEntry is the expiry queue of hops and copies: requests in the order
-// they were seen, each once per map.
-type hopEntry struct {
-	key  uint64
-	at   int64
-	copy bool // the key is in copies, else in hops
+// hopMemory holds the requests of one generation: those first seen within
+// hopWindow of its start. Two generations are kept, the current one and
+// the one before it, so every request of the last hopWindow is in one of
+// them, and older ones are dropped a generation at a time: no entry is
+// deleted on its own, which cost more than the lookups (a queue to expire
+// them, and a map's tombstones and rehashing).
+type hopMemory struct {
+	start  int64 // UnixNano
+	hops   map[uint64]hopSeen
+	copies map[uint64]copySeen
+}
+
+func newHopMemory() hopMemory {
+	return hopMemory{hops: map[uint64]hopSeen{}, copies: map[uint64]copySeen{}}
+}
+
+// rotateHops starts a new generation when the current one is hopWindow
+// old; the one before it then holds nothing seen within hopWindow.
+func (d *Detector) rotateHops(now int64) {
+	cur := &d.hopGens[0]
+	if now-cur.start < int64(hopWindow) {
+		return
+	}
+	old := d.hopGens[1]
+	clear(old.hops)
+	clear(old.copies)
+	if now-cur.start >= 2*int64(hopWindow) {
+		// Nothing of the current generation is within hopWindow either.
+		clear(cur.hops)
+		clear(cur.copies)
+	}
+	d.hopGens[1], d.hopGens[0] = *cur, old
+	d.hopGens[0].start = now
+}
+
+// lastHop is the newest request seen with print within hopWindow.
+func (d *Detector) lastHop(print uint64, now int64) (hopSeen, bool) {
+	for i := range d.hopGens {
+		if h, ok := d.hopGens[i].hops[print]; ok {
+			return h, now-h.at <= int64(hopWindow)
+		}
+	}
+	return hopSeen{}, false
+}
+
+// lastCopy is the newest request seen with copyKey within hopWindow.
+func (d *Detector) lastCopy(copyKey uint64, now int64) (copySeen, bool) {
+	for i := range d.hopGens {
+		if c, ok := d.hopGens[i].copies[copyKey]; ok {
+			return c, now-c.at <= int64(hopWindow)
+		}
+	}
+	return copySeen{}, false
 }
 
 // secondHop says whether ex's request is another hop of a request seen
@@ -80,17 +128,7 @@ type hopEntry struct {
 // taken for hops and one is set aside: a finding lost, never one gained.
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	now := o.Time.UnixNano()
-	for len(d.hopQueue) > 0 && now-d.hopQueue[0].at > int64(hopWindow) {
-		e := d.hopQueue[0]
-		if e.copy {
-			if c, ok := d.copies[e.key]; ok && c.at == e.at {
-				delete(d.copies, e.key)
-			}
-		} else if h, ok := d.hops[e.key]; ok && h.at == e.at {
-			delete(d.hops, e.key)
-		}
-		d.hopQueue = d.hopQueue[1:]
-	}
+	d.rotateHops(now)
 	d.noteServing(ex.conn.Server.Addr())
 	// Several clients' identical requests share a print, and each
 	// remembered one takes the place of the last: any of them will do for
@@ -99,23 +137,24 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	print := d.requestPrint(ex)
 	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client, ex.endpoint})
 	server := maphash.Comparable(d.hashSeed, ex.conn.Server)
-	if c, ok := d.copies[copyKey]; ok && now-c.at <= int64(hopWindow) && c.server != server {
+	if c, ok := d.lastCopy(copyKey, now); ok && c.server != server {
 		return d.setAside(ex) // a NAT copy
 	}
-	client := ex.conn.Client.Addr()
-	if h, ok := d.hops[print]; ok && now-h.at <= int64(hopWindow) && h.server != ex.conn.Server &&
-		h.client.Addr() != client && (h.endpoint == ex.endpoint || d.serving(client)) {
+	clientAddr := ex.conn.Client.Addr()
+	client := maphash.Comparable(d.hashSeed, clientAddr)
+	if h, ok := d.lastHop(print, now); ok && h.server != server && h.client != client &&
+		(h.endpoint == ex.endpoint || d.serving(clientAddr)) {
 		return d.setAside(ex) // a proxy's hop
 	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
-	if len(d.hops) >= maxHopRequests || len(d.copies) >= maxHopRequests {
+	cur := &d.hopGens[0]
+	if len(cur.hops) >= maxHopRequests || len(cur.copies) >= maxHopRequests {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	d.hops[print] = hopSeen{at: now, client: ex.conn.Client, server: ex.conn.Server, endpoint: ex.endpoint}
-	d.copies[copyKey] = copySeen{at: now, server: server}
-	d.hopQueue = append(d.hopQueue, hopEntry{key: print, at: now}, hopEntry{key: copyKey, at: now, copy: true})
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint}
+	cur.copies[copyKey] = copySeen{at: now, server: server}
 	return false
 }
 
