@@ -674,12 +674,15 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		s.calls.set(m.ID, c)
 		s.inflight++
 		if m.Method == "tools/call" {
-			if s.toolCalls.len() < d.cfg.MaxInflightPerSession {
-				if s.toolCalls.at(toolKey{m.Tool, m.ParamsHash}) == nil {
+			k := toolKey{m.Tool, m.ParamsHash}
+			prev := s.toolCalls.at(k)
+			c.habitual = prev != nil && (prev.habitual || prev.answered && !prev.failed)
+			if prev != nil || s.toolCalls.len() < d.cfg.MaxInflightPerSession {
+				if prev == nil {
 					d.countCall(ex.endpoint, m.Tool, m.ParamsHash)
 					d.charge(s, entryBytes)
 				}
-				s.toolCalls.set(toolKey{m.Tool, m.ParamsHash}, c)
+				s.toolCalls.set(k, c)
 			}
 		}
 	}

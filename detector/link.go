@@ -556,10 +556,20 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			c.reissueFlagged = true
 			switch {
 			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
+			case c.answered && c.habitual:
+				// A poller's next poll: the completed call is one the
+				// client made over and over, not one it replays.
 			case (d.cfg.PartialHistory || !l.startSeen) && !l.toolsListed && !s.toolsListed:
 				// The tools/list answer may be among the exchanges the
 				// input missed, or came before the capture began.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonToolsNotListed, "form2", c.id)
+			case c.answered && d.cfg.PartialHistory:
+				// An identical call answered before it, among the
+				// exchanges the input missed, would make it a habit.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonPartialHistory, "form2", c.id)
+			case c.answered && !l.startSeen:
+				// So would one made before the capture began.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonStartNotCaptured, "form2", c.id)
 			case l.gap || s.gap || d.linkMayBeHidden(ex, o.Time, r, link, holds):
 				// The tools/list answer that annotated the tool read-only
 				// or idempotent, or another client's lost session holding

@@ -110,6 +110,13 @@ type call struct {
 	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue
 	// of this call; later repeats are the same finding.
 	reissueFlagged bool
+	// failed: answered with a JSON-RPC error.
+	failed bool
+	// habitual: a tools/call its session had already made, identical,
+	// and seen answered with a result before this one was sent (or one
+	// such call was habitual itself): the client makes it over and over,
+	// as a poller does, so making it again is no replay.
+	habitual bool
 }
 
 // session is all the detector knows about one Mcp-Session-Id.
