@@ -27,6 +27,7 @@ func init() {
 		scenario{name: "go-sessionless-2026", desc: "plain 2026-07-28 traffic from go-sdk defaults against a stateless go-sdk server", run: runGoSessionless2026},
 		scenario{name: "go-non-mcp-mixed", desc: "a correct MCP session sharing the port with a JSON API, a static file and a non-MCP SSE feed resumed with Last-Event-ID", run: runGoNonMCPMixed},
 		scenario{name: "go-404-clean-new-session", desc: "session expires on the server; the client gets 404 and the application opens a fresh session reusing nothing", run: runGo404CleanNewSession},
+		scenario{name: "go-404-poller-new-session", desc: "a poller's session expires on the server; after the 404 the application opens a fresh session and polls on with the same call", run: runGo404PollerNewSession},
 	)
 }
 
@@ -207,6 +208,55 @@ func runGo404CleanNewSession(ctx context.Context, dir string) error {
 		"# DELETE. The application then opens session S2 (new initialize, no Mcp-Session-Id, no",
 		"# Last-Event-ID) and calls echo(fresh-start), different arguments, then DELETEs S2.",
 		"# A 404 followed by a fresh session that reuses nothing must not be flagged.",
+		"expect violation count=0",
+		"expect session ended=404 count=1",
+		"expect session ended=deleted count=1",
+		"expect resume count=0",
+		"expect unknown_outcome count=0",
+	)
+}
+
+// runGo404PollerNewSession is a client that polls: the same call with the
+// same arguments, each answered before the next. Its session expires, and
+// after the 404 the application opens a new session and polls on. The poll
+// it makes on the new session is the next one of its schedule, not a replay
+// of the lost session's log.
+func runGo404PollerNewSession(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	opts := storeOpts()
+	opts.SessionTimeout = sessionTimeout
+	poll := streamArgs{Label: "queue-depth"}
+	return recordGo(dir, "go-404-poller-new-session", []http.Handler{goHandler(srv, opts)}, func(r *rig) error {
+		err := withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			for range 2 {
+				if err := expectResult(ctx, cs, "echo", poll, nil, poll.Label); err != nil {
+					return err
+				}
+				time.Sleep(sessionTimeout / 3)
+			}
+			// The loss shows on a ping (a keep-alive's), not on a poll:
+			// a poll refused with 404 did not run and is no call of
+			// the session's to compare with.
+			time.Sleep(3 * sessionTimeout)
+			if err := cs.Ping(ctx, nil); !errors.Is(err, mcp.ErrSessionMissing) {
+				return fmt.Errorf("ping after expiry: got %v, want ErrSessionMissing", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			return expectResult(ctx, cs, "echo", poll, nil, poll.Label)
+		})
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, SessionTimeout 300ms.",
+		"# Session S1: initialize, initialized, then tools/call echo(queue-depth) twice, each answered before",
+		"# the next, 100ms apart: a poller. The client idles 900ms and the server expires S1; a ping (as a",
+		"# keep-alive sends) with Mcp-Session-Id: S1 gets 404 (ErrSessionMissing). The application opens",
+		"# session S2 and polls once more, the identical call, answered, then DELETEs S2.",
+		"# A call the lost session made over and over, each time answered, is the client's habit: making it",
+		"# on the new session replays nothing (before 2026-12-04 this was a high silent_reinit_after_404).",
 		"expect violation count=0",
 		"expect session ended=404 count=1",
 		"expect session ended=deleted count=1",
