@@ -287,6 +287,14 @@ func TestTSFixtureShapes(t *testing.T) {
 			}
 			return want(len(c.resumes()) == 0, "a clean new session must not resume anything")
 		}},
+		{"ts-404-poller-new-session", func(c *tsCapture) error {
+			if err := lostThenNew(c); err != nil {
+				return err
+			}
+			sent := allFrom(c.fromClient)
+			calls, runs := strings.Count(sent, `"name":"slow_write"`), strings.Count(sent, `"label":"flush-queue"`)
+			return want(calls == 3 && runs == 3, "want the identical call three times (twice on S1, once on S2), got %d calls, %d with the job's label", calls, runs)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ func init() {
 		scenario{name: "ts-reinit-after-404-retool", desc: "TS SDK: session lost mid-call (404 on resume); the app re-initialises and re-issues the identical tools/call", run: runTSReinitRetool},
 		scenario{name: "ts-reinit-after-404-lasteventid", desc: "TS SDK: session lost mid-call; the app re-initialises and resumes the new session with the old session's last-event-id", run: runTSReinitLastEventID},
 		scenario{name: "ts-404-clean-new-session", desc: "TS SDK: idle session lost, 404, then a fresh session that reuses nothing", run: runTSCleanNewSession},
+		scenario{name: "ts-404-poller-new-session", desc: "TS SDK: a periodic job's session lost, 404 on another request, then a fresh session that runs the job again", run: runTSPollerNewSession},
 		scenario{name: "ts-unknown-session-400", desc: "TS SDK: idle session lost behind the README's legacy routing, which answers 400 instead of 404; the client never re-initialises", run: runTSUnknownSession400},
 	)
 }
@@ -191,6 +192,31 @@ func runTSCleanNewSession(ctx context.Context, dir string) error {
 		"# tools/call slow_write with other arguments (label second), which completes. S2 carries no S1",
 		"# session id, no S1 event id and no re-issued call: a clean new session, nothing to flag. The",
 		"# tools/list got its answer (404), so no call's outcome is unknown.",
+		"expect violation count=0",
+		"expect unknown_outcome count=0",
+		"expect session ended=404 count=1",
+		"expect session start_seen=true count=2",
+	)
+}
+
+func runTSPollerNewSession(ctx context.Context, dir string) error {
+	const name = "ts-404-poller-new-session"
+	_, err := recordTS(ctx, pcapPath(dir, name), []tsServerConfig{{}}, nil,
+		tsClientConfig{Flow: "pollerNewSession", Call: tsCallArgs{Label: "flush-queue", Steps: 2, DelayMs: 100}},
+		forgetOnWait(ctx), nil,
+		`"result":"wrote flush-queue"`, `"app":"got 404`)
+	if err != nil {
+		return err
+	}
+	return writeSpec(dir, name,
+		tsSpecHeader("server (example InMemoryEventStore)"),
+		"# A periodic job. S1: initialize, notifications/initialized (202), standalone GET (200), then",
+		"# tools/call slow_write (label flush-queue, steps=2) twice, the second sent after the first",
+		"# completed. With nothing in flight, the server forgets S1: the standalone GET ends cleanly (its",
+		"# reconnect, if any, gets 404). The application's tools/list with S1 gets 404 -32001; it closes that",
+		"# client, initialises S2 and runs the job once more: slow_write(flush-queue), identical, completes.",
+		"# A completed call the lost session made over and over is the client's habit, not a replay of its",
+		"# log (before 2026-12-04 this was a high silent_reinit_after_404).",
 		"expect violation count=0",
 		"expect unknown_outcome count=0",
 		"expect session ended=404 count=1",

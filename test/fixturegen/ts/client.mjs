@@ -64,6 +64,26 @@ async function callSlowWrite(conn, args, cursor = {}) {
     return result;
 }
 
+// startOverAfter404 makes calls on a first session, waits for the server
+// to forget it and sees a tools/list get 404; then, on a new client (a new
+// session), it makes the call after.
+async function startOverAfter404(calls, after) {
+    const c = await connect('fixture-ts-client');
+    for (const call of calls) await callSlowWrite(c, call);
+    await waitFor('forget');
+    try {
+        await c.client.listTools();
+        throw new Error('listTools succeeded on a forgotten session');
+    } catch (err) {
+        if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
+        log({ app: 'got 404, starting a new session', error: String(err.message) });
+    }
+    await c.client.close();
+    const c2 = await connect('fixture-ts-client');
+    await callSlowWrite(c2, after);
+    await c2.client.close();
+}
+
 const flows = {
     // One call; the transport resumes by itself if its stream breaks.
     // With config.callMayFail the call failing (a timeout after a broken
@@ -124,22 +144,12 @@ const flows = {
     // A completed call, then the session is lost while idle; the next request
     // gets 404 and the application starts over cleanly: a new session, a
     // different call, nothing of the old session reused.
-    async cleanNewSession() {
-        const c = await connect('fixture-ts-client');
-        await callSlowWrite(c, config.call);
-        await waitFor('forget');
-        try {
-            await c.client.listTools();
-            throw new Error('listTools succeeded on a forgotten session');
-        } catch (err) {
-            if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
-            log({ app: 'got 404, starting a new session', error: String(err.message) });
-        }
-        await c.client.close();
-        const c2 = await connect('fixture-ts-client');
-        await callSlowWrite(c2, config.secondCall);
-        await c2.client.close();
-    },
+    cleanNewSession: () => startOverAfter404([config.call], config.secondCall),
+
+    // A periodic job: the same call twice, each completed before the next;
+    // the session is lost, a request that is not the job's gets 404, and
+    // the application starts over and runs the job once more.
+    pollerNewSession: () => startOverAfter404([config.call, config.call], config.call),
 
     // Server-initiated notifications on the standalone GET stream; the proxy
     // breaks that stream and the transport resumes it by itself.
