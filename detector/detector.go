@@ -688,6 +688,29 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 	}
 }
 
+// redirected handles a request answered 3xx: a router sent it elsewhere
+// (Starlette's mount redirects /mcp to /mcp/, an ingress http to https)
+// before any MCP handler saw it, and the client sends it again there. It
+// ran no call, deleted nothing and resumed nothing: its calls are
+// forgotten, a DELETE is no longer pending, and a resume attempt is
+// withdrawn, to be judged where the request went. A session known only
+// from such requests is no session of this endpoint (endSession).
+func (d *Detector) redirected(ex *exchange) {
+	s := ex.sess
+	d.dropCalls(ex)
+	if s == nil {
+		return
+	}
+	s.redirected++
+	if ex.method == "DELETE" {
+		s.deleteSent = false
+	}
+	if rs := ex.resume; rs != nil && !rs.emitted {
+		rs.emitted = true
+		s.resumes--
+	}
+}
+
 // dropCalls forgets the requests of ex: the server refused the exchange,
 // so they did not run.
 func (d *Detector) dropCalls(ex *exchange) {
@@ -774,6 +797,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 			s.deleteSent = false // refused (405, say): the session lives on
 		}
 		d.resolveRejected(ex, ResumeRejected4xx)
+		return
+	case ex.status >= 300 && ex.status < 400:
+		d.redirected(ex)
 		return
 	case !ex.ok2xx():
 		if ex.resume != nil {

@@ -178,6 +178,9 @@ type session struct {
 	answered   int
 
 	requests, eventsN, resumes, violations int
+	// redirected counts requests answered 3xx: turned away by a router
+	// before any MCP handler saw them (redirected).
+	redirected int
 	bound                                  int // exchanges ever bound: their ordinal names id-less events
 
 	prev, linkConf string
@@ -561,6 +564,13 @@ func (d *Detector) endSession(s *session, how string) {
 	}
 	d.settleHeldCloses(s, how)
 	s.ended = how
+	if s.redirected == s.requests {
+		// Every request naming the id here was redirected elsewhere
+		// (/mcp to /mcp/, say): the session lives at the other
+		// endpoint, and this one never held it.
+		d.stats.SessionsSeen--
+		return
+	}
 	d.stats.SessionsEnded[how]++
 	d.sink.Session(&SessionSummary{
 		SessionID:       s.id,
