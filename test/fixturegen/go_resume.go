@@ -27,6 +27,7 @@ func init() {
 		scenario{name: "go-sessionless-2026", desc: "plain 2026-07-28 traffic from go-sdk defaults against a stateless go-sdk server", run: runGoSessionless2026},
 		scenario{name: "go-non-mcp-mixed", desc: "a correct MCP session sharing the port with a JSON API, a static file and a non-MCP SSE feed resumed with Last-Event-ID", run: runGoNonMCPMixed},
 		scenario{name: "go-404-clean-new-session", desc: "session expires on the server; the client gets 404 and the application opens a fresh session reusing nothing", run: runGo404CleanNewSession},
+		scenario{name: "go-redirect-to-slash", desc: "the server behind a router answering /mcp with 307 to /mcp/ (Starlette's Mount): every request sent twice; a cut stream resumed through the redirect", run: runGoRedirectToSlash},
 		scenario{name: "go-404-poller-new-session", desc: "a poller's session expires on the server; after the 404 the application opens a fresh session and polls on with the same call", run: runGo404PollerNewSession},
 	)
 }
@@ -377,6 +378,42 @@ func runGoNonMCPMixed(ctx context.Context, dir string) error {
 		"expect violation count=0",
 		"expect resume count=0",
 		"expect session ended=deleted count=1",
+		"expect unknown_outcome count=0",
+	)
+}
+
+// slashRedirect serves MCP under /mcp/ and redirects /mcp there with 307,
+// as Starlette's Mount does (python-sdk before 1.12, FastMCP apps mounted
+// in FastAPI): a client configured with /mcp sends every request twice.
+func slashRedirect(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/mcp" {
+			http.Redirect(w, r, "/mcp/", http.StatusTemporaryRedirect)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func runGoRedirectToSlash(ctx context.Context, dir string) error {
+	srv := newGoServer(toolSet{})
+	return recordGo(dir, "go-redirect-to-slash", []http.Handler{slashRedirect(goHandler(srv, storeOpts()))}, func(r *rig) error {
+		return streamCallThroughCut(ctx, r, newSSECut(`"name":"stream"`, eventIndex(2)), false, streamArgs{Steps: 5, Label: "resume-me"}, "tok-1")
+	},
+		"# go-sdk v1.8.0 client and server, revision 2025-11-25, MemoryEventStore, no standalone GET, the server",
+		"# behind a router that answers /mcp with 307 Temporary Redirect to /mcp/ (as Starlette's Mount does).",
+		"# The client, configured with /mcp, sends every request there first and again to /mcp/ (Go's",
+		"# http.Client follows 307 with the same method, body and headers): initialize, notifications/initialized,",
+		"# tools/call stream (steps=5, progressToken tok-1), whose stream on /mcp/ the proxy cuts after S_2; the",
+		"# resume (GET, Last-Event-Id: S_2), redirected too, is answered 200 on /mcp/ with S_3.. and the result;",
+		"# then DELETE. The redirected requests reached no MCP handler: one session, one resume, nothing",
+		"# flagged (before 2026-12-04: a second session under /mcp, never started, an unverifiable resume",
+		"# answered 307 and an unknown outcome for the redirected call).",
+		"expect violation count=0",
+		"expect resume outcome=resumed last_event_id={cut} count=1",
+		"expect resume count=1",
+		"expect session ended=deleted count=1",
+		"expect session count=1",
 		"expect unknown_outcome count=0",
 	)
 }
