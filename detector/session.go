@@ -178,10 +178,10 @@ type session struct {
 	answered   int
 
 	requests, eventsN, resumes, violations int
+	bound                                  int // exchanges ever bound: their ordinal names id-less events
 	// redirected counts requests answered 3xx: turned away by a router
 	// before any MCP handler saw them (redirected).
 	redirected int
-	bound                                  int // exchanges ever bound: their ordinal names id-less events
 
 	prev, linkConf string
 	// What the wire says about the client, from its first requests, for
