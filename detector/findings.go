@@ -288,7 +288,11 @@ const (
 	ReasonCaptureGap = "capture gap in the evidence"
 	// ReasonToolsNotListed: no tools/list answer seen names the tool, so
 	// whether it is annotated read-only or idempotent is unknown.
-	ReasonToolsNotListed   = "tool annotations not seen"
+	ReasonToolsNotListed = "tool annotations not seen"
+	// ReasonHabitualCall: the lost session made the call over and over, so
+	// its re-issue after a call in flight may be the next of them (a
+	// poller's next poll), not a retry of the one in flight.
+	ReasonHabitualCall     = "call the lost session made over and over"
 	ReasonStartNotCaptured = "session start not captured"
 	// ReasonPartialHistory: the input may miss whole exchanges
 	// (Config.PartialHistory) and the check rests on one not being seen.

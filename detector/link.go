@@ -559,13 +559,18 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			case c.answered && c.habitual:
 				// A poller's next poll: the completed call is one the
 				// client made over and over, not one it replays.
+			case c.habitual:
+				// In flight at the 404: the re-issue may be a retry of
+				// it, or the next of the calls the client makes over and
+				// over, which the wire cannot tell apart.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitualCall, "form2", c.id)
 			case (d.cfg.PartialHistory || !l.startSeen) && !l.toolsListed && !s.toolsListed:
 				// The tools/list answer may be among the exchanges the
 				// input missed, or came before the capture began.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonToolsNotListed, "form2", c.id)
-			case c.answered && !l.startSeen:
-				// An identical call answered before the capture began
-				// would make it a habit. (From spans, one among the
+			case !l.startSeen:
+				// Identical calls answered before the capture began
+				// would make it a habit. (From spans, ones among the
 				// exchanges the input missed would too; that is left
 				// flagged, see the catalogue's known gap: all of a
 				// crowd's replayed double charges would be lost.)
