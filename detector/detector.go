@@ -677,6 +677,9 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			k := toolKey{m.Tool, m.ParamsHash}
 			prev := s.toolCalls.at(k)
 			c.habitual = prev != nil && (prev.habitual || prev.answered && !prev.failed)
+			if prev != nil && !prev.answered {
+				c.replaced, prev.replaced = prev, nil
+			}
 			if prev != nil || s.toolCalls.len() < d.cfg.MaxInflightPerSession {
 				if prev == nil {
 					d.countCall(ex.endpoint, m.Tool, m.ParamsHash)
@@ -723,7 +726,11 @@ func (d *Detector) dropCalls(ex *exchange) {
 			s.calls.del(c.id)
 			s.inflight--
 			if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls.at(k) == c {
-				s.toolCalls.del(k)
+				if p := c.replaced; p != nil && s.calls.at(p.id) == p {
+					s.toolCalls.set(k, p)
+				} else {
+					s.toolCalls.del(k)
+				}
 			}
 		}
 	}
@@ -792,10 +799,15 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	case ex.status >= 400:
 		d.checkUnknownSessionStatus(ex, o)
-		d.dropCalls(ex)
-		if ex.method == "DELETE" && s != nil {
-			s.deleteSent = false // refused (405, say): the session lives on
+		if ex.status < 500 {
+			d.dropCalls(ex)
+			if ex.method == "DELETE" && s != nil {
+				s.deleteSent = false // refused (405, say): the session lives on
+			}
 		}
+		// A 5xx is no refusal: a gateway's 502 or 504 may come after the
+		// server ran the call (or deleted the session), so the calls
+		// stay in flight, their outcome unknown to the client.
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
 	case ex.status >= 300 && ex.status < 400:

@@ -112,6 +112,12 @@ type call struct {
 	reissueFlagged bool
 	// failed: answered with a JSON-RPC error.
 	failed bool
+	// replaced: the identical tools/call still in flight that this one
+	// took the place of in its session's toolCalls, put back if the server
+	// refuses this one (a retry answered 404 after a gateway's 502 must not
+	// hide the attempt that may have run). One level: it is cleared in the
+	// call it points to.
+	replaced *call
 	// habitual: a tools/call its session had already made, identical,
 	// and seen answered with a result before this one was sent (or one
 	// such call was habitual itself): the client makes it over and over,
