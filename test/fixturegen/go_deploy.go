@@ -4,13 +4,21 @@ package main
 // deploy or a restart moves a client: backend 0 is a plain go-sdk handler,
 // backend 1 a sessionAdopter (see gobackend.go) that takes over sessions it
 // never issued. The proxy drains backend 0 by cutting one SSE stream at an
-// event boundary and sending every later connection to backend 1.
+// event boundary and sending every later connection to backend 1. One
+// scenario instead puts an HTTP gateway in front of two backends and kills
+// the first mid-call (runGoGateway502Reinit).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -23,6 +31,7 @@ func init() {
 		scenario{name: "go-event-id-reset", desc: "backend restarted with sessions kept but a fresh event store: the standalone stream's ids restart at _0", run: runGoEventIDReset},
 		scenario{name: "go-rolling-deploy-swap", desc: "README sample: backend drained mid-stream; the resume lands on a backend that mints a new session and answers 200", run: runGoRollingDeploySwap},
 		scenario{name: "go-mixed-revisions-swap", desc: "both revisions through one endpoint: the README sample's 2025-11-25 swap beside a 2026-07-28 client calling tools throughout", run: runGoMixedRevisionsSwap},
+		scenario{name: "go-gateway-502-reinit", desc: "rolling deploy behind an HTTP gateway: the backend dies mid-call (JSON responses), the gateway answers 502; the retry gets 404 from the new backend, and the application re-runs the call on a new session", run: runGoGateway502Reinit},
 	)
 }
 
@@ -268,4 +277,95 @@ func runGoMixedRevisionsSwap(ctx context.Context, dir string) error {
 		"expect resume count=1",
 		"expect unknown_outcome tool=slow_write count=1",
 	)
+}
+
+// runGoGateway502Reinit is a rolling deploy as a client behind an HTTP
+// gateway sees it when the server answers in JSON (no SSE stream, so no
+// status line until the call is done): the backend that holds S1 dies while
+// slow_write runs, and the gateway (Go's httputil.ReverseProxy) answers the
+// call 502. The call may have run. The application retries it on S1; the
+// gateway now reaches the new backend, which does not know S1 and answers
+// 404; the application opens S2 and makes the call a third time.
+func runGoGateway502Reinit(ctx context.Context, dir string) error {
+	started := make(chan struct{}, 1)
+	jsonOpts := mcp.StreamableHTTPOptions{JSONResponse: true}
+	oldSrv := newGoServer(toolSet{})
+	old := httptest.NewServer(noteSlowWrite(goHandler(oldSrv, jsonOpts), started))
+	defer old.Close()
+	fresh := httptest.NewServer(goHandler(newGoServer(toolSet{release: closedChan()}), jsonOpts))
+	defer fresh.Close()
+	var upstream atomic.Pointer[url.URL]
+	oldURL, _ := url.Parse(old.URL)
+	upstream.Store(oldURL)
+	gateway := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream.Load())
+			pr.Out.Host = pr.In.Host
+		},
+		ErrorLog: log.New(io.Discard, "", 0), // the 502 is the scenario
+	}
+	return recordGo(dir, "go-gateway-502-reinit", []http.Handler{gateway}, func(r *rig) error {
+		call := streamArgs{Label: "order-77", Steps: 0}
+		err := withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			done := make(chan error, 1)
+			go func() {
+				_, err := callTool(ctx, cs, "slow_write", call, nil)
+				done <- err
+			}()
+			select {
+			case <-started:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			// The deploy: the old backend goes away mid-call, and the
+			// gateway sends everything after it to the new one.
+			time.Sleep(100 * time.Millisecond)
+			freshURL, _ := url.Parse(fresh.URL)
+			upstream.Store(freshURL)
+			old.CloseClientConnections()
+			if err := <-done; err == nil || errors.Is(err, mcp.ErrSessionMissing) {
+				return fmt.Errorf("call during the deploy: got %v, want the gateway's 502", err)
+			}
+			_, err := callTool(ctx, cs, "slow_write", call, nil)
+			return sessionMissing("retry on the old session", err)
+		})
+		if err != nil {
+			return err
+		}
+		return withGoSession(ctx, r.url(), revisionSessions, false, func(cs *mcp.ClientSession) error {
+			return expectResult(ctx, cs, "slow_write", call, nil, call.Label+": written")
+		})
+	},
+		"# go-sdk v1.8.0 client and servers, revision 2025-11-25, JSONResponse (every answer a JSON body),",
+		"# behind an HTTP gateway (Go's httputil.ReverseProxy). S1: initialize, notifications/initialized, then",
+		"# tools/call slow_write (order-77), which starts on the old backend. The old backend dies mid-call",
+		"# and the gateway answers the call 502 Bad Gateway: the call may have run. The application retries it",
+		"# on S1 (a new id); the gateway now reaches the new backend, which does not know S1: 404. The",
+		"# application opens S2 and makes the identical call a third time; it completes. The first attempt's",
+		"# outcome is unknown and the client re-ran it: silent_reinit_after_404, critical (before 2026-12-04 a",
+		"# 5xx counted as a refusal, its call forgotten: no finding, no unknown outcome).",
+		"expect violation kind=silent_reinit_after_404 severity=critical tool=slow_write count=1",
+		"expect violation count=1",
+		"expect unknown_outcome tool=slow_write reissued_in_session=* count=1",
+		"expect session ended=404 count=1",
+	)
+}
+
+// noteSlowWrite signals started once a slow_write call reaches h.
+func noteSlowWrite(h http.Handler, started chan<- struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bytes.Contains(peekBody(r), []byte(`"name":"slow_write"`)) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

@@ -188,10 +188,7 @@ func runGo404CleanNewSession(ctx context.Context, dir string) error {
 			}
 			time.Sleep(3 * sessionTimeout)
 			_, err := callTool(ctx, cs, "echo", streamArgs{Label: "after-expiry"}, nil)
-			if !errors.Is(err, mcp.ErrSessionMissing) {
-				return fmt.Errorf("call after expiry: got %v, want ErrSessionMissing", err)
-			}
-			return nil
+			return sessionMissing("call after expiry", err)
 		})
 		if err != nil {
 			return err
@@ -239,10 +236,7 @@ func runGo404PollerNewSession(ctx context.Context, dir string) error {
 			// a poll refused with 404 did not run and is no call of
 			// the session's to compare with.
 			time.Sleep(3 * sessionTimeout)
-			if err := cs.Ping(ctx, nil); !errors.Is(err, mcp.ErrSessionMissing) {
-				return fmt.Errorf("ping after expiry: got %v, want ErrSessionMissing", err)
-			}
-			return nil
+			return sessionMissing("ping after expiry", cs.Ping(ctx, nil))
 		})
 		if err != nil {
 			return err
@@ -416,4 +410,13 @@ func runGoRedirectToSlash(ctx context.Context, dir string) error {
 		"expect session count=1",
 		"expect unknown_outcome count=0",
 	)
+}
+
+// sessionMissing checks that what the scenario did got go-sdk's answer to a
+// 404 for the session.
+func sessionMissing(what string, err error) error {
+	if errors.Is(err, mcp.ErrSessionMissing) {
+		return nil
+	}
+	return fmt.Errorf("%s: got %v, want ErrSessionMissing", what, err)
 }
