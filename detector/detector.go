@@ -679,6 +679,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			c.habitual = prev != nil && (prev.habitual || prev.answered && !prev.failed)
 			if prev != nil && !prev.answered {
 				c.replaced, prev.replaced = prev, nil
+				prev.reissuedHere = true
 			}
 			if prev != nil || s.toolCalls.len() < d.cfg.MaxInflightPerSession {
 				if prev == nil {

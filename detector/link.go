@@ -459,19 +459,24 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 }
 
 func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason string) *UnknownOutcome {
+	var reissuedIn string
+	if c.reissuedHere {
+		reissuedIn = s.id
+	}
 	return &UnknownOutcome{
-		ID:        findingID("unknown_outcome", s.id, c.id, c.method, c.tool, c.paramsHash, s.client.String(), s.endpoint()),
-		Time:      t,
-		SessionID: s.id,
-		JSONRPCID: c.id,
-		Method:    c.method,
-		Tool:      c.tool,
-		ArgsHash:  c.paramsHash,
-		Arguments: c.args,
-		CalledAt:  c.at,
-		Client:    s.client.String(),
-		Server:    s.server.String(),
-		Reason:    reason,
+		ID:                findingID("unknown_outcome", s.id, c.id, c.method, c.tool, c.paramsHash, s.client.String(), s.endpoint()),
+		Time:              t,
+		SessionID:         s.id,
+		JSONRPCID:         c.id,
+		Method:            c.method,
+		Tool:              c.tool,
+		ArgsHash:          c.paramsHash,
+		Arguments:         c.args,
+		CalledAt:          c.at,
+		Client:            s.client.String(),
+		Server:            s.server.String(),
+		Reason:            reason,
+		ReissuedInSession: reissuedIn,
 	}
 }
 

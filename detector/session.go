@@ -118,6 +118,10 @@ type call struct {
 	// hide the attempt that may have run). One level: it is cleared in the
 	// call it points to.
 	replaced *call
+	// reissuedHere: the client sent the identical tools/call again in the
+	// same session while this one was unanswered (after its stream broke,
+	// or a gateway's 5xx): its unknown outcome says so.
+	reissuedHere bool
 	// habitual: a tools/call its session had already made, identical,
 	// and seen answered with a result before this one was sent (or one
 	// such call was habitual itself): the client makes it over and over,

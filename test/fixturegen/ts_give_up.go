@@ -31,9 +31,12 @@ func runTSCallsGivenUp(ctx context.Context, dir string) error {
 		"# session, the third call's and the two cancelled ones, before answering the DELETE 200. Every",
 		"# stream ended without its response and without an id, and none of it is the server's fault:",
 		"# no unresumable_close. The three calls' outcomes are unknown to the client that gave them up.",
+		"# The three calls are identical, each sent while the one before was unanswered: the first two name",
+		"# their session as the one they were re-issued in.",
 		"expect violation count=0",
 		"expect unknown_outcome tool=slow_write count=3",
 		"expect unknown_outcome count=3",
+		"expect unknown_outcome reissued_in_session=* count=2",
 		"expect session ended=deleted count=1",
 	)
 }
