@@ -574,7 +574,7 @@ func (d *Detector) endSession(s *session, how string) {
 	}
 	d.settleHeldCloses(s, how)
 	s.ended = how
-	if s.redirected == s.requests {
+	if s.redirected > 0 && s.redirected == s.requests {
 		// Every request naming the id here was redirected elsewhere
 		// (/mcp to /mcp/, say): the session lives at the other
 		// endpoint, and this one never held it.
