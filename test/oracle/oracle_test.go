@@ -97,12 +97,17 @@ func responseEntry(status int, sid string, hasSID bool) string {
 	return fmt.Sprintf("%d session=%s", status, headerValue(sid, hasSID))
 }
 
-// ourView runs the capture and decode stages exactly as the analyze command
-// wires them and keeps the request and response heads.
+// ourView runs the capture and decode stages as the analyze command wires
+// them (query strings kept) and keeps the request and response heads.
 func ourView(path string) (captureView, gapConns, decode.Stats, error) {
 	view, gaps := captureView{}, gapConns{}
 	workers := min(runtime.GOMAXPROCS(0), 2)
-	p := decode.NewPipeline(decode.DefaultConfig(), workers, func(o *decode.Observation) {
+	dcfg := decode.DefaultConfig()
+	// The targets are compared with tshark's byte for byte: keep the query
+	// strings the analyzer leaves out by default (the 2024-11-05 transport
+	// names its session in one).
+	dcfg.KeepQueryStrings = true
+	p := decode.NewPipeline(dcfg, workers, func(o *decode.Observation) {
 		k := connKey{client: o.Conn.Client, server: o.Conn.Server}
 		switch o.Kind {
 		case decode.KindRequest:
