@@ -806,9 +806,19 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 				s.deleteSent = false // refused (405, say): the session lives on
 			}
 		}
-		// A 5xx is no refusal: a gateway's 502 or 504 may come after the
-		// server ran the call (or deleted the session), so the calls
-		// stay in flight, their outcome unknown to the client.
+		// A 5xx is no refusal: the server's own 500, or a gateway's 504
+		// (it forwarded the request and gave up waiting), may come after
+		// the call ran (or the session was deleted), so the calls stay in
+		// flight, their outcome unknown to the client. A gateway's 502 or
+		// 503 may as well, or may say the request never reached a server
+		// (connection refused, no endpoint ready): the wire cannot tell.
+		if (ex.status == 502 || ex.status == 503) && s != nil {
+			for i := range ex.msgs {
+				if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
+					c.mayNotHaveReached = true
+				}
+			}
+		}
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
 	case ex.status >= 300 && ex.status < 400:

@@ -292,8 +292,11 @@ const (
 	// ReasonHabitualCall: the lost session made the call over and over, so
 	// its re-issue after a call in flight may be the next of them (a
 	// poller's next poll), not a retry of the one in flight.
-	ReasonHabitualCall     = "call the lost session made over and over"
-	ReasonStartNotCaptured = "session start not captured"
+	ReasonHabitualCall = "call the lost session made over and over"
+	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,
+	// which a gateway also answers when no server got the request.
+	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"
+	ReasonStartNotCaptured  = "session start not captured"
 	// ReasonPartialHistory: the input may miss whole exchanges
 	// (Config.PartialHistory) and the check rests on one not being seen.
 	ReasonPartialHistory  = "input may miss whole exchanges"

@@ -569,6 +569,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// it, or the next of the calls the client makes over and
 				// over, which the wire cannot tell apart.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitualCall, "form2", c.id)
+			case c.mayNotHaveReached:
+				// A re-issue of a call no server may have got is no
+				// duplicate: it may be the only run.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonMayNotHaveReached, "form2", c.id)
 			case (d.cfg.PartialHistory || !l.startSeen) && !l.toolsListed && !s.toolsListed:
 				// The tools/list answer may be among the exchanges the
 				// input missed, or came before the capture began.

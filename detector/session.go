@@ -118,6 +118,9 @@ type call struct {
 	// hide the attempt that may have run). One level: it is cleared in the
 	// call it points to.
 	replaced *call
+	// mayNotHaveReached: a gateway answered it 502 or 503, which it also
+	// does when no server got the request.
+	mayNotHaveReached bool
 	// reissuedHere: the client sent the identical tools/call again in the
 	// same session while this one was unanswered (after its stream broke,
 	// or a gateway's 5xx): its unknown outcome says so.
