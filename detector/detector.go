@@ -8,6 +8,7 @@ package detector
 
 import (
 	"hash/maphash"
+	"iter"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -700,18 +701,36 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 // withdrawn, to be judged where the request went. A session known only
 // from such requests is no session of this endpoint (endSession).
 func (d *Detector) redirected(ex *exchange) {
+	d.ranNothing(ex)
 	s := ex.sess
-	d.dropCalls(ex)
 	if s == nil {
 		return
 	}
 	s.redirected++
-	if ex.method == "DELETE" {
-		s.deleteSent = false
-	}
 	if rs := ex.resume; rs != nil && !rs.emitted {
 		rs.emitted = true
 		s.resumes--
+	}
+}
+
+// unansweredCalls yields the requests of ex that s still holds in flight.
+func unansweredCalls(s *session, ex *exchange) iter.Seq[*call] {
+	return func(yield func(*call) bool) {
+		for i := range ex.msgs {
+			if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered && !yield(c) {
+				return
+			}
+		}
+	}
+}
+
+// ranNothing handles an exchange that reached no MCP handler or was
+// refused by it: its calls did not run, and a DELETE deleted nothing (the
+// session lives on).
+func (d *Detector) ranNothing(ex *exchange) {
+	d.dropCalls(ex)
+	if ex.method == "DELETE" && ex.sess != nil {
+		ex.sess.deleteSent = false
 	}
 }
 
@@ -722,16 +741,14 @@ func (d *Detector) dropCalls(ex *exchange) {
 	if s == nil || s.calls.len() == 0 {
 		return
 	}
-	for i := range ex.msgs {
-		if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
-			s.calls.del(c.id)
-			s.inflight--
-			if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls.at(k) == c {
-				if p := c.replaced; p != nil && s.calls.at(p.id) == p {
-					s.toolCalls.set(k, p)
-				} else {
-					s.toolCalls.del(k)
-				}
+	for c := range unansweredCalls(s, ex) {
+		s.calls.del(c.id)
+		s.inflight--
+		if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls.at(k) == c {
+			if p := c.replaced; p != nil && s.calls.at(p.id) == p {
+				s.toolCalls.set(k, p)
+			} else {
+				s.toolCalls.del(k)
 			}
 		}
 	}
@@ -798,27 +815,23 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		d.resolveRejected(ex, ResumeRejected404)
 		return
-	case ex.status >= 400:
-		d.checkUnknownSessionStatus(ex, o)
-		if ex.status < 500 {
-			d.dropCalls(ex)
-			if ex.method == "DELETE" && s != nil {
-				s.deleteSent = false // refused (405, say): the session lives on
-			}
-		}
-		// A 5xx is no refusal: the server's own 500, or a gateway's 504
-		// (it forwarded the request and gave up waiting), may come after
-		// the call ran (or the session was deleted), so the calls stay in
+	case ex.status >= 500:
+		// No refusal: the server's own 500, or a gateway's 504 (it
+		// forwarded the request and gave up waiting), may come after the
+		// call ran (or the session was deleted), so the calls stay in
 		// flight, their outcome unknown to the client. A gateway's 502 or
 		// 503 may as well, or may say the request never reached a server
 		// (connection refused, no endpoint ready): the wire cannot tell.
 		if (ex.status == 502 || ex.status == 503) && s != nil {
-			for i := range ex.msgs {
-				if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
-					c.mayNotHaveReached = true
-				}
+			for c := range unansweredCalls(s, ex) {
+				c.mayNotHaveReached = true
 			}
 		}
+		d.resolveRejected(ex, ResumeRejected4xx)
+		return
+	case ex.status >= 400:
+		d.checkUnknownSessionStatus(ex, o)
+		d.ranNothing(ex) // refused (405, say)
 		d.resolveRejected(ex, ResumeRejected4xx)
 		return
 	case ex.status >= 300 && ex.status < 400:
@@ -1438,10 +1451,8 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	// Requests whose stream ended without their response: if no later
 	// resume delivers it, the client cannot know whether it ran.
 	if e.How != decode.EndUnknown {
-		for i := range ex.msgs {
-			if c := s.calls.at(ex.msgs[i].ID); c != nil && c.ex == ex.serial && !c.answered {
-				c.cut = true
-			}
+		for c := range unansweredCalls(s, ex) {
+			c.cut = true
 		}
 	}
 }
