@@ -64,6 +64,19 @@ async function callSlowWrite(conn, args, cursor = {}) {
     return result;
 }
 
+// listToolsGets404 sends tools/list on a session the server no longer
+// knows, requires the 404 and logs note.
+async function listToolsGets404(c, note) {
+    try {
+        await c.client.listTools();
+    } catch (err) {
+        if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
+        log({ app: note, error: String(err.message) });
+        return;
+    }
+    throw new Error('listTools succeeded on a session the server no longer knows');
+}
+
 // startOverAfter404 makes calls on a first session, waits for the server
 // to forget it and sees a tools/list get 404; then, on a new client (a new
 // session), it makes the call after.
@@ -71,13 +84,7 @@ async function startOverAfter404(calls, after) {
     const c = await connect('fixture-ts-client');
     for (const call of calls) await callSlowWrite(c, call);
     await waitFor('forget');
-    try {
-        await c.client.listTools();
-        throw new Error('listTools succeeded on a forgotten session');
-    } catch (err) {
-        if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
-        log({ app: 'got 404, starting a new session', error: String(err.message) });
-    }
+    await listToolsGets404(c, 'got 404, starting a new session');
     await c.client.close();
     const c2 = await connect('fixture-ts-client');
     await callSlowWrite(c2, after);
@@ -174,13 +181,7 @@ const flows = {
             err => log({ call: 'failed', error: String(err.message) })
         );
         await waitFor('expired');
-        try {
-            await c.client.listTools();
-            throw new Error('listTools succeeded on an expired session');
-        } catch (err) {
-            if (!(err instanceof StreamableHTTPError && err.code === 404)) throw err;
-            log({ app: 'got 404 for the expired session', error: String(err.message) });
-        }
+        await listToolsGets404(c, 'got 404 for the expired session');
         await waitFor('resumed');
         await call;
         await sleep(300);
