@@ -292,7 +292,9 @@ func runGoGateway502Reinit(ctx context.Context, dir string) error {
 	oldSrv := newGoServer(toolSet{})
 	old := httptest.NewServer(noteSlowWrite(goHandler(oldSrv, jsonOpts), started))
 	defer old.Close()
-	fresh := httptest.NewServer(goHandler(newGoServer(toolSet{release: closedChan()}), jsonOpts))
+	released := make(chan struct{}) // the new backend's slow_write returns at once
+	close(released)
+	fresh := httptest.NewServer(goHandler(newGoServer(toolSet{release: released}), jsonOpts))
 	defer fresh.Close()
 	var upstream atomic.Pointer[url.URL]
 	oldURL, _ := url.Parse(old.URL)
@@ -365,10 +367,4 @@ func noteSlowWrite(h http.Handler, started chan<- struct{}) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-func closedChan() <-chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
 }
