@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/test/fixturespec"
 )
 
 // recorder is a Sink that keeps everything it is handed.
@@ -99,35 +100,11 @@ func parseSpec(t *testing.T, path string) *specRun {
 	return r
 }
 
-// splitWords splits on blanks; a double-quoted part keeps its blanks
-// (key="two words").
-func splitWords(line string) []string {
-	var words []string
-	var cur strings.Builder
-	quoted, inWord := false, false
-	for _, c := range line {
-		switch {
-		case c == '"':
-			quoted, inWord = !quoted, true
-		case (c == ' ' || c == '\t') && !quoted:
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words
-}
-
 func (r *specRun) line(n int, line string) error {
-	words := splitWords(line)
+	words, err := fixturespec.Fields(line)
+	if err != nil {
+		return err
+	}
 	if strings.HasPrefix(words[0], "+") {
 		sec, err := strconv.ParseFloat(words[0][1:], 64)
 		if err != nil {

@@ -26,7 +26,8 @@ import (
 //
 // TYPE is a JSON Lines record type (violation, resume, session,
 // unknown_outcome, unverifiable). Each key is a record field compared as
-// text; value * means "present and not null". Without count the line means
+// text (quoted when it holds spaces: reason="capture gap in the evidence");
+// value * means "present and not null". Without count the line means
 // count>=1. Violations are a closed world: every violation reported must be
 // matched by some "expect violation" line.
 type Spec struct {
@@ -77,7 +78,10 @@ func Parse(path string) (*Spec, error) {
 		if i := strings.Index(line, "#"); i >= 0 {
 			line = line[:i]
 		}
-		f := strings.Fields(line)
+		f, err := Fields(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
+		}
 		if len(f) == 0 {
 			continue
 		}
@@ -120,6 +124,38 @@ func Parse(path string) (*Spec, error) {
 		}
 	}
 	return s, sc.Err()
+}
+
+// Fields splits a spec line at blanks, except inside a double-quoted value
+// (key="two words"), whose quotes it drops. The detector's spec files share
+// it.
+func Fields(line string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	quoted, in := false, false
+	for _, r := range line {
+		switch {
+		case r == '"':
+			quoted, in = !quoted, true
+		case r == ' ' || r == '\t':
+			if quoted {
+				cur.WriteRune(r)
+			} else if in {
+				out, in = append(out, cur.String()), false
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unterminated quote in %q", line)
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out, nil
 }
 
 // matches reports whether record r (a decoded JSON line) satisfies e's fields.

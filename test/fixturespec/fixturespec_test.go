@@ -31,7 +31,14 @@ func TestSpecParser(t *testing.T) {
 	if probs := s.Check(recs); !strings.Contains(strings.Join(probs, "\n"), "unexpected violation replayed_event") {
 		t.Fatalf("closed world not enforced: %q", probs)
 	}
-	for _, bad := range []string{"frobnicate\n", "expect nothing\n", "expect violation count=x\n", "expect violation kind\n"} {
+	os.WriteFile(path, []byte("expect unverifiable reason=\"capture gap in the evidence\" check=cursor_dropped\n"), 0o644)
+	if s, err = Parse(path); err != nil {
+		t.Fatal(err)
+	}
+	if probs := s.Check([]map[string]any{{"type": "unverifiable", "reason": "capture gap in the evidence", "check": "cursor_dropped"}}); len(probs) != 0 {
+		t.Fatalf("quoted value: %q", probs)
+	}
+	for _, bad := range []string{"frobnicate\n", "expect nothing\n", "expect violation count=x\n", "expect violation kind\n", "expect unverifiable reason=\"open\n"} {
 		os.WriteFile(path, []byte(bad), 0o644)
 		if _, err := Parse(path); err == nil {
 			t.Errorf("%q parsed without error", bad)
