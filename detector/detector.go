@@ -61,6 +61,9 @@ type Detector struct {
 	// tool, at most MaxEventsIndexedPerServer.
 	brokenCalls map[uint64]*brokenCall
 	toolNotes   map[uint64]toolNote
+	// answeredCalls: sessionless calls answered with a result, what shows
+	// a call the client makes over and over (reissue.go).
+	answeredCalls callHabits
 	// pairRevisions: requests by revision per client address and server,
 	// at most maxRevisionPairs pairs (Stats.PairRevisions).
 	pairRevisions map[addrKey]map[string]int64
@@ -137,6 +140,7 @@ func New(cfg Config, sink Sink) *Detector {
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
+		answeredCalls:     callHabits{window: cfg.LinkWindow},
 		toolNotes:         map[uint64]toolNote{},
 		pairRevisions:     map[addrKey]map[string]int64{},
 		serverEvents:      map[uint64]eventOrigin{},

@@ -352,7 +352,7 @@ func streamName(st *stream) string {
 func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode.Message, replay bool) {
 	s := ex.sess
 	if ex.sessionless {
-		d.sessionlessMessages(ex, msgs)
+		d.sessionlessMessages(ex, msgs, o.Time)
 	}
 	for i := range msgs {
 		m := &msgs[i]

@@ -289,10 +289,11 @@ const (
 	// ReasonToolsNotListed: no tools/list answer seen names the tool, so
 	// whether it is annotated read-only or idempotent is unknown.
 	ReasonToolsNotListed = "tool annotations not seen"
-	// ReasonHabitualCall: the lost session made the call over and over, so
-	// its re-issue after a call in flight may be the next of them (a
-	// poller's next poll), not a retry of the one in flight.
-	ReasonHabitualCall = "call the lost session made over and over"
+	// ReasonHabitualCall: the client made the call over and over (in the
+	// lost session, or without sessions), so its re-issue after a call in
+	// flight or broken may be the next of them (a poller's next poll), not
+	// a retry of that one.
+	ReasonHabitualCall = "call the client made over and over"
 	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,
 	// which a gateway also answers when no server got the request.
 	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"

@@ -28,6 +28,9 @@ type brokenCall struct {
 	how      string // how the stream ended, in words
 	progress int    // progress notifications before the break: the tool had started
 	gap      bool   // the capture lost bytes of it: unverifiable
+	// habitual: the client's identical call had been answered with a
+	// result before this one was sent: it makes the call over and over.
+	habitual bool
 	request  Evidence
 	broke    Evidence
 }
@@ -52,16 +55,23 @@ func (d *Detector) noteToolAnnotations(endpoint, tools string) {
 }
 
 // sessionlessMessages follows what a sessionless exchange's response
-// carried: the answer to its call, and progress (the tool had started).
-func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message) {
+// carried at t: the answer to its call, and progress (the tool had started).
+func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message, t time.Time) {
 	for i := range msgs {
 		m := &msgs[i]
 		switch {
 		case (m.Type == decode.MsgResponse || m.Type == decode.MsgError) && m.ID != "":
 			for j := range ex.msgs {
-				if ex.msgs[j].Type == decode.MsgRequest && ex.msgs[j].ID == m.ID {
-					ex.answered = true
-					ex.taskCreated = ex.taskCreated || m.CreatesTask
+				req := &ex.msgs[j]
+				if req.Type != decode.MsgRequest || req.ID != m.ID {
+					continue
+				}
+				ex.answered = true
+				ex.taskCreated = ex.taskCreated || m.CreatesTask
+				if m.Type == decode.MsgResponse && !m.CreatesTask && req.Method == "tools/call" {
+					if d.answeredCalls.note(d.brokenKey(ex, req), t) {
+						d.stats.LimitsHit["maxBrokenCalls"]++
+					}
 				}
 			}
 		case m.Type == decode.MsgNotification && m.Method == "notifications/progress":
@@ -99,7 +109,9 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
 			continue
 		}
-		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence()}
+		k := d.brokenKey(ex, m)
+		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
+			habitual: d.answeredCalls.answeredBy(k, ex.start)}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -110,7 +122,6 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			b.how = words + " before its response"
 			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
 		}
-		k := d.brokenKey(ex, m)
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
 			d.expireBrokenCalls(o.Time)
 			if len(d.brokenCalls) >= maxBrokenCalls {
@@ -173,6 +184,12 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		case note == decode.ToolRepeatable:
 			d.stats.RepeatableReissues++
 			continue
+		case b.habitual:
+			// The client makes this call over and over (a poller, a
+			// scheduled job): the re-issue may be a retry of the broken
+			// one or the next of them, which the wire cannot tell apart.
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonHabitualCall, b.id, m.ID)
+			continue
 		case b.gap || ex.gap:
 			// The break or the answer may be in lost bytes.
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonCaptureGap, b.id, m.ID)
@@ -203,6 +220,42 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			Evidence: []Evidence{b.request, b.broke, ex.requestEvidence()},
 		}, ex, nil, b.id, m.Tool, m.ParamsHash)
 	}
+}
+
+// callHabits remembers, per sessionless client and call (brokenKey), when
+// an identical call was answered with a result. Without sessions there is no
+// history to hold them, so they are kept in two generations: a generation
+// is retired whole once it is LinkWindow old or holds maxBrokenCalls, and a
+// call answered again is noted in the current one. A call answered within
+// LinkWindow of a break is found; a re-issue further off is not linked.
+type callHabits struct {
+	cur, old map[uint64]time.Time
+	since    time.Time // when cur began
+	window   time.Duration
+}
+
+// note remembers that call k was answered at t; full says a generation was
+// retired because it was full (a limit hit: habits older than the window
+// may be forgotten, and their re-issues flagged as before).
+func (h *callHabits) note(k uint64, t time.Time) (full bool) {
+	if _, ok := h.cur[k]; ok {
+		return false
+	}
+	if h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > h.window {
+		full = len(h.cur) >= maxBrokenCalls
+		h.old, h.cur, h.since = h.cur, make(map[uint64]time.Time), t
+	}
+	h.cur[k] = t
+	return full
+}
+
+// answeredBy says whether call k had been answered with a result by t.
+func (h *callHabits) answeredBy(k uint64, t time.Time) bool {
+	if at, ok := h.old[k]; ok && !at.After(t) {
+		return true
+	}
+	at, ok := h.cur[k]
+	return ok && !at.After(t)
 }
 
 // headerMismatch compares a request's Mcp-Method and Mcp-Name headers

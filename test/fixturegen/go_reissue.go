@@ -115,3 +115,54 @@ func countCharges(path, order string) (int, error) {
 	}
 	return n, sc.Err()
 }
+
+const goPollerBreakName = "go-poller-break-2026"
+
+func init() {
+	register(scenario{name: goPollerBreakName,
+		desc: "go-sdk 2026-07-28 (stateless): a poller makes the same call every tick; the proxy breaks one poll's stream and the next tick polls again",
+		run:  runGoPollerBreak})
+}
+
+func runGoPollerBreak(ctx context.Context, dir string) error {
+	h := goHandler(newGoServer(toolSet{}), mcp.StreamableHTTPOptions{Stateless: true})
+	// The third poll, told by its progress token (in _meta: no part of
+	// the call's identity), is cut after its first progress notification.
+	cut := newSSECut(`"progressToken":"poll-3"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	poll := streamArgs{Steps: 2, Label: "queue-depth"}
+	want := poll.Label + ": 2 steps done"
+	return recordGo(dir, goPollerBreakName, []http.Handler{h}, func(r *rig) error {
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
+			if _, err := cs.ListTools(ctx, nil); err != nil {
+				return err
+			}
+			for tick := 1; tick <= 4; tick++ {
+				token := fmt.Sprintf("poll-%d", tick)
+				if tick == 3 {
+					if _, err := callTool(ctx, cs, "stream", poll, token); err == nil {
+						return fmt.Errorf("the broken poll succeeded")
+					}
+					if err := cut.waitFired(ctx); err != nil {
+						return err
+					}
+				} else if err := expectResult(ctx, cs, "stream", poll, token, want); err != nil {
+					return err
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			return nil
+		})
+	},
+		"# go-sdk v1.8.0 client with its defaults (revision 2026-07-28) against a stateless go-sdk server (no",
+		"# sessions, no event ids). tools/list: stream has no annotations. A poller: every 200 ms the identical",
+		"# tools/call stream(queue-depth, 2 progress steps), a new progress token each tick. Polls 1 and 2 are",
+		"# answered; the proxy FINs poll 3's stream right after progress 1, and go-sdk's client returns an error;",
+		"# the next tick sends poll 4, the identical call, answered.",
+		"# Poll 4 may be a retry of poll 3 or just the next poll, which the wire cannot tell apart: unverifiable,",
+		"# not reissued_call_after_break (before 2026-12-04 this was a high finding).",
+		"expect violation count=0",
+		"expect unverifiable check=reissued_call_after_break reason=\"call the client made over and over\" count=1",
+		"expect unknown_outcome count=0",
+	)
+}
