@@ -1090,7 +1090,15 @@ func (d *Detector) requestsMayBeHidden(s *session, conn decode.Conn) bool {
 	if s.startSeen {
 		t = s.firstSeen
 	}
-	if s.requestGap || d.hidingGapSince(t, conn) {
+	return s.requestGap || d.pairRequestsMayBeHidden(t, conn)
+}
+
+// pairRequestsMayBeHidden says whether lost bytes since t may have held a
+// request between conn's client and server that no one session owned: on
+// a connection that carried no one live session alone, or where any
+// session's requests or status lines may have been.
+func (d *Detector) pairRequestsMayBeHidden(t time.Time, conn decode.Conn) bool {
+	if d.hidingGapSince(t, conn) {
 		return true
 	}
 	g := d.gaps[pairOf(conn)]

@@ -69,9 +69,7 @@ func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message, t ti
 				ex.answered = true
 				ex.taskCreated = ex.taskCreated || m.CreatesTask
 				if m.Type == decode.MsgResponse && !m.CreatesTask && req.Method == "tools/call" {
-					if d.answeredCalls.note(d.brokenKey(ex, req), t) {
-						d.stats.LimitsHit["maxBrokenCalls"]++
-					}
+					d.noteHabit(d.brokenKey(ex, req), t, true)
 				}
 			}
 		case m.Type == decode.MsgNotification && m.Method == "notifications/progress":
@@ -110,14 +108,24 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			continue
 		}
 		k := d.brokenKey(ex, m)
+		answered, maybe := d.answeredCalls.by(k, ex.start)
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
-			habitual: d.answeredCalls.answeredBy(k, ex.start)}
+			habitual: answered}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
 			b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("id %s answered with a task: the call runs on", m.ID))
 		} else {
-			b.gap = ex.gap || how == decode.EndGap || ex.limit != ""
+			if ex.gap || how == decode.EndGap || ex.limit != "" {
+				// Its answer may be in the lost bytes: a habit may be
+				// out of sight for the identical calls after it.
+				b.gap = true
+				d.noteHabit(k, o.Time, false)
+			}
+			// An identical call before it may have been answered unseen:
+			// its answer lost on its own connection, or its request in
+			// lost bytes of the pair that no session owned.
+			b.gap = b.gap || !answered && (maybe || d.pairRequestsMayBeHidden(ex.start.Add(-d.cfg.LinkWindow), ex.conn))
 			words := breakWords(ex, how)
 			b.how = words + " before its response"
 			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
@@ -223,39 +231,53 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 }
 
 // callHabits remembers, per sessionless client and call (brokenKey), when
-// an identical call was answered with a result. Without sessions there is no
-// history to hold them, so they are kept in two generations: a generation
-// is retired whole once it is LinkWindow old or holds maxBrokenCalls, and a
-// call answered again is noted in the current one. A call answered within
-// LinkWindow of a break is found; a re-issue further off is not linked.
+// an identical call was first answered with a result, and when one first
+// ended in lost bytes that may have held its answer. Without sessions there
+// is no history to hold them, so they are kept in two generations: a
+// generation is retired whole once it is LinkWindow old or holds
+// maxBrokenCalls, and a call noted again is noted in the current one. A
+// call answered within LinkWindow of a break is found; a re-issue further
+// off is not linked.
 type callHabits struct {
-	cur, old map[uint64]time.Time
+	cur, old map[uint64]habitNote
 	since    time.Time // when cur began
 	window   time.Duration
 }
 
-// note remembers that call k was answered at t; full says a generation was
-// retired because it was full (a limit hit: habits older than the window
-// may be forgotten, and their re-issues flagged as before).
-func (h *callHabits) note(k uint64, t time.Time) (full bool) {
-	if _, ok := h.cur[k]; ok {
-		return false
+// habitNote: when an identical call was first seen answered with a result,
+// and when one first ended with its answer possibly lost (zero: never).
+type habitNote struct{ answered, maybe time.Time }
+
+// noteHabit notes call k answered at t (or possibly answered, in lost
+// bytes); a generation retired because it was full is a limit hit: habits
+// older than the window may be forgotten, and their re-issues flagged as if
+// no habit were seen.
+func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
+	h := &d.answeredCalls
+	n, ok := h.cur[k]
+	if !ok && (h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > h.window) {
+		if len(h.cur) >= maxBrokenCalls {
+			d.stats.LimitsHit["maxBrokenCalls"]++
+		}
+		h.old, h.cur, h.since = h.cur, make(map[uint64]habitNote), t
 	}
-	if h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > h.window {
-		full = len(h.cur) >= maxBrokenCalls
-		h.old, h.cur, h.since = h.cur, make(map[uint64]time.Time), t
+	switch {
+	case answered && n.answered.IsZero():
+		n.answered = t
+	case !answered && n.maybe.IsZero():
+		n.maybe = t
 	}
-	h.cur[k] = t
-	return full
+	h.cur[k] = n
 }
 
-// answeredBy says whether call k had been answered with a result by t.
-func (h *callHabits) answeredBy(k uint64, t time.Time) bool {
-	if at, ok := h.old[k]; ok && !at.After(t) {
-		return true
+// by says whether call k had been answered with a result by t, and whether
+// an identical call had ended by then with its answer possibly lost.
+func (h *callHabits) by(k uint64, t time.Time) (answered, maybe bool) {
+	for _, n := range [2]habitNote{h.old[k], h.cur[k]} {
+		answered = answered || !n.answered.IsZero() && !n.answered.After(t)
+		maybe = maybe || !n.maybe.IsZero() && !n.maybe.After(t)
 	}
-	at, ok := h.cur[k]
-	return ok && !at.After(t)
+	return answered, maybe
 }
 
 // headerMismatch compares a request's Mcp-Method and Mcp-Name headers
