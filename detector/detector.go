@@ -61,9 +61,10 @@ type Detector struct {
 	// tool, at most MaxEventsIndexedPerServer.
 	brokenCalls map[uint64]*brokenCall
 	toolNotes   map[uint64]toolNote
-	// answeredCalls: sessionless calls answered with a result, what shows
-	// a call the client makes over and over (reissue.go).
-	answeredCalls callHabits
+	// habits: sessionless calls answered with a result (or whose answer
+	// may be in lost bytes), what shows a call the client makes over and
+	// over (reissue.go).
+	habits callHabits
 	// pairRevisions: requests by revision per client address and server,
 	// at most maxRevisionPairs pairs (Stats.PairRevisions).
 	pairRevisions map[addrKey]map[string]int64
@@ -140,7 +141,7 @@ func New(cfg Config, sink Sink) *Detector {
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
-		answeredCalls:     callHabits{window: cfg.LinkWindow},
+		habits:            callHabits{window: cfg.LinkWindow},
 		toolNotes:         map[uint64]toolNote{},
 		pairRevisions:     map[addrKey]map[string]int64{},
 		serverEvents:      map[uint64]eventOrigin{},

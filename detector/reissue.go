@@ -108,7 +108,7 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			continue
 		}
 		k := d.brokenKey(ex, m)
-		answered, maybe := d.answeredCalls.by(k, ex.start)
+		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
 			habitual: answered}
 		if ex.taskCreated {
@@ -253,7 +253,7 @@ type habitNote struct{ answered, maybe time.Time }
 // older than the window may be forgotten, and their re-issues flagged as if
 // no habit were seen.
 func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
-	h := &d.answeredCalls
+	h := &d.habits
 	n, ok := h.cur[k]
 	if !ok && (h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > h.window) {
 		if len(h.cur) >= maxBrokenCalls {
