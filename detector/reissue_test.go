@@ -1,0 +1,59 @@
+package detector
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCallHabitsWindow follows one answered call through the habit memory's
+// generations: it is found for at least LinkWindow after its answer, across
+// a turn of generations, and a generation retired full is a limit hit.
+func TestCallHabitsWindow(t *testing.T) {
+	const window = time.Minute
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name string
+		// later: other calls answered at these offsets from t0 after the
+		// call, turning the generations over.
+		later []time.Duration
+		at    time.Duration // when a broken identical call was sent
+		found bool
+	}{
+		{"at once", nil, time.Second, true},
+		{"sent before the answer", nil, -time.Second, false},
+		{"across one turn", []time.Duration{window + time.Second}, window + 2*time.Second, true},
+		{"the window whole, across a turn", []time.Duration{window / 2, window + time.Second}, window, true},
+		{"past two turns", []time.Duration{window + time.Second, 2*window + 2*time.Second}, 2*window + 3*time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New(Config{LinkWindow: window}, discard{})
+			d.noteHabit(1, t0, true)
+			for i, off := range tc.later {
+				d.noteHabit(uint64(100+i), t0.Add(off), true)
+			}
+			answered, maybe := d.habits.by(1, t0.Add(tc.at))
+			if answered != tc.found || maybe {
+				t.Errorf("by = %v, %v; want %v, false", answered, maybe, tc.found)
+			}
+		})
+	}
+	t.Run("possibly answered", func(t *testing.T) {
+		d := New(Config{LinkWindow: window}, discard{})
+		d.noteHabit(1, t0, false)
+		if answered, maybe := d.habits.by(1, t0.Add(time.Second)); answered || !maybe {
+			t.Errorf("by = %v, %v; want false, true", answered, maybe)
+		}
+	})
+	t.Run("full", func(t *testing.T) {
+		d := New(Config{LinkWindow: window}, discard{})
+		for k := range uint64(maxBrokenCalls + 1) {
+			d.noteHabit(k, t0, true)
+		}
+		if got := d.stats.LimitsHit["maxBrokenCalls"]; got != 1 {
+			t.Errorf("limit hits = %d, want 1", got)
+		}
+		if answered, _ := d.habits.by(0, t0); !answered {
+			t.Error("the retired generation's calls are forgotten at once")
+		}
+	})
+}
