@@ -167,6 +167,11 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 		if bytes.Contains(f.result, []byte(`"taskId"`)) {
 			m.CreatesTask = createsTask(f.result)
 		}
+		if bytes.Contains(f.result, []byte(`"isError"`)) {
+			_ = eachMember(f.result, func(key, value []byte) {
+				m.ToolError = m.ToolError || keyIs(key, "isError") && string(value) == "true"
+			})
+		}
 		if bytes.Contains(f.result, []byte(`"protocolVersion"`)) {
 			_ = eachMember(f.result, func(key, value []byte) {
 				if keyIs(key, "protocolVersion") {

@@ -469,6 +469,21 @@ func TestCreatesTask(t *testing.T) {
 	}
 }
 
+func TestToolError(t *testing.T) {
+	var pk Peeker
+	for body, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"card declined"}],"isError":true}}`:    true,
+		`{"jsonrpc":"2.0","id":3,"result":{"isError" : false,"content":[]}}`:                                       false,
+		`{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\"isError\":true is a word here"}]}}`: false,
+		`{"jsonrpc":"2.0","id":3,"result":{"structuredContent":{"isError":true},"content":[]}}`:                    false,
+	} {
+		msgs, _, _ := pk.PeekJSONRPC([]byte(body))
+		if len(msgs) != 1 || msgs[0].ToolError != want {
+			t.Errorf("%s: ToolError %v, want %v", body, !want, want)
+		}
+	}
+}
+
 func TestUnknownSessionErrors(t *testing.T) {
 	var pk Peeker
 	for msg, want := range map[string]bool{

@@ -445,6 +445,10 @@ type Message struct {
 	// CreateTaskResult, {"task":{"taskId":...}}): the call runs on, to be
 	// polled, not re-issued. (In the same padding.)
 	CreatesTask bool
+	// ToolError: a result with "isError": true, a tool reporting that it
+	// failed (CallToolResult): to the client, a call to try again, as a
+	// JSON-RPC error is. (In the same padding.)
+	ToolError bool
 	// Arguments is params.arguments of a tools/call request as JSON text:
 	// as sent, without insignificant whitespace (escapes, key order and
 	// numbers unchanged), cut to Config.MaxArgumentBytes at a UTF-8

@@ -429,7 +429,7 @@ func (d *Detector) deliverResponse(ex *exchange, s *session, o *decode.Observati
 	} else {
 		s.answered++
 	}
-	c.answered, c.resultHash, c.failed = true, hash64(m.ResultHash), m.Type == decode.MsgError
+	c.answered, c.resultHash, c.failed = true, hash64(m.ResultHash), m.Type == decode.MsgError || m.ToolError
 	if c.token != "" {
 		d.forgetProgress(s, c.token)
 	}

@@ -68,7 +68,7 @@ func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message, t ti
 				}
 				ex.answered = true
 				ex.taskCreated = ex.taskCreated || m.CreatesTask
-				if m.Type == decode.MsgResponse && !m.CreatesTask && req.Method == "tools/call" {
+				if m.Type == decode.MsgResponse && !m.CreatesTask && !m.ToolError && req.Method == "tools/call" {
 					d.noteHabit(d.brokenKey(ex, req), t, true)
 				}
 			}

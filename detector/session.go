@@ -110,7 +110,8 @@ type call struct {
 	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue
 	// of this call; later repeats are the same finding.
 	reissueFlagged bool
-	// failed: answered with a JSON-RPC error.
+	// failed: answered with a JSON-RPC error, or a result whose isError
+	// says the tool failed: a call to try again, not a habit.
 	failed bool
 	// replaced: the identical tools/call still in flight that this one
 	// took the place of in its session's toolCalls, put back if the server

@@ -544,6 +544,8 @@ func parseMessages(s string) ([]decode.Message, error) {
 				m.UnknownSession = true
 			case "task": // the result is a task (tasks extension)
 				m.CreatesTask = true
+			case "toolerror": // the result says isError: true
+				m.ToolError = true
 			default:
 				return nil, fmt.Errorf("unknown message attribute %q", k)
 			}
