@@ -229,8 +229,12 @@ type worker struct {
 	assembleAll bool // Config.assembleAll
 	noProofs    bool // Config.noLossProofs
 
-	clock     time.Time // assembler clock: strictly increasing per packet
-	now       time.Time // latest real capture time seen
+	clock time.Time // assembler clock: strictly increasing per packet
+	now   time.Time // latest real capture time seen
+	// readNow is the reader's capture time with the segment being handled
+	// (tcpSeg.readAt) or the last tick: the same whatever the number of
+	// workers, unlike now, which is the latest of this worker's share.
+	readNow   time.Time
 	nextFlush time.Time // clock at which the timeouts are checked next
 
 	conns []*conn // every connection not yet complete, whoever follows it
@@ -322,12 +326,11 @@ func (w *worker) handleSeg(s *tcpSeg) {
 		}
 	}
 	w.checkTimeouts()
+	if w.readNow = s.readAt; w.readNow.IsZero() {
+		w.readNow = w.now
+	}
 	if len(w.proving) > 0 {
-		at := s.readAt
-		if at.IsZero() {
-			at = w.now
-		}
-		w.checkProofs(at)
+		w.checkProofs(w.readNow)
 	}
 	c := w.last
 	if c == nil || c.removed || c.key != s.key {
@@ -761,6 +764,9 @@ func (w *worker) tick(now time.Time) {
 	if now.After(w.clock) {
 		w.clock = now
 	}
+	if now.After(w.readNow) {
+		w.readNow = now
+	}
 	if len(w.proving) > 0 {
 		w.checkProofs(now)
 	}
@@ -1136,9 +1142,15 @@ func (c *conn) close(reason decode.CloseReason) {
 			}
 		}
 		if !c.w.noProofs && c.known[d] && after(c.proof[d], c.holeStart(d)) {
-			at := c.proofAt[d]
-			if at.IsZero() || at.After(c.w.now) {
-				at = c.w.now
+			// Not later than the reader's time: a proof waiting past
+			// it is reported at it, at the same time with any number
+			// of workers (the worker's own now is its share's).
+			at, limit := c.proofAt[d], c.w.readNow
+			if limit.IsZero() {
+				limit = c.w.now
+			}
+			if at.IsZero() || at.After(limit) {
+				at = limit
 			}
 			c.w.reportLoss(c, d, c.holeStart(d), at)
 		}

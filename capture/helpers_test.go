@@ -27,6 +27,7 @@ type recStream struct {
 	calls  []string
 	data   [2]bytes.Buffer // [0] from A, [1] from B
 	times  []time.Time     // the ts of each Data call
+	gapAt  []time.Time     // the time of each Gap call
 	closes int
 	reason decode.CloseReason
 }
@@ -54,7 +55,8 @@ func (s *recStream) Data(fromA bool, p []byte, ts time.Time) {
 	s.calls = append(s.calls, fmt.Sprintf("data %s %q", side(fromA), p))
 }
 
-func (s *recStream) Gap(fromA bool, lost int, _ time.Time) {
+func (s *recStream) Gap(fromA bool, lost int, ts time.Time) {
+	s.gapAt = append(s.gapAt, ts)
 	s.calls = append(s.calls, fmt.Sprintf("gap %s %d", side(fromA), lost))
 }
 
