@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -81,8 +82,13 @@ func runGoReissueAfterBreak(ctx context.Context, dir string) error {
 // reissueOnce calls tool through a stream cut: the call must fail, and its
 // re-issue succeed.
 func reissueOnce(ctx context.Context, cs *mcp.ClientSession, tool string, args orderArgs, cut *sseCut) error {
+	return reissueOnceWith(ctx, cs, tool, args, cut, "first-"+tool, "again-"+tool)
+}
+
+// reissueOnceWith is reissueOnce with the two attempts' progress tokens.
+func reissueOnceWith(ctx context.Context, cs *mcp.ClientSession, tool string, args orderArgs, cut *sseCut, first, again string) error {
 	p := &mcp.CallToolParams{Name: tool, Arguments: args}
-	p.SetProgressToken("first-" + tool)
+	p.SetProgressToken(first)
 	if _, err := cs.CallTool(ctx, p); err == nil {
 		return fmt.Errorf("%s: the broken call succeeded", tool)
 	}
@@ -91,7 +97,7 @@ func reissueOnce(ctx context.Context, cs *mcp.ClientSession, tool string, args o
 	}
 	time.Sleep(200 * time.Millisecond)
 	p = &mcp.CallToolParams{Name: tool, Arguments: args}
-	p.SetProgressToken("again-" + tool)
+	p.SetProgressToken(again)
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		return fmt.Errorf("%s: re-issue: %w", tool, err)
 	}
@@ -165,4 +171,73 @@ func runGoPollerBreak(ctx context.Context, dir string) error {
 		"expect unverifiable check=reissued_call_after_break reason=\"call the client made over and over\" count=1",
 		"expect unknown_outcome count=0",
 	)
+}
+
+const goRetryToolErrorName = "go-retry-after-tool-error-2026"
+
+func init() {
+	register(scenario{name: goRetryToolErrorName,
+		desc: "go-sdk 2026-07-28 (stateless): charge_card reports a failure (isError); the application tries again, the proxy breaks that attempt's stream, and it is re-issued (server charge log = truth)",
+		run:  runGoRetryAfterToolError})
+}
+
+func runGoRetryAfterToolError(ctx context.Context, dir string) error {
+	logPath := chargeLogPath(dir, goRetryToolErrorName)
+	f, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	charges := &crowdLog{f: f}
+	s := mcp.NewServer(&mcp.Implementation{Name: "fixture-go-shop", Version: "1.0.0"}, nil)
+	yes := true
+	var attempts atomic.Int64
+	mcp.AddTool(s, &mcp.Tool{Name: "charge_card", Description: "charges an order", Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes}},
+		func(ctx context.Context, req *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
+			if attempts.Add(1) == 1 {
+				// The payment provider declined at once: nothing charged.
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "card declined, try again"}}}, nil, nil
+			}
+			reportSteps(ctx, req, a.Steps)
+			charges.add(map[string]any{"charge": a.Order})
+			return textResult("charged " + a.Order), nil, nil
+		})
+	h := goHandler(s, mcp.StreamableHTTPOptions{Stateless: true})
+	cut := newSSECut(`"progressToken":"retry-1"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	err = recordGo(dir, goRetryToolErrorName, []http.Handler{h}, func(r *rig) error {
+		r.hooks = append(r.hooks, cut.hooks)
+		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
+			if _, err := cs.ListTools(ctx, nil); err != nil {
+				return err
+			}
+			args := orderArgs{Order: "ord-7", AmountCents: 1500, Steps: 3}
+			p := &mcp.CallToolParams{Name: "charge_card", Arguments: args}
+			p.SetProgressToken("first")
+			res, err := cs.CallTool(ctx, p)
+			if err != nil || !res.IsError {
+				return fmt.Errorf("the first attempt: %v, isError %v; want a tool error", err, res != nil && res.IsError)
+			}
+			// An agent's retry after the tool's failure, then the
+			// application's re-issue after the broken stream.
+			return reissueOnceWith(ctx, cs, "charge_card", args, cut, "retry-1", "retry-2")
+		})
+	},
+		"# go-sdk v1.8.0 client with its defaults (revision 2026-07-28) against a stateless go-sdk server. tools/list:",
+		"# charge_card destructiveHint. tools/call charge_card(ord-7) is answered at once with a result whose isError",
+		"# says the card was declined (nothing charged); the application tries the identical call again (a retry after a",
+		"# tool's failure, as agents do). The proxy FINs that attempt's SSE stream right after progress 1; go-sdk's client",
+		"# returns an error, and the application sends the identical call a third time. The server finished the second",
+		"# attempt anyway: "+goRetryToolErrorName+".charges.jsonl shows ord-7 charged twice. A tool's failure is no",
+		"# habit: taken for one (1a2b72b), the re-issue was unverifiable and went unreported.",
+		"expect violation kind=reissued_call_after_break tool=charge_card severity=critical count=1",
+		"expect violation count=1",
+		"expect unverifiable count=0",
+	)
+	if err != nil {
+		return err
+	}
+	if n, err := countCharges(logPath, "ord-7"); err != nil || n != 2 {
+		return fmt.Errorf("the server charged ord-7 %d times, want 2 (%v)", n, err)
+	}
+	return nil
 }
