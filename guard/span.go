@@ -208,7 +208,7 @@ func (s *span) event(e *decode.SSEEvent, msgs []decode.Message) {
 	s.attrs = attrs[:0]
 }
 
-// messageAttrs appends a message's type, id and error code.
+// messageAttrs appends a message's type, id, error code and tool error.
 func messageAttrs(attrs []attribute.KeyValue, m *decode.Message) []attribute.KeyValue {
 	attrs = append(attrs, attribute.String("jsonrpc.message.type", m.Type.String()))
 	if m.ID != "" {
@@ -220,6 +220,10 @@ func messageAttrs(attrs []attribute.KeyValue, m *decode.Message) []attribute.Key
 		if m.UnknownSession {
 			attrs = append(attrs, attribute.Bool("mcp.error.unknown_session", true))
 		}
+	}
+	if m.ToolError {
+		// The MCP semantic conventions' mark of a failed tool call.
+		attrs = append(attrs, attribute.String("error.type", "tool_error"))
 	}
 	if m.Tools != "" {
 		attrs = append(attrs, toolAttrs(m.Tools)...)

@@ -252,6 +252,16 @@ func TestSpanEnds(t *testing.T) {
 			events: []map[string]string{
 				{"jsonrpc.message.type": "error", "jsonrpc.request.id": `"a"`, "rpc.response.status_code": "-32602"},
 			}},
+		{name: "JSON response: a tool's failure",
+			body: `{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"x","arguments":{}}}`,
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":"b","result":{"content":[{"type":"text","text":"declined"}],"isError":true}}`)
+			},
+			attrs: map[string]string{"mcp.method.name": "tools/call", "jsonrpc.request.id": `"b"`, "gen_ai.tool.name": "x", "mcp.sse.recorded": ""},
+			events: []map[string]string{
+				{"jsonrpc.message.type": "response", "jsonrpc.request.id": `"b"`, "error.type": "tool_error"},
+			}},
 		{name: "batch: no single request to name",
 			body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`,
 			handler: func(w http.ResponseWriter, r *http.Request) {

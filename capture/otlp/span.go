@@ -55,6 +55,7 @@ const (
 	attrToolsDestroy = "mcp.tools.destructive"
 	attrToolsPlain   = "mcp.tools.plain"
 	attrUnknownSess  = "mcp.error.unknown_session"
+	attrErrorType    = "error.type" // "tool_error": a result whose isError says the tool failed (MCP semconv)
 	attrClientInfo   = "mcp.client.info"
 	attrEndHow       = "mcp.sse.end.how"
 	attrClientClosed = "mcp.sse.end.client_closed"
@@ -306,6 +307,7 @@ func messageOf(a pcommon.Map) (decode.Message, bool) {
 			m.UnknownSession = true
 		}
 	}
+	m.ToolError = m.Type == decode.MsgResponse && str(a, attrErrorType) == "tool_error"
 	m.Tools = toolMarks(a)
 	if tok := str(a, attrProgressTok); tok != "" {
 		m.ProgressToken = tok

@@ -292,6 +292,9 @@ func putMessage(a pcommon.Map, m decode.Message) {
 	if m.Method != "" {
 		a.PutStr("mcp.method.name", m.Method)
 	}
+	if m.ToolError {
+		a.PutStr("error.type", "tool_error")
+	}
 	if m.Type == decode.MsgError {
 		a.PutStr("rpc.response.status_code", strconv.Itoa(m.ErrorCode))
 		if m.UnknownSession {
