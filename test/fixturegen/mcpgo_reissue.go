@@ -200,3 +200,70 @@ func runMCPGoBothRevisions(ctx context.Context, dir string) error {
 		"expect resume count=0",
 	)
 }
+
+const mcpgoPollerBreakName = "mcpgo-poller-break-2026"
+
+func init() {
+	register(scenario{name: mcpgoPollerBreakName,
+		desc: "mcp-go 2026-07-28: a poller makes the same call every tick; the proxy breaks one poll's stream and the next tick polls again",
+		run:  runMCPGoPollerBreak})
+}
+
+func runMCPGoPollerBreak(ctx context.Context, dir string) error {
+	s := mcpserver.NewMCPServer("fixture-mcpgo-queue", "1.0.0", mcpserver.WithToolCapabilities(false))
+	s.AddTool(mcpgo.NewTool("queue_depth", mcpgo.WithDescription("reports a queue's depth"), mcpgo.WithString("queue", mcpgo.Required())),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+				for i := 1; i <= 2; i++ {
+					_ = mcpserver.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress",
+						map[string]any{"progressToken": meta.ProgressToken, "progress": i, "total": 2})
+					time.Sleep(eventPace)
+				}
+			}
+			return mcpgo.NewToolResultText("depth 3"), nil
+		})
+	// The third poll, told by its progress token (in _meta: no part of
+	// the call's identity), is cut after its first progress notification.
+	cut := newSSECut(`"progressToken":"poll-3"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	return recordGo(dir, mcpgoPollerBreakName, []http.Handler{mcpserver.NewStreamableHTTPServer(s)}, func(r *rig) error {
+		r.hooks = append(r.hooks, cut.hooks)
+		c, err := mcpgoClient(ctx, r.url(), "fixture-mcpgo-poller", "")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
+			return fmt.Errorf("tools/list: %w", err)
+		}
+		for tick := 1; tick <= 4; tick++ {
+			req := mcpgo.CallToolRequest{}
+			req.Params.Name = "queue_depth"
+			req.Params.Arguments = map[string]any{"queue": "orders"}
+			req.Params.Meta = &mcpgo.Meta{ProgressToken: fmt.Sprintf("poll-%d", tick)}
+			_, err := c.CallTool(ctx, req)
+			switch {
+			case tick == 3 && err == nil:
+				return fmt.Errorf("the broken poll succeeded")
+			case tick == 3:
+				if err := cut.waitFired(ctx); err != nil {
+					return err
+				}
+			case err != nil:
+				return fmt.Errorf("poll %d: %w", tick, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	},
+		"# mcp-go v1.2.1 client and server, the client's default revision (2026-07-28: server/discover, no",
+		"# sessions). tools/list: queue_depth with mcp-go's default annotations, the spec's defaults spelled out",
+		"# (destructiveHint true, readOnlyHint false). A poller: every 200 ms the identical tools/call",
+		"# queue_depth(orders), a new progress token each tick. Polls 1 and 2 are answered; the proxy FINs poll 3's",
+		"# stream right after progress 1, and mcp-go's client returns an error; the next tick sends poll 4, answered.",
+		"# Poll 4 may be a retry of poll 3 or just the next poll, which the wire cannot tell apart: unverifiable, not",
+		"# reissued_call_after_break (as go-poller-break-2026 with go-sdk; critical before 2026-12-04).",
+		"expect violation count=0",
+		"expect unverifiable check=reissued_call_after_break reason=\"call the client made over and over\" count=1",
+		"expect unknown_outcome count=0",
+	)
+}
