@@ -38,7 +38,7 @@ func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) 
 		sharedServer      = 10000
 		otherServers      = 10001
 		firstClient       = 12000
-		clientsPerCapture = 1000
+		clientsPerCapture = 500 // the busiest fixture (ts-crowd-pooling-proxy) uses 238
 	)
 	if n := len(captures); firstClient+n*clientsPerCapture > 65535 || otherServers+n*20 > firstClient {
 		return nil, fmt.Errorf("%d captures: more than the port plan holds", n)
