@@ -141,7 +141,6 @@ func New(cfg Config, sink Sink) *Detector {
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
-		habits:            callHabits{window: cfg.LinkWindow},
 		toolNotes:         map[uint64]toolNote{},
 		pairRevisions:     map[addrKey]map[string]int64{},
 		serverEvents:      map[uint64]eventOrigin{},

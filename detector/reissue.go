@@ -241,7 +241,6 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 type callHabits struct {
 	cur, old map[uint64]habitNote
 	since    time.Time // when cur began
-	window   time.Duration
 }
 
 // habitNote: when an identical call was first seen answered with a result,
@@ -255,7 +254,7 @@ type habitNote struct{ answered, maybe time.Time }
 func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
 	h := &d.habits
 	n, ok := h.cur[k]
-	if !ok && (h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > h.window) {
+	if !ok && (h.cur == nil || len(h.cur) >= maxBrokenCalls || t.Sub(h.since) > d.cfg.LinkWindow) {
 		if len(h.cur) >= maxBrokenCalls {
 			d.stats.LimitsHit["maxBrokenCalls"]++
 		}
