@@ -46,6 +46,17 @@ type crowdLog struct {
 	f  *os.File
 }
 
+// createLog creates the file at path for a crowdLog.
+func createLog(path string) (*crowdLog, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &crowdLog{f: f}, nil
+}
+
+func (l *crowdLog) Close() error { return l.f.Close() }
+
 func (l *crowdLog) add(v any) {
 	b, _ := json.Marshal(v)
 	l.mu.Lock()
@@ -138,17 +149,16 @@ func reportSteps(ctx context.Context, req *mcp.CallToolRequest, steps int) {
 }
 
 func runGoCrowd(ctx context.Context, dir string) error {
-	f, err := os.Create(chargeLogPath(dir, goCrowdName))
+	charges, err := createLog(chargeLogPath(dir, goCrowdName))
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	rf, err := os.Create(reinitLogPath(dir, goCrowdName))
+	defer charges.Close()
+	reinits, err := createLog(reinitLogPath(dir, goCrowdName))
 	if err != nil {
 		return err
 	}
-	defer rf.Close()
-	charges, reinits := &crowdLog{f: f}, &crowdLog{f: rf}
+	defer reinits.Close()
 	ids := &rpcIDs{ids: map[[2]string]json.RawMessage{}, received: charges}
 	srv := newShopServer(charges, ids)
 	var resent int

@@ -28,16 +28,15 @@ func init() {
 
 func runGoReissueAfterBreak(ctx context.Context, dir string) error {
 	logPath := chargeLogPath(dir, goReissueName)
-	f, err := os.Create(logPath)
+	charges, err := createLog(logPath)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer charges.Close()
 	ids := &rpcIDs{ids: map[[2]string]json.RawMessage{}}
-	srv := newShopServer(&crowdLog{f: f}, ids)
+	srv := newShopServer(charges, ids)
 	h := ids.wrap(goHandler(srv, mcp.StreamableHTTPOptions{Stateless: true}))
-	cutCharge := newSSECut(`"name":"charge_card"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
-	cutRead := newSSECut(`"name":"get_order"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	cutCharge, cutRead := progressCut(`"name":"charge_card"`), progressCut(`"name":"get_order"`)
 	err = recordGo(dir, goReissueName, []http.Handler{h}, func(r *rig) error {
 		r.hooks = append(r.hooks, cutCharge.hooks, cutRead.hooks)
 		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
@@ -73,10 +72,7 @@ func runGoReissueAfterBreak(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if n, err := countCharges(logPath, "ord-2026-1"); err != nil || n != 2 {
-		return fmt.Errorf("the server charged ord-2026-1 %d times, want 2 (%v)", n, err)
-	}
-	return nil
+	return chargedTwice(logPath, "ord-2026-1")
 }
 
 // reissueOnce calls tool through a stream cut: the call must fail, and its
@@ -100,6 +96,21 @@ func reissueOnceWith(ctx context.Context, cs *mcp.ClientSession, tool string, ar
 	p.SetProgressToken(again)
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		return fmt.Errorf("%s: re-issue: %w", tool, err)
+	}
+	return nil
+}
+
+// progressCut cuts the stream of the first request containing reqMarker
+// right after its first progress notification.
+func progressCut(reqMarker string) *sseCut {
+	return newSSECut(reqMarker, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+}
+
+// chargedTwice checks a charge log: the server ran charge_card for order
+// twice, the duplicate its scenario makes.
+func chargedTwice(path, order string) error {
+	if n, err := countCharges(path, order); err != nil || n != 2 {
+		return fmt.Errorf("the server charged %s %d times, want 2 (%v)", order, n, err)
 	}
 	return nil
 }
@@ -132,9 +143,7 @@ func init() {
 
 func runGoPollerBreak(ctx context.Context, dir string) error {
 	h := goHandler(newGoServer(toolSet{}), mcp.StreamableHTTPOptions{Stateless: true})
-	// The third poll, told by its progress token (in _meta: no part of
-	// the call's identity), is cut after its first progress notification.
-	cut := newSSECut(`"progressToken":"poll-3"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	cut := progressCut(pollerCutMarker)
 	poll := streamArgs{Steps: 2, Label: "queue-depth"}
 	want := poll.Label + ": 2 steps done"
 	return recordGo(dir, goPollerBreakName, []http.Handler{h}, func(r *rig) error {
@@ -145,7 +154,7 @@ func runGoPollerBreak(ctx context.Context, dir string) error {
 			}
 			for tick := 1; tick <= 4; tick++ {
 				token := fmt.Sprintf("poll-%d", tick)
-				if tick == 3 {
+				if tick == pollerCutTick {
 					if _, err := callTool(ctx, cs, "stream", poll, token); err == nil {
 						return fmt.Errorf("the broken poll succeeded")
 					}
@@ -167,10 +176,23 @@ func runGoPollerBreak(ctx context.Context, dir string) error {
 		"# the next tick sends poll 4, the identical call, answered.",
 		"# Poll 4 may be a retry of poll 3 or just the next poll, which the wire cannot tell apart: unverifiable,",
 		"# not reissued_call_after_break (before 2026-12-04 this was a high finding).",
-		"expect violation count=0",
-		"expect unverifiable check=reissued_call_after_break reason=\"call the client made over and over\" count=1",
-		"expect unknown_outcome count=0",
+		pollerExpect[0], pollerExpect[1], pollerExpect[2],
 	)
+}
+
+// The poller scenarios' shared fault and verdict: the third of four
+// identical polls is cut after its first progress notification (told by its
+// progress token, in _meta: no part of the call's identity), and its
+// re-issue is a habit's, not a finding.
+const (
+	pollerCutTick   = 3
+	pollerCutMarker = `"progressToken":"poll-3"`
+)
+
+var pollerExpect = [...]string{
+	"expect violation count=0",
+	"expect unverifiable check=reissued_call_after_break reason=\"call the client made over and over\" count=1",
+	"expect unknown_outcome count=0",
 }
 
 const goRetryToolErrorName = "go-retry-after-tool-error-2026"
@@ -183,12 +205,11 @@ func init() {
 
 func runGoRetryAfterToolError(ctx context.Context, dir string) error {
 	logPath := chargeLogPath(dir, goRetryToolErrorName)
-	f, err := os.Create(logPath)
+	charges, err := createLog(logPath)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	charges := &crowdLog{f: f}
+	defer charges.Close()
 	s := mcp.NewServer(&mcp.Implementation{Name: "fixture-go-shop", Version: "1.0.0"}, nil)
 	yes := true
 	var attempts atomic.Int64
@@ -203,7 +224,7 @@ func runGoRetryAfterToolError(ctx context.Context, dir string) error {
 			return textResult("charged " + a.Order), nil, nil
 		})
 	h := goHandler(s, mcp.StreamableHTTPOptions{Stateless: true})
-	cut := newSSECut(`"progressToken":"retry-1"`, eventWith(`"method":"notifications/progress"`, `"progress":1,`))
+	cut := progressCut(`"progressToken":"retry-1"`)
 	err = recordGo(dir, goRetryToolErrorName, []http.Handler{h}, func(r *rig) error {
 		r.hooks = append(r.hooks, cut.hooks)
 		return withGoSession(ctx, r.url(), "", false, func(cs *mcp.ClientSession) error {
@@ -236,8 +257,5 @@ func runGoRetryAfterToolError(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if n, err := countCharges(logPath, "ord-7"); err != nil || n != 2 {
-		return fmt.Errorf("the server charged ord-7 %d times, want 2 (%v)", n, err)
-	}
-	return nil
+	return chargedTwice(logPath, "ord-7")
 }
