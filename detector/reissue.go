@@ -248,9 +248,9 @@ type callHabits struct {
 type habitNote struct{ answered, maybe time.Time }
 
 // noteHabit notes call k answered at t (or possibly answered, in lost
-// bytes); a generation retired because it was full is a limit hit: habits
-// older than the window may be forgotten, and their re-issues flagged as if
-// no habit were seen.
+// bytes). A generation retired because it was full is a limit hit: the
+// older one goes with it within the window, and a re-issue of a call only it
+// held is flagged as if no habit were seen.
 func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
 	h := &d.habits
 	n, ok := h.cur[k]
