@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -347,16 +348,29 @@ func runGoCursorDropped(ctx context.Context, dir string) error {
 	return recordGo(dir, "go-cursor-dropped", []http.Handler{goHandler(srv, storeOpts())}, func(r *rig) error {
 		first := newSSECut("GET /mcp", func(ev string) bool { return strings.Contains(ev, "broadcast 1 of") })
 		resumed := newHeadCut("Last-Event-Id")
-		// Closed when a GET without a cursor follows the cut resume.
-		reconnected := make(chan struct{})
+		// Closed when the first broadcast reaches the client a second time,
+		// on a GET without a cursor that follows the cut resume. Waiting
+		// only for that GET let the echo and the DELETE end the session
+		// before a busy server sent the stream again (a CI run recorded
+		// the cursor dropped and no duplicate).
+		replayed := make(chan struct{})
 		var once sync.Once
 		watch := func(int) pcaprec.Hooks {
-			return pcaprec.Hooks{FromClient: func(p []byte) ([]byte, pcaprec.Action) {
-				if resumed.used.Load() && bytes.HasPrefix(p, []byte("GET /mcp")) && !bytes.Contains(p, []byte("Last-Event-Id")) {
-					once.Do(func() { close(reconnected) })
-				}
-				return p, pcaprec.Forward
-			}}
+			var cursorless atomic.Bool
+			return pcaprec.Hooks{
+				FromClient: func(p []byte) ([]byte, pcaprec.Action) {
+					if resumed.used.Load() && bytes.HasPrefix(p, []byte("GET /mcp")) && !bytes.Contains(p, []byte("Last-Event-Id")) {
+						cursorless.Store(true)
+					}
+					return p, pcaprec.Forward
+				},
+				FromServer: func(p []byte) ([]byte, pcaprec.Action) {
+					if cursorless.Load() && bytes.Contains(p, []byte("broadcast 1 of")) {
+						once.Do(func() { close(replayed) })
+					}
+					return p, pcaprec.Forward
+				},
+			}
 		}
 		r.hooks = append(r.hooks, first.hooks, resumed.hooks, watch)
 		return withGoSession(ctx, r.url(), revisionSessions, true, func(cs *mcp.ClientSession) error {
@@ -375,9 +389,9 @@ func runGoCursorDropped(ctx context.Context, dir string) error {
 			}
 			r.noteCut(first)
 			select {
-			case <-reconnected:
+			case <-replayed:
 			case <-ctx.Done():
-				return fmt.Errorf("no GET without a cursor after the cut resume: %w", ctx.Err())
+				return fmt.Errorf("the stream was not sent again on a GET without a cursor after the cut resume: %w", ctx.Err())
 			}
 			return expectResult(ctx, cs, "echo", streamArgs{Label: "after"}, nil, "after")
 		})
