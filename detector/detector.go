@@ -258,6 +258,9 @@ func (d *Detector) advance(t time.Time) {
 	if !t.After(d.now) {
 		return
 	}
+	if d.now.IsZero() {
+		d.habits.began = t
+	}
 	d.now = t
 	d.expire(d.now)
 	d.tombs.expire(d.now, d.cfg.SessionIdleTimeout)
@@ -624,6 +627,11 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	ex.sessionless = revAtLeast(ex.rev, revSessionless)
 	if ex.sessionless {
 		d.checkReissue(ex, o)
+		for i := range ex.msgs {
+			if m := &ex.msgs[i]; m.Type == decode.MsgRequest && m.Method == "server/discover" {
+				d.noteStart(ex, m)
+			}
+		}
 	}
 	if ex.hasCursor {
 		ex.resume = d.newResume(ex, o)

@@ -298,6 +298,11 @@ const (
 	// which a gateway also answers when no server got the request.
 	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"
 	ReasonStartNotCaptured  = "session start not captured"
+	// ReasonClientStartNotCaptured: without sessions, a call broke within
+	// LinkWindow of the capture's beginning, and the client's
+	// server/discover was not seen: identical calls answered before the
+	// capture began would make its re-issue a habit.
+	ReasonClientStartNotCaptured = "client start not captured"
 	// ReasonPartialHistory: the input may miss whole exchanges
 	// (Config.PartialHistory) and the check rests on one not being seen.
 	ReasonPartialHistory  = "input may miss whole exchanges"

@@ -31,8 +31,12 @@ type brokenCall struct {
 	// habitual: the client's identical call had been answered with a
 	// result before this one was sent: it makes the call over and over.
 	habitual bool
-	request  Evidence
-	broke    Evidence
+	// startUnseen: sent within LinkWindow of the capture's beginning by a
+	// client whose server/discover was not seen: its habit may be older
+	// than the capture.
+	startUnseen bool
+	request     Evidence
+	broke       Evidence
 }
 
 // toolNote is what a tools/list answer of an endpoint said about a tool:
@@ -110,7 +114,7 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		k := d.brokenKey(ex, m)
 		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
-			habitual: answered}
+			habitual: answered, startUnseen: !answered && !d.clientHistoryWhole(ex, m)}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -207,6 +211,12 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			// annotated read-only in one the capture missed.
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonToolsNotListed, b.id, m.ID)
 			continue
+		case b.startUnseen:
+			// Identical calls answered before the capture began would
+			// make it a habit, as for a session whose start was not
+			// captured.
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonClientStartNotCaptured, b.id, m.ID)
+			continue
 		}
 		severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
 		if note == decode.ToolDestructive {
@@ -241,6 +251,13 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 type callHabits struct {
 	cur, old map[uint64]habitNote
 	since    time.Time // when cur began
+	// starts: the clients (endpoint and partyKey) seen sending
+	// server/discover, the revision's handshake, within LinkWindow of the
+	// capture's first observation (began), at most maxBrokenCalls. Only a
+	// call sent in that first window can have a habit older than the
+	// capture that the generations do not hold.
+	starts map[uint64]struct{}
+	began  time.Time
 }
 
 // habitNote: when an identical call was first seen answered with a result,
@@ -267,6 +284,38 @@ func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
 		n.maybe = t
 	}
 	h.cur[k] = n
+}
+
+// noteStart notes a sessionless server/discover of ex's client.
+func (d *Detector) noteStart(ex *exchange, m *decode.Message) {
+	h := &d.habits
+	if ex.start.Sub(h.began) >= d.cfg.LinkWindow {
+		return
+	}
+	if len(h.starts) >= maxBrokenCalls {
+		// Its calls' re-issues are judged as if its start were unseen.
+		d.stats.LimitsHit["maxBrokenCalls"]++
+		return
+	}
+	if h.starts == nil {
+		h.starts = make(map[uint64]struct{})
+	}
+	h.starts[d.startKey(ex, m)] = struct{}{}
+}
+
+func (d *Detector) startKey(ex *exchange, m *decode.Message) uint64 {
+	return d.serverEventKey(ex.endpoint, "start\x00"+ex.partyKey(m))
+}
+
+// clientHistoryWhole says whether every identical call of m's client that
+// could make it a habit (answered within LinkWindow before ex) was in the
+// capture: it began LinkWindow before ex, or the client started in it.
+func (d *Detector) clientHistoryWhole(ex *exchange, m *decode.Message) bool {
+	if ex.start.Sub(d.habits.began) >= d.cfg.LinkWindow {
+		return true
+	}
+	_, ok := d.habits.starts[d.startKey(ex, m)]
+	return ok
 }
 
 // by says whether call k had been answered with a result by t, and whether

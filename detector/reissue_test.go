@@ -1,8 +1,11 @@
 package detector
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/replaywatch/replaywatch/decode"
 )
 
 // TestCallHabitsWindow follows one answered call through the habit memory's
@@ -56,4 +59,44 @@ func TestCallHabitsWindow(t *testing.T) {
 			t.Error("the retired generation's calls are forgotten at once")
 		}
 	})
+}
+
+// TestClientStarts: a sessionless client's server/discover counts only in
+// the capture's first LinkWindow, which is also the only time it is asked
+// for, and past maxBrokenCalls clients a start is a limit hit, judged as
+// unseen.
+func TestClientStarts(t *testing.T) {
+	const window = time.Minute
+	t0 := time.Unix(1_700_000_000, 0)
+	d := New(Config{LinkWindow: window}, discard{})
+	d.advance(t0)
+	client := func(i int, at time.Duration) (*exchange, *decode.Message) {
+		return &exchange{start: t0.Add(at), endpoint: "shop.test/mcp"}, &decode.Message{ClientInfo: fmt.Sprint("app/", i)}
+	}
+	d.noteStart(client(1, time.Second))
+	d.noteStart(client(2, window))
+	for _, tc := range []struct {
+		name  string
+		i     int
+		at    time.Duration
+		whole bool
+	}{
+		{"started", 1, 2 * time.Second, true},
+		{"another client", 3, 2 * time.Second, false},
+		{"started after the first window", 2, window - time.Second, false},
+		{"after the first window", 3, window, true},
+	} {
+		if got := d.clientHistoryWhole(client(tc.i, tc.at)); got != tc.whole {
+			t.Errorf("%s: clientHistoryWhole = %v, want %v", tc.name, got, tc.whole)
+		}
+	}
+	for i := range maxBrokenCalls {
+		d.noteStart(client(10+i, time.Second))
+	}
+	if got := d.stats.LimitsHit["maxBrokenCalls"]; got != 1 {
+		t.Errorf("limit hits = %d, want 1", got)
+	}
+	if d.clientHistoryWhole(client(10+maxBrokenCalls-1, 2*time.Second)) {
+		t.Error("a start past the limit was noted")
+	}
 }
