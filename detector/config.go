@@ -36,7 +36,8 @@ type Config struct {
 	// trace of the loss (OpenTelemetry spans: an exporter drops what its
 	// queue cannot hold and tells no one). Checks that rest on something
 	// never having been seen (an event id the session never issued; a
-	// tool whose tools/list answer was not seen) then report unverifiable
+	// tool whose tools/list answer was not seen; a replay that would have
+	// delivered whole an event cut mid-way) then report unverifiable
 	// instead of a violation. Packet capture sees its losses (gaps), so
 	// it leaves this off.
 	PartialHistory bool

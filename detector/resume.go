@@ -143,11 +143,18 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 	}
 	ref, known := s.events.get(ex.cursor)
 	if _, cut := s.partial[ex.cursor]; cut && !known {
-		if d.historyMayBeHidden(ex, s, s.firstSeen) {
-			// A replay that delivered the event whole, and so gave the
-			// client its id, may be in the lost bytes.
-			d.unverifiable(o.Time, s, ex, string(KindTruncatedResume), ReasonCaptureGap, ex.cursor)
-			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonCaptureGap)
+		// A replay that delivered the event whole, and so gave the client
+		// its id, may be in the lost bytes, or on a lost span.
+		reason := ""
+		switch {
+		case d.historyMayBeHidden(ex, s, s.firstSeen):
+			reason = ReasonCaptureGap
+		case d.cfg.PartialHistory:
+			reason = ReasonPartialHistory
+		}
+		if reason != "" {
+			d.unverifiable(o.Time, s, ex, string(KindTruncatedResume), reason, ex.cursor)
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, reason)
 			return
 		}
 		d.truncatedResume(ex, s, o)
