@@ -303,6 +303,7 @@ func (d *Detector) noteStart(ex *exchange, m *decode.Message) {
 	h.starts[d.startKey(ex, m)] = struct{}{}
 }
 
+// startKey is the key of m's client in callHabits.starts.
 func (d *Detector) startKey(ex *exchange, m *decode.Message) uint64 {
 	return d.serverEventKey(ex.endpoint, "start\x00"+ex.partyKey(m))
 }
