@@ -64,9 +64,14 @@ type conn struct {
 	// at once.
 	dead   bool
 	synced bool // a request or status line was found at least once
-	// scanLimited: given up at NonHTTPScanLimit; its close is reported
-	// too (a limit gap), since what it carried until then was not read.
-	scanLimited bool
+	// unreadFor names why the connection's bytes are not read when that
+	// must be reported (NonHTTPScanLimit, or GapHTTP2): its close is
+	// reported too (a limit gap), since what it carried until then was not
+	// read. "" when it is read, or not HTTP at all.
+	unreadFor string
+	// http2: the connection switched to HTTP/2; its later bytes are
+	// counted (Stats.HTTP2Bytes), not read.
+	http2 bool
 	// clientFin: the client sent FIN, so a response ending after it was
 	// given up by the client (End.ClientClosed).
 	clientFin bool
@@ -190,6 +195,9 @@ func (c *conn) dir(fromA bool) *dir {
 // Data implements TCPStream.
 func (c *conn) Data(fromA bool, p []byte, ts time.Time) {
 	if c.dead || len(p) == 0 {
+		if c.http2 {
+			c.w.stats.http2Bytes.Add(int64(len(p)))
+		}
 		return
 	}
 	d := c.dir(fromA)
@@ -300,7 +308,7 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 		c.endQueued(ts)
 	}
 	c.queue = nil
-	if c.scanLimited {
+	if c.unreadFor != "" {
 		c.emitLimitGap(ts, true)
 	}
 	c.w.untrack(c)
@@ -308,22 +316,41 @@ func (c *conn) Close(reason CloseReason, ts time.Time) {
 }
 
 // emitLimitGap tells the consumer that the connection's bytes are not being
-// read because of NonHTTPScanLimit: it may have been HTTP whose framing the
-// capture missed (a midstream connection inside a long compressed body), so
-// checks between its endpoints cannot rest on what it did not show.
+// read, for c.unreadFor: at NonHTTPScanLimit it may have been HTTP whose
+// framing the capture missed (a midstream connection inside a long
+// compressed body); under HTTP/2 it may carry MCP the decoder does not
+// read. Either way checks between its endpoints cannot rest on what it did
+// not show.
 func (c *conn) emitLimitGap(ts time.Time, ended bool) {
-	g := &Gap{Lost: -1, Limit: "NonHTTPScanLimit", Ended: ended, RolesUnknown: c.dirs[0].role == roleUnknown}
+	g := &Gap{Lost: -1, Limit: c.unreadFor, Ended: ended, RolesUnknown: c.dirs[0].role == roleUnknown}
 	c.emit(&Observation{Kind: KindGap, Time: ts, Gap: g})
 }
 
 // giveUp marks the connection as not HTTP.
 func (c *conn) giveUp() {
 	if !c.dead {
-		c.dead = true
 		c.w.stats.nonHTTPConnections.Add(1)
-		for i := range c.dirs {
-			c.dirs[i].buf = nil
-		}
+		c.stopReading()
+	}
+}
+
+// switchToHTTP2 stops reading a connection that began to speak HTTP/2 (its
+// client preface, or a 101 to an Upgrade: h2c) and reports it as unread
+// from ts: its frames are counted, not decoded.
+func (c *conn) switchToHTTP2(ts time.Time) {
+	if c.dead {
+		return
+	}
+	c.w.stats.http2Connections.Add(1)
+	c.stopReading()
+	c.http2, c.unreadFor = true, GapHTTP2
+	c.emitLimitGap(ts, false)
+}
+
+func (c *conn) stopReading() {
+	c.dead = true
+	for i := range c.dirs {
+		c.dirs[i].buf = nil
 	}
 }
 
@@ -389,5 +416,8 @@ func (d *dir) feed(p []byte) {
 		default:
 			return
 		}
+	}
+	if d.c.http2 {
+		d.c.w.stats.http2Bytes.Add(int64(len(p))) // the rest of the segment that switched it
 	}
 }

@@ -398,6 +398,9 @@ func render(obs []*Observation) string {
 			if o.Gap.Notice {
 				fmt.Fprintf(&b, " notice provenAt=%s", o.Gap.ProvenAt.Sub(testBase))
 			}
+			if o.Gap.Limit != "" {
+				fmt.Fprintf(&b, " limit=%s ended=%v", o.Gap.Limit, o.Gap.Ended)
+			}
 		}
 		b.WriteByte('\n')
 	}
@@ -411,6 +414,9 @@ func renderStats(s Stats) string {
 		s.SSEStreams, s.SSEEvents, s.NonMCPSSEStreams, s.JSONRPCMessages)
 	fmt.Fprintf(&b, " resyncs=%d skipped=%d gaps=%d limits=%d/%d/%d/%d",
 		s.Resyncs, s.ResyncSkippedBytes, s.Gaps, s.HeaderLimitHits, s.LineLimitHits, s.EventLimitHits, s.BodyLimitHits)
+	if s.HTTP2Connections > 0 {
+		fmt.Fprintf(&b, " http2=%d http2bytes=%d", s.HTTP2Connections, s.HTTP2Bytes)
+	}
 	if s.InflatedBodies+s.EncodedUnread+s.InflateLimitHits > 0 {
 		fmt.Fprintf(&b, " inflated=%d unread=%d inflate-limit=%d", s.InflatedBodies, s.EncodedUnread, s.InflateLimitHits)
 	}

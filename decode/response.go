@@ -73,7 +73,11 @@ func (d *dir) responseHead() {
 	if status < 200 {
 		if status == 101 {
 			// Switching protocols: what follows is not HTTP/1.x.
-			d.c.giveUp()
+			if d.upgradesToH2C() {
+				d.c.switchToHTTP2(d.ts)
+			} else {
+				d.c.giveUp()
+			}
 			return
 		}
 		// Interim responses are not paired with the request.

@@ -48,7 +48,7 @@ func (d *dir) skipped(a, b []byte) {
 	d.unsynced += int64(n)
 	if d.unsynced > NonHTTPScanLimit && d.sawBinary && !d.c.dead {
 		d.c.giveUp()
-		d.c.scanLimited = true
+		d.c.unreadFor = "NonHTTPScanLimit"
 		d.c.emitLimitGap(d.ts, false)
 	}
 }
@@ -129,6 +129,12 @@ func (d *dir) sync(p []byte) []byte {
 		d.c.synced = true
 		d.state = stHead
 		d.lineLen = 0
+		return rest
+	}
+	if !d.c.synced && !d.resyncing && string(trimEOL(line)) == http2PrefaceLine {
+		// HTTP/2 with prior knowledge (h2c): not read, but reported.
+		d.c.switchToHTTP2(d.ts)
+		d.c.w.stats.http2Bytes.Add(int64(len(line)))
 		return rest
 	}
 	if d.c.meta.SawSYN && !d.c.synced && !d.resyncing {

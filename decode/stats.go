@@ -27,7 +27,9 @@ var parseErrNames = [numParseErrs]string{
 // Stats are the pipeline's counters. Each is a total since NewPipeline.
 type Stats struct {
 	Connections        int64 // TCP connections handed to the decoder
-	NonHTTPConnections int64 // connections given up as not HTTP/1.x
+	NonHTTPConnections int64 // connections given up as not HTTP/1.x (HTTP/2 apart)
+	HTTP2Connections   int64 // connections that switched to HTTP/2 (h2c): counted, not decoded
+	HTTP2Bytes         int64 // their payload bytes from the switch on (the preface, or what follows the 101)
 	HTTPExchanges      int64 // requests seen, plus responses whose request was not
 	MCPExchanges       int64 // requests that were MCP (Request.MCP)
 	NonMCPExchanges    int64 // requests that were not
@@ -68,6 +70,7 @@ type Stats struct {
 // workers run; each worker writes only its own.
 type counters struct {
 	connections, nonHTTPConnections, httpExchanges, mcpExchanges, nonMCPExchanges atomic.Int64
+	http2Connections, http2Bytes                                                  atomic.Int64
 	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages                      atomic.Int64
 	inflatedBodies, encodedUnread, inflateLimitHits                               atomic.Int64
 	resyncs, resyncSkippedBytes, gaps                                             atomic.Int64
@@ -79,6 +82,8 @@ type counters struct {
 func (c *counters) addTo(s *Stats) {
 	s.Connections += c.connections.Load()
 	s.NonHTTPConnections += c.nonHTTPConnections.Load()
+	s.HTTP2Connections += c.http2Connections.Load()
+	s.HTTP2Bytes += c.http2Bytes.Load()
 	s.HTTPExchanges += c.httpExchanges.Load()
 	s.MCPExchanges += c.mcpExchanges.Load()
 	s.NonMCPExchanges += c.nonMCPExchanges.Load()

@@ -1588,7 +1588,7 @@ func (d *Detector) cutCallsUnknown(s *session) {
 		if l := d.limitOn(s.firstSeen, addrKey{s.client.Addr(), s.server}); l != "" {
 			// The resume that delivered the response may be what the
 			// limit hid (a connection not read, or out of order).
-			d.unverifiable(at, s, nil, "unknown_outcome", ReasonLimitPrefix+l, "call", id)
+			d.unverifiable(at, s, nil, "unknown_outcome", limitReason(l), "call", id)
 			continue
 		}
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, at, "the stream carrying the call ended before its response and no resume delivered it"))

@@ -238,7 +238,7 @@ func (d *Detector) completeViolation(v *Violation, ex *exchange, s *session, idP
 	if l := d.limitOnEvidence(ex, s, v.Evidence); l != "" {
 		// A pipeline limit cut or reordered the evidence of this pair:
 		// what looks like a violation may be the limit's doing.
-		reason := ReasonLimitPrefix + l
+		reason := limitReason(l)
 		var parts []string
 		if s != nil {
 			parts = append(parts, s.id)
@@ -356,6 +356,11 @@ const (
 	// deflate are inflated, unless their data would not inflate): its
 	// events, ids and messages are not in the capture's reading.
 	ReasonEncodedBody = "body under a Content-Encoding, not decoded"
+	// ReasonHTTP2: a connection between the same client address and
+	// server spoke HTTP/2 (h2c), which the decoder does not read, while the
+	// evidence was gathered: it may have carried the client's requests or
+	// the server's answers.
+	ReasonHTTP2 = "HTTP/2 connection, not decoded"
 )
 
 // encodedBody stands in ex.limit and session.indexLimit where a limit's
@@ -366,16 +371,20 @@ const encodedBody = decode.EndNotInflated
 // limitReason is the Unverifiable reason for what ex.limit or
 // session.indexLimit names.
 func limitReason(name string) string {
-	if name == encodedBody {
+	switch name {
+	case encodedBody:
 		return ReasonEncodedBody
+	case decode.GapHTTP2:
+		return ReasonHTTP2
 	}
 	return ReasonLimitPrefix + name
 }
 
-// contentUnread says a reason is a limit's or an encoded body's: content
-// the capture carried but the pipeline did not read, where anything may be.
+// contentUnread says a reason is a limit's, an encoded body's or HTTP/2's:
+// content the capture carried but the pipeline did not read, where anything
+// may be.
 func contentUnread(reason string) bool {
-	return reason == ReasonEncodedBody || strings.HasPrefix(reason, ReasonLimitPrefix)
+	return reason == ReasonEncodedBody || reason == ReasonHTTP2 || strings.HasPrefix(reason, ReasonLimitPrefix)
 }
 
 func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, reason string, idParts ...string) {

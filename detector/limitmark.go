@@ -10,7 +10,7 @@ import (
 // a client address and a server: the decode pipeline delivered an
 // observation of the pair out of capture order (ReorderWindow,
 // MaxBufferedObservations), or stopped reading one of its connections
-// (NonHTTPScanLimit). Every check on the pair whose evidence began by at, or
+// (NonHTTPScanLimit, or decode.GapHTTP2: not a limit). Every check on the pair whose evidence began by at, or
 // while such a connection is still open, is Unverifiable naming limit:
 // presence-based checks too, since out-of-order evidence can fake a
 // replay or a duplicate.
@@ -147,6 +147,11 @@ func (d *Detector) onLimitGap(o *decode.Observation) {
 	}
 	for _, k := range pairs {
 		switch {
+		case g.Limit == decode.GapHTTP2:
+			// Unread HTTP, maybe the pair's only MCP: marked whether or
+			// not the pair was known to carry MCP yet, for as long as the
+			// connection is open.
+			d.noteLimit(k, o.Time, g.Limit, !g.Ended, g.Ended)
 		case g.Momentary:
 			// The decoder let go of bytes of a connection it reads on:
 			// what they carried is unseen, whether or not the pair was

@@ -138,27 +138,11 @@ func TestWireLateObservation(t *testing.T) {
 // unknown_last_event_id_accepted, although the server did issue _1.
 func TestWireNonHTTPScanLimit(t *testing.T) {
 	ms := time.Millisecond
-	conns := []decode.ConnMeta{
-		{A: netip.MustParseAddrPort("10.0.0.1:5000"), B: srv},
-		{A: netip.MustParseAddrPort("10.0.0.1:5001"), B: srv, SawSYN: true}, // midstream
-		{A: netip.MustParseAddrPort("10.0.0.1:5002"), B: srv},
-	}
-	hdr := "Mcp-Session-Id: S1\nMCP-Protocol-Version: 2025-11-25\n"
-	sseHead := "HTTP/1.1 200 OK\nContent-Type: text/event-stream\n\n"
-	init := strings.ReplaceAll(strings.TrimPrefix(wireInit, "C>"), "\x00", "")
-	initOK := strings.ReplaceAll(strings.TrimPrefix(wireInitOK("S1"), "S>"), "\x00", "")
 	binary := strings.Repeat("\x00\x01\x02\x1f\x8b", decode.NonHTTPScanLimit/5+100)
-	steps := []wireStep{
-		{conn: 0, client: true, data: init, at: 1 * ms},
-		{conn: 0, data: initOK, at: 2 * ms},
-		{conn: 1, data: binary, at: 50 * ms},
-		{conn: 1, client: true, data: "GET /mcp HTTP/1.1\n" + hdr + "\n", at: 100 * ms},
-		{conn: 1, data: sseHead + "id: _0\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\nid: _1\ndata: {}\n\n", at: 110 * ms},
-		{conn: 2, client: true, data: "GET /mcp HTTP/1.1\n" + hdr + "Last-Event-ID: _1\n\n", at: 1000 * ms},
-		{conn: 2, data: sseHead + "id: _2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n", at: 1010 * ms},
-		{conn: 2, close: true, at: 1100 * ms},
-		{conn: 1, close: true, at: 1200 * ms},
-	}
+	conns, steps := resumeAfterUnread(true,
+		wireStep{conn: 1, data: binary, at: 50 * ms},
+		wireStep{conn: 1, client: true, data: "GET /mcp HTTP/1.1\n" + wireS1 + "\n", at: 100 * ms},
+		wireStep{conn: 1, data: wireSSEHead + "id: _0\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\nid: _1\ndata: {}\n\n", at: 110 * ms})
 	rec, _ := wireTimed(t, decode.Config{}, true, conns, steps)
 	if len(rec.violations) == 0 || rec.violations[0].Kind != KindUnknownLastEventIDAccepted {
 		t.Fatalf("scenario without the limit gap: want a false unknown_last_event_id_accepted, have %s", describe([]any{rec.violations}))
@@ -173,4 +157,69 @@ func TestWireNonHTTPScanLimit(t *testing.T) {
 			t.Errorf("resume %s: %s", a.Outcome, a.Reason)
 		}
 	}
+}
+
+// TestWireHTTP2: the client of session S1 (HTTP/1.1 on c0) opens c1 with
+// the HTTP/2 preface (h2c with prior knowledge, as a proxy in front of it
+// may), and its GET stream, events _0 and _1, flows there in frames the
+// decoder does not read. The resume from _1 on c2 then names an id the
+// detector never saw: without the HTTP/2 report that is
+// unknown_last_event_id_accepted, although the server issued _1. With it,
+// the pair's checks are unverifiable while c1 is open.
+func TestWireHTTP2(t *testing.T) {
+	ms := time.Millisecond
+	// Frames carry no CR or LF here: wireTimed turns LF into CRLF.
+	frames := "\x00\x00\x2c\x01\x04\x00\x00\x00\x01\x82\x86"
+	conns, steps := resumeAfterUnread(false,
+		wireStep{conn: 1, client: true, data: "PRI * HTTP/2.0\n\nSM\n\n" + frames, at: 100 * ms},
+		wireStep{conn: 1, data: frames, at: 110 * ms})
+	rec, _ := wireTimed(t, decode.Config{}, true, conns, steps)
+	if len(rec.violations) == 0 || rec.violations[0].Kind != KindUnknownLastEventIDAccepted {
+		t.Fatalf("scenario without the HTTP/2 report: want a false unknown_last_event_id_accepted, have %s", describe([]any{rec.violations}))
+	}
+	rec, ds := wireTimed(t, decode.Config{}, false, conns, steps)
+	for _, v := range rec.violations {
+		t.Errorf("violation %s", describe([]any{v}))
+	}
+	if ds.HTTP2Connections != 1 || ds.NonHTTPConnections != 0 {
+		t.Errorf("HTTP2Connections = %d, NonHTTPConnections = %d, want 1 and 0", ds.HTTP2Connections, ds.NonHTTPConnections)
+	}
+	if len(rec.resumes) == 0 {
+		t.Fatal("no resume recorded")
+	}
+	for _, a := range rec.resumes {
+		if a.Outcome != ResumeUnverifiable || a.Reason != ReasonHTTP2 {
+			t.Errorf("resume %s: %s, want unverifiable: %s", a.Outcome, a.Reason, ReasonHTTP2)
+		}
+	}
+}
+
+const (
+	wireS1      = "Mcp-Session-Id: S1\nMCP-Protocol-Version: 2025-11-25\n"
+	wireSSEHead = "HTTP/1.1 200 OK\nContent-Type: text/event-stream\n\n"
+)
+
+// resumeAfterUnread is the scenario of the tests of unread connections:
+// session S1 starts on c0 (10.0.0.1:5000), c1 carries unread (c1's start
+// not captured when midstream), and the client resumes from _1 on c2, which
+// only c1 may have shown issued.
+func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, []wireStep) {
+	ms := time.Millisecond
+	conns := []decode.ConnMeta{
+		{A: netip.MustParseAddrPort("10.0.0.1:5000"), B: srv},
+		{A: netip.MustParseAddrPort("10.0.0.1:5001"), B: srv, SawSYN: midstream}, // wireTimed flips SawSYN
+		{A: netip.MustParseAddrPort("10.0.0.1:5002"), B: srv},
+	}
+	init := strings.ReplaceAll(strings.TrimPrefix(wireInit, "C>"), "\x00", "")
+	initOK := strings.ReplaceAll(strings.TrimPrefix(wireInitOK("S1"), "S>"), "\x00", "")
+	steps := []wireStep{
+		{conn: 0, client: true, data: init, at: 1 * ms},
+		{conn: 0, data: initOK, at: 2 * ms},
+	}
+	steps = append(steps, unread...)
+	return conns, append(steps,
+		wireStep{conn: 2, client: true, data: "GET /mcp HTTP/1.1\n" + wireS1 + "Last-Event-ID: _1\n\n", at: 1000 * ms},
+		wireStep{conn: 2, data: wireSSEHead + "id: _2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n", at: 1010 * ms},
+		wireStep{conn: 2, close: true, at: 1100 * ms},
+		wireStep{conn: 1, close: true, at: 1200 * ms})
 }

@@ -102,7 +102,7 @@ func unverifiableCode(reason string) string {
 		return reason
 	}
 	if contentUnread(reason) {
-		return reason // a limit's name is stable, and so is ReasonEncodedBody
+		return reason // a limit's name is stable, and so are ReasonEncodedBody and ReasonHTTP2
 	}
 	return "resume outcome not shown by the capture"
 }

@@ -140,6 +140,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
 		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
 		InflatedBodies: uint64(d.InflatedBodies), EncodedUnreadBodies: uint64(d.EncodedUnread),
+		HTTP2Connections: uint64(d.HTTP2Connections), HTTP2Bytes: uint64(d.HTTP2Bytes),
 		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),
 		ProxyHops: int(det.ProxyHops),
 		Resumes:   map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
@@ -187,6 +188,10 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	if c.Undecodable > 0 {
 		s.Errors = append(s.Errors, fmt.Sprintf("%d packets could not be decoded", c.Undecodable))
 	}
+	if d.HTTP2Connections > 0 {
+		s.Errors = append(s.Errors, fmt.Sprintf("HTTP/2 (h2c) on %d TCP connection(s), which replaywatch does not decode: "+
+			"MCP in them is not analysed, and checks between their client address and server are unverifiable while they are open", d.HTTP2Connections))
+	}
 	s.Errors = append(s.Errors, c.Warnings()...)
 	return s
 }
@@ -223,7 +228,9 @@ func assessCoverage(s *sink.Summary, snap int, damaged []string) {
 	// capture that counted them only as cuts.
 	lostGaps := max(s.CaptureGapBytes, s.SnaplenBytes)
 	if total := s.PayloadBytes + lostGaps + s.UnreadFileBytes; total > 0 {
-		share := float64(s.PayloadBytes) / float64(total)
+		// HTTP/2 is HTTP the decoder does not read, unlike other protocols
+		// (not MCP, so nothing to analyse).
+		share := float64(s.PayloadBytes-min(s.HTTP2Bytes, s.PayloadBytes)) / float64(total)
 		s.AnalysedShare = &share
 	}
 	shortSnap := snap > 0 && snap < fullSnapLength
@@ -252,6 +259,10 @@ func assessCoverage(s *sink.Summary, snap int, damaged []string) {
 				advice = append(advice, "recapture without dropped packets (tcpdump -B for a larger buffer)")
 			}
 			causes = append(causes, lost)
+		}
+		if s.HTTP2Bytes > 0 {
+			causes = append(causes, fmt.Sprintf("%s bytes were HTTP/2 (h2c), which is not decoded", grouped(s.HTTP2Bytes)))
+			advice = append(advice, "capture where the MCP traffic speaks HTTP/1.1 (between a proxy and the servers) or analyse the clients' spans (--spans)")
 		}
 		if s.UnreadFileBytes > 0 {
 			causes = append(causes, fmt.Sprintf("%s bytes of %s could not be read past the damage",

@@ -45,8 +45,9 @@ type Summary struct {
 	LimitsHit       map[string]int `json:"limits_hit"`        // named limit -> times hit
 
 	// What share of the capture could be analysed. AnalysedShare is
-	// PayloadBytes / (PayloadBytes + CaptureGapBytes + UnreadFileBytes), nil
-	// when all three are zero (no packets, or no TCP payload at all).
+	// (PayloadBytes - HTTP2Bytes) / (PayloadBytes + CaptureGapBytes +
+	// UnreadFileBytes), nil when the last three are zero (no packets, or no
+	// TCP payload at all).
 	PayloadBytes       uint64 `json:"tcp_payload_bytes"`   // TCP payload bytes delivered to the decoder
 	SnaplenBytes       uint64 `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
 	UnreadFileBytes    uint64 `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
@@ -54,9 +55,14 @@ type Summary struct {
 	// InflatedBodies were under Content-Encoding gzip or deflate, inflated
 	// and read; EncodedUnreadBodies under one not read (another coding, a
 	// limit, or data that would not inflate), delimited and counted only.
-	InflatedBodies      uint64   `json:"inflated_bodies"`
-	EncodedUnreadBodies uint64   `json:"encoded_unread_bodies"`
-	AnalysedShare       *float64 `json:"analysed_share"` // 0..1
+	InflatedBodies      uint64 `json:"inflated_bodies"`
+	EncodedUnreadBodies uint64 `json:"encoded_unread_bodies"`
+	// HTTP2Connections spoke HTTP/2 (h2c), which is not decoded;
+	// HTTP2Bytes is their payload from the segment that switched them, in
+	// PayloadBytes but not analysed.
+	HTTP2Connections uint64   `json:"http2_connections"`
+	HTTP2Bytes       uint64   `json:"http2_bytes"`
+	AnalysedShare    *float64 `json:"analysed_share"` // 0..1
 	// PartialReason says why the capture could not be analysed (less than
 	// half of it analysed, or most packets undecodable); nil when it could.
 	// PartialAdvice is what to do about it, for the text report.

@@ -52,7 +52,8 @@ not be decoded. The report is still printed, its summary says why, and the
 reason is on standard error; with --allow-partial the exit code is 0 or 1 as
 usual and the reason is a warning. A capture with no packets, or no TCP
 payload at all, lost nothing: it exits 0 with a warning. TCP payload that is
-not HTTP counts as analysed. The unread part of a damaged standard input is
+not HTTP counts as analysed; HTTP/2 (h2c), recognised but not decoded, does
+not. The unread part of a damaged standard input is
 not known and not counted.
 
 Flags:

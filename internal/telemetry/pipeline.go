@@ -157,7 +157,9 @@ var captureCounters = []counterRow[capture.Stats]{
 }
 
 var decodeCounters = []counterRow[decode.Stats]{
-	{"replaywatch.decode.non_http_connections", "{connection}", "Connections given up as not HTTP/1.x", func(s *decode.Stats) int64 { return s.NonHTTPConnections }},
+	{"replaywatch.decode.non_http_connections", "{connection}", "Connections given up as not HTTP/1.x (HTTP/2 apart)", func(s *decode.Stats) int64 { return s.NonHTTPConnections }},
+	{"replaywatch.decode.http2_connections", "{connection}", "Connections that switched to HTTP/2 (h2c): not decoded, their pair's checks unverifiable while they are open", func(s *decode.Stats) int64 { return s.HTTP2Connections }},
+	{"replaywatch.decode.http2_bytes", "By", "Payload bytes of those connections from the switch on", func(s *decode.Stats) int64 { return s.HTTP2Bytes }},
 	{"replaywatch.decode.http_exchanges", "{exchange}", "HTTP requests seen, plus responses whose request was not", func(s *decode.Stats) int64 { return s.HTTPExchanges }},
 	{"replaywatch.decode.mcp_exchanges", "{exchange}", "Requests that were MCP", func(s *decode.Stats) int64 { return s.MCPExchanges }},
 	{"replaywatch.decode.non_mcp_exchanges", "{exchange}", "Requests that were not MCP", func(s *decode.Stats) int64 { return s.NonMCPExchanges }},

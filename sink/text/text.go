@@ -151,6 +151,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		row("Compressed", "%d bodies inflated and read (gzip, deflate), %d not read (another Content-Encoding): their checks unverifiable",
 			s.InflatedBodies, s.EncodedUnreadBodies)
 	}
+	if s.HTTP2Connections > 0 {
+		row("HTTP/2", "%d connection(s), %s, not decoded: checks on their client address and server unverifiable", s.HTTP2Connections, humanize.Bytes(int64(s.HTTP2Bytes)))
+	}
 	switch {
 	case spans:
 	case s.AnalysedShare != nil:
