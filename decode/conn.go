@@ -14,10 +14,11 @@ const (
 
 // Parse states of one direction.
 const (
-	stSync uint8 = iota // looking for a request or status line
-	stHead              // reading a head (start line already in buf)
-	stBody              // reading a body as bodyMode says
-	stDone              // FIN, upgrade or not HTTP: ignore everything
+	stSync  uint8 = iota // looking for a request or status line
+	stHead               // reading a head (start line already in buf)
+	stBody               // reading a body as bodyMode says
+	stDone               // FIN, upgrade or not HTTP: ignore everything
+	stProxy              // the client's first bytes may be a PROXY protocol v2 header
 )
 
 // Body framings.
@@ -144,6 +145,10 @@ type dir struct {
 	sawBinary bool  // some of them could not be HTTP or SSE text
 	lineLen   int   // bytes of the current head line so far
 	lineFirst byte
+	// proxySkip: bytes of a PROXY protocol v2 header's addresses still to
+	// skip (stProxy).
+	proxySkip int
+	proxied   bool // a PROXY protocol v1 header was skipped
 
 	// The message being read.
 	ex        *exchange
@@ -391,6 +396,11 @@ func (c *conn) setRoles(d *dir, role uint8) bool {
 }
 
 // feed runs the state machine over p.
+// tlsHandshakeRecord is the first byte of a TLS connection: the record type
+// of the client's ClientHello (RFC 8446 5.1). Nothing else a client opens a
+// connection with begins so, and one byte is all a split delivery may give.
+const tlsHandshakeRecord = 0x16
+
 func (d *dir) feed(p []byte) {
 	if !d.started {
 		d.started = true
@@ -398,11 +408,16 @@ func (d *dir) feed(p []byte) {
 		// line; a first byte that cannot begin one (TLS, binary protocols)
 		// rules HTTP/1.x out at once.
 		if d.c.meta.SawSYN && !isStartLineByte(p[0]) {
+			if d.fromA && p[0] == tlsHandshakeRecord {
+				d.c.w.stats.tlsConnections.Add(1)
+			}
 			d.c.giveUp()
 			return
 		}
 		if !d.c.meta.SawSYN {
 			d.resyncing = true
+		} else if d.fromA && p[0] == proxyV2Signature[0] {
+			d.state = stProxy
 		}
 	}
 	for len(p) > 0 && !d.c.dead {
@@ -413,6 +428,8 @@ func (d *dir) feed(p []byte) {
 			p = d.head(p)
 		case stBody:
 			p = d.bodyBytesIn(p)
+		case stProxy:
+			p = d.proxyV2(p)
 		default:
 			return
 		}

@@ -414,6 +414,12 @@ func renderStats(s Stats) string {
 		s.SSEStreams, s.SSEEvents, s.NonMCPSSEStreams, s.JSONRPCMessages)
 	fmt.Fprintf(&b, " resyncs=%d skipped=%d gaps=%d limits=%d/%d/%d/%d",
 		s.Resyncs, s.ResyncSkippedBytes, s.Gaps, s.HeaderLimitHits, s.LineLimitHits, s.EventLimitHits, s.BodyLimitHits)
+	if s.TLSConnections > 0 {
+		fmt.Fprintf(&b, " tls=%d", s.TLSConnections)
+	}
+	if s.ProxyHeaders > 0 {
+		fmt.Fprintf(&b, " proxyheaders=%d", s.ProxyHeaders)
+	}
 	if s.HTTP2Connections > 0 {
 		fmt.Fprintf(&b, " http2=%d http2bytes=%d", s.HTTP2Connections, s.HTTP2Bytes)
 	}

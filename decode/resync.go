@@ -131,6 +131,13 @@ func (d *dir) sync(p []byte) []byte {
 		d.lineLen = 0
 		return rest
 	}
+	if !d.c.synced && !d.resyncing && d.fromA && d.c.meta.SawSYN && !d.proxied && proxyV1(line) {
+		// A load balancer's PROXY protocol header: the HTTP follows.
+		d.proxied = true
+		d.c.w.stats.proxyHeaders.Add(1)
+		d.buf = d.buf[:0]
+		return rest
+	}
 	if !d.c.synced && !d.resyncing && string(trimEOL(line)) == http2PrefaceLine {
 		// HTTP/2 with prior knowledge (h2c): not read, but reported.
 		d.c.switchToHTTP2(d.ts)

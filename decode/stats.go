@@ -28,6 +28,8 @@ var parseErrNames = [numParseErrs]string{
 type Stats struct {
 	Connections        int64 // TCP connections handed to the decoder
 	NonHTTPConnections int64 // connections given up as not HTTP/1.x (HTTP/2 apart)
+	TLSConnections     int64 // of those, connections whose captured start was a TLS ClientHello
+	ProxyHeaders       int64 // PROXY protocol headers (v1 or v2) skipped at the start of connections
 	HTTP2Connections   int64 // connections that switched to HTTP/2 (h2c): counted, not decoded
 	HTTP2Bytes         int64 // their payload bytes from the switch on (the preface, or what follows the 101)
 	HTTPExchanges      int64 // requests seen, plus responses whose request was not
@@ -70,7 +72,7 @@ type Stats struct {
 // workers run; each worker writes only its own.
 type counters struct {
 	connections, nonHTTPConnections, httpExchanges, mcpExchanges, nonMCPExchanges atomic.Int64
-	http2Connections, http2Bytes                                                  atomic.Int64
+	tlsConnections, proxyHeaders, http2Connections, http2Bytes                    atomic.Int64
 	sseStreams, sseEvents, nonMCPSSEStreams, jsonrpcMessages                      atomic.Int64
 	inflatedBodies, encodedUnread, inflateLimitHits                               atomic.Int64
 	resyncs, resyncSkippedBytes, gaps                                             atomic.Int64
@@ -82,6 +84,8 @@ type counters struct {
 func (c *counters) addTo(s *Stats) {
 	s.Connections += c.connections.Load()
 	s.NonHTTPConnections += c.nonHTTPConnections.Load()
+	s.TLSConnections += c.tlsConnections.Load()
+	s.ProxyHeaders += c.proxyHeaders.Load()
 	s.HTTP2Connections += c.http2Connections.Load()
 	s.HTTP2Bytes += c.http2Bytes.Load()
 	s.HTTPExchanges += c.httpExchanges.Load()

@@ -140,7 +140,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
 		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
 		InflatedBodies: uint64(d.InflatedBodies), EncodedUnreadBodies: uint64(d.EncodedUnread),
-		HTTP2Connections: uint64(d.HTTP2Connections), HTTP2Bytes: uint64(d.HTTP2Bytes),
+		TLSConnections: uint64(d.TLSConnections), ProxyProtocolHeaders: uint64(d.ProxyHeaders), HTTP2Connections: uint64(d.HTTP2Connections), HTTP2Bytes: uint64(d.HTTP2Bytes),
 		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),
 		ProxyHops: int(det.ProxyHops),
 		Resumes:   map[string]int{}, Findings: map[string]int{}, LimitsHit: map[string]int{}, Revisions: map[string]int{},
@@ -187,6 +187,12 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 	}
 	if c.Undecodable > 0 {
 		s.Errors = append(s.Errors, fmt.Sprintf("%d packets could not be decoded", c.Undecodable))
+	}
+	if d.TLSConnections > 0 && det.MCPExchanges == 0 {
+		// A node's capture carries TLS beside plain MCP; one with TLS and
+		// no MCP at all is likely MCP over TLS.
+		s.Errors = append(s.Errors, fmt.Sprintf("no MCP traffic was recognised, and %d TCP connection(s) were TLS, whose content packets cannot show: "+
+			"for MCP over TLS, read the clients' OpenTelemetry spans (analyze --spans)", d.TLSConnections))
 	}
 	if d.HTTP2Connections > 0 {
 		s.Errors = append(s.Errors, fmt.Sprintf("HTTP/2 (h2c) on %d TCP connection(s), which replaywatch does not decode: "+

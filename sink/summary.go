@@ -57,6 +57,12 @@ type Summary struct {
 	// limit, or data that would not inflate), delimited and counted only.
 	InflatedBodies      uint64 `json:"inflated_bodies"`
 	EncodedUnreadBodies uint64 `json:"encoded_unread_bodies"`
+	// TLSConnections began with a TLS ClientHello: encrypted, not HTTP to
+	// the decoder, and counted as analysed like any other protocol.
+	TLSConnections uint64 `json:"tls_connections"`
+	// ProxyProtocolHeaders: PROXY protocol headers skipped before the HTTP
+	// of a connection (the connection's client is the load balancer).
+	ProxyProtocolHeaders uint64 `json:"proxy_protocol_headers"`
 	// HTTP2Connections spoke HTTP/2 (h2c), which is not decoded;
 	// HTTP2Bytes is their payload from the segment that switched them, in
 	// PayloadBytes but not analysed.

@@ -27,6 +27,8 @@ var metricNames = []string{
 	"replaywatch_limit_hits_total",
 	// decode
 	"replaywatch_decode_non_http_connections_total",
+	"replaywatch_decode_tls_connections_total",
+	"replaywatch_decode_proxy_protocol_headers_total",
 	"replaywatch_decode_http2_connections_total",
 	"replaywatch_decode_http2_bytes_total",
 	"replaywatch_decode_http_exchanges_total",

@@ -158,6 +158,8 @@ var captureCounters = []counterRow[capture.Stats]{
 
 var decodeCounters = []counterRow[decode.Stats]{
 	{"replaywatch.decode.non_http_connections", "{connection}", "Connections given up as not HTTP/1.x (HTTP/2 apart)", func(s *decode.Stats) int64 { return s.NonHTTPConnections }},
+	{"replaywatch.decode.tls_connections", "{connection}", "Of those, connections whose captured start was a TLS ClientHello: encrypted, not readable from packets", func(s *decode.Stats) int64 { return s.TLSConnections }},
+	{"replaywatch.decode.proxy_protocol_headers", "{header}", "PROXY protocol headers (v1 or v2) skipped at the start of connections", func(s *decode.Stats) int64 { return s.ProxyHeaders }},
 	{"replaywatch.decode.http2_connections", "{connection}", "Connections that switched to HTTP/2 (h2c): not decoded, their pair's checks unverifiable while they are open", func(s *decode.Stats) int64 { return s.HTTP2Connections }},
 	{"replaywatch.decode.http2_bytes", "By", "Payload bytes of those connections from the switch on", func(s *decode.Stats) int64 { return s.HTTP2Bytes }},
 	{"replaywatch.decode.http_exchanges", "{exchange}", "HTTP requests seen, plus responses whose request was not", func(s *decode.Stats) int64 { return s.HTTPExchanges }},

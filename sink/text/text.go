@@ -151,6 +151,12 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		row("Compressed", "%d bodies inflated and read (gzip, deflate), %d not read (another Content-Encoding): their checks unverifiable",
 			s.InflatedBodies, s.EncodedUnreadBodies)
 	}
+	if s.TLSConnections > 0 {
+		row("TLS", "%d connection(s), encrypted: not readable from packets", s.TLSConnections)
+	}
+	if s.ProxyProtocolHeaders > 0 {
+		row("PROXY headers", "%d skipped (a load balancer's: the connections' client address is its own)", s.ProxyProtocolHeaders)
+	}
 	if s.HTTP2Connections > 0 {
 		row("HTTP/2", "%d connection(s), %s, not decoded: checks on their client address and server unverifiable", s.HTTP2Connections, humanize.Bytes(int64(s.HTTP2Bytes)))
 	}

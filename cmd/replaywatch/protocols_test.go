@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+)
+
+// TestHTTP2Reported: one go-sdk server speaks HTTP/1.1 and h2c; one client
+// talks to it over HTTP/1.1 and another over h2c with prior knowledge (Go's
+// Transport with UnencryptedHTTP2). The binary reads the first client's
+// session and reports the second's connection as HTTP/2 it did not decode,
+// instead of "no violations" over a capture it could not read.
+func TestHTTP2Reported(t *testing.T) {
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "h2c.pcap")
+	recordH2CTraffic(t, path)
+
+	code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", "--allow-partial", path)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "HTTP/2 (h2c) on 1 TCP connection(s)") {
+		t.Errorf("stderr does not warn of the HTTP/2 connection:\n%s", stderr)
+	}
+	var sum struct {
+		MCPSessions      int     `json:"mcp_sessions"`
+		HTTP2Connections int     `json:"http2_connections"`
+		HTTP2Bytes       int     `json:"http2_bytes"`
+		PayloadBytes     int     `json:"tcp_payload_bytes"`
+		Violations       int     `json:"violations"`
+		AnalysedShare    float64 `json:"analysed_share"`
+	}
+	readSummary(t, stdout, &sum)
+	if sum.MCPSessions != 1 || sum.HTTP2Connections != 1 || sum.Violations != 0 {
+		t.Errorf("mcp_sessions %d, http2_connections %d, violations %d; want 1, 1, 0", sum.MCPSessions, sum.HTTP2Connections, sum.Violations)
+	}
+	if sum.HTTP2Bytes <= 0 || sum.HTTP2Bytes >= sum.PayloadBytes {
+		t.Errorf("http2_bytes %d of %d payload bytes, want some but not all", sum.HTTP2Bytes, sum.PayloadBytes)
+	}
+	if want := float64(sum.PayloadBytes-sum.HTTP2Bytes) / float64(sum.PayloadBytes); sum.AnalysedShare != want {
+		t.Errorf("analysed_share %v, want %v (HTTP/2 bytes are not analysed)", sum.AnalysedShare, want)
+	}
+
+	_, text, _ := runBin(t, bin, "analyze", "--allow-partial", path)
+	if !strings.Contains(text, "HTTP/2             1 connection(s)") {
+		t.Errorf("text report has no HTTP/2 row:\n%s", text)
+	}
+}
+
+type echoArgs struct {
+	Text string `json:"text"`
+}
+
+// echoServer is a go-sdk server with one tool.
+func echoServer() http.Handler {
+	s := mcp.NewServer(&mcp.Implementation{Name: "echo-server", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "returns its text"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a echoArgs) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Text}}}, nil, nil
+		})
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+}
+
+// recordClients records go-sdk clients of the server at backend through a
+// recording proxy at path, one after another: each initialises, calls echo
+// twice and closes. scheme is the clients' (http or https); hooks, if
+// non-nil, rewrite each connection's bytes (pcaprec.NewProxy).
+func recordClients(t *testing.T, path, backend, scheme string, hooks func(n int) pcaprec.Hooks, clients ...*http.Client) {
+	t.Helper()
+	rec, err := pcaprec.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := pcaprec.NewProxy(rec, func(int) string { return backend }, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hc := range clients {
+		client := mcp.NewClient(&mcp.Implementation{Name: "echo-client", Version: "1.0.0"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: scheme + "://" + proxy.Addr() + "/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{"one", "two"} {
+			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: echoArgs{text}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs.Close()
+		cancel()
+		hc.CloseIdleConnections()
+	}
+	if err := proxy.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordH2CTraffic records two go-sdk clients of one server: one over
+// HTTP/1.1, one over h2c.
+func recordH2CTraffic(t *testing.T, path string) {
+	t.Helper()
+	var both http.Protocols
+	both.SetHTTP1(true)
+	both.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: echoServer(), Protocols: &both}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	var clients []*http.Client
+	for _, h2c := range []bool{false, true} {
+		var p http.Protocols
+		p.SetHTTP1(!h2c)
+		p.SetUnencryptedHTTP2(h2c)
+		clients = append(clients, &http.Client{Transport: &http.Transport{Protocols: &p}})
+	}
+	recordClients(t, path, ln.Addr().String(), "http", nil, clients...)
+}
+
+// TestTLSNamed: a go-sdk client over TLS. Packets cannot show its MCP; the
+// report names the TLS connections and, with no MCP recognised at all,
+// points to the spans.
+func TestTLSNamed(t *testing.T) {
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "tls.pcap")
+	ts := httptest.NewUnstartedServer(echoServer())
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the proxy's last connection closes mid-handshake
+	ts.StartTLS()
+	defer ts.Close()
+	recordClients(t, path, strings.TrimPrefix(ts.URL, "https://"), "https", nil, ts.Client())
+
+	code, stdout, stderr := runBin(t, bin, "analyze", path)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"TLS                ", "connection(s) were TLS", "analyze --spans"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "were TLS") {
+		t.Errorf("stderr does not warn of TLS:\n%s", stderr)
+	}
+}
+
+// TestProxyProtocolRead: a go-sdk client's connections reach the server
+// through a load balancer that opens each with a PROXY protocol header
+// (the recording proxy writes it; the server's listener strips it). The
+// binary skips the headers and reads the session.
+func TestProxyProtocolRead(t *testing.T) {
+	bin := buildBinary(t)
+	headers := map[string][]byte{
+		"v1": []byte("PROXY TCP4 198.51.100.7 10.0.0.2 51234 8080\r\n"),
+		// TCP over IPv4, the 12 address bytes, then a 3-byte TLV.
+		"v2": []byte("\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0f\xc6\x33\x64\x07\x0a\x00\x00\x02\xc8\x22\x1f\x90\x04\x00\x00"),
+	}
+	for version, header := range headers {
+		t.Run(version, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: echoServer()}
+			go srv.Serve(&proxyHeaderListener{Listener: ln, header: len(header)})
+			defer srv.Close()
+			prepend := func(int) pcaprec.Hooks {
+				first := true
+				return pcaprec.Hooks{FromClient: func(p []byte) ([]byte, pcaprec.Action) {
+					if first {
+						first = false
+						return append(append([]byte(nil), header...), p...), pcaprec.Forward
+					}
+					return p, pcaprec.Forward
+				}}
+			}
+			path := filepath.Join(t.TempDir(), "proxy-"+version+".pcap")
+			recordClients(t, path, ln.Addr().String(), "http", prepend, &http.Client{})
+
+			code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", path)
+			if code != 0 {
+				t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
+			}
+			var sum struct {
+				MCPSessions          int `json:"mcp_sessions"`
+				MCPExchanges         int `json:"mcp_exchanges"`
+				TCPConnections       int `json:"tcp_connections"`
+				ProxyProtocolHeaders int `json:"proxy_protocol_headers"`
+			}
+			readSummary(t, stdout, &sum)
+			if sum.MCPSessions != 1 || sum.MCPExchanges < 4 || sum.ProxyProtocolHeaders != sum.TCPConnections || sum.TCPConnections == 0 {
+				t.Errorf("mcp_sessions %d, mcp_exchanges %d, proxy_protocol_headers %d of %d connections; want 1, at least 4 (initialize, its notification, two calls), one per connection",
+					sum.MCPSessions, sum.MCPExchanges, sum.ProxyProtocolHeaders, sum.TCPConnections)
+			}
+		})
+	}
+}
+
+// proxyHeaderListener strips a PROXY protocol header of a known length
+// from each accepted connection, as a server behind such a load balancer
+// does.
+type proxyHeaderListener struct {
+	net.Listener
+	header int
+}
+
+func (l *proxyHeaderListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(c, make([]byte, l.header)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// readSummary decodes the summary line of analyze --format json's output
+// into sum.
+func readSummary(t *testing.T, stdout string, sum any) {
+	t.Helper()
+	for line := range strings.Lines(stdout) {
+		if strings.Contains(line, `"type":"summary"`) {
+			if err := json.Unmarshal([]byte(line), sum); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no summary in\n%s", stdout)
+}
