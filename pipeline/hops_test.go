@@ -21,7 +21,10 @@ import (
 // reach the server through a Service address: every packet again, the
 // same socket talking to the Service's address (damage.NATCopy). The
 // detector sets the second hop or copy aside (detector/hops.go), so the
-// findings must be exactly the fixture's own, each as many times.
+// findings must be exactly the fixture's own, each as many times. So must
+// they behind a load balancer that opens every connection with a PROXY
+// protocol header (damage.BehindProxyProtocol, versions 1 and 2), which
+// the decoder skips.
 func TestProxyHopsChangeNothing(t *testing.T) {
 	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
 	if len(fixtures) == 0 {
@@ -45,6 +48,8 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 			{"a proxy hop 20ms later", c.ProxyHop(20*time.Millisecond, false)},
 			{"a proxy hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, true)},
 			{"a NAT copy 5µs later", c.NATCopy(5 * time.Microsecond)},
+			{"a PROXY protocol v1 header on every connection", c.BehindProxyProtocol(1)},
+			{"a PROXY protocol v2 header on every connection", c.BehindProxyProtocol(2)},
 		} {
 			path := filepath.Join(dir, name+".pcap")
 			writePackets(t, path, lt, hop.packets)

@@ -1,7 +1,8 @@
 // Package damage damages packet captures the way real captures are damaged:
 // segments lost (one at a time or at random), duplicated, reordered, cut by a
 // snap length, a capture that starts late or stops early, a reverse proxy's
-// second hop of every exchange (ProxyHop). The suite runs every
+// second hop of every exchange (ProxyHop), a load balancer's PROXY protocol
+// header on every connection (BehindProxyProtocol). The suite runs every
 // real SDK capture through these and requires that damage can lose a finding
 // but never add a violation (cmd/replaywatch damaged_test.go).
 //
