@@ -3,7 +3,10 @@
 
 package decode
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Roles of one direction of a connection, decided from content.
 const (
@@ -91,6 +94,9 @@ type conn struct {
 	// responses may be paired with the wrong requests until one finds no
 	// request waiting (Response.PipelineOverflow).
 	overflowed bool
+	// proxiedClient is the client a PROXY protocol header named (the zero
+	// AddrPort when none did): Conn.Client once roles are known.
+	proxiedClient netip.AddrPort
 	// values holds the header values last seen on this connection, by
 	// header (see value).
 	values [numValueSlots]string
@@ -148,6 +154,7 @@ type dir struct {
 	// proxySkip: bytes of a PROXY protocol v2 header's addresses still to
 	// skip (stProxy).
 	proxySkip int
+	proxyAddr int  // bytes of its client's address still to read (stProxy)
 	proxied   bool // a PROXY protocol v1 header was skipped
 
 	// The message being read.
@@ -389,6 +396,9 @@ func (c *conn) setRoles(d *dir, role uint8) bool {
 	clientIsA := (role == roleClient) == d.fromA
 	if clientIsA {
 		c.info.Client, c.info.Server = c.meta.A, c.meta.B
+		if c.proxiedClient.IsValid() {
+			c.info.Client = c.proxiedClient
+		}
 	} else {
 		c.info.Client, c.info.Server = c.meta.B, c.meta.A
 	}

@@ -71,6 +71,7 @@ func FuzzHTTP(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: x\r\n  folded\r\n\r\n"), []byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"), int64(2), false)
 	f.Add([]byte("\x16\x03\x01"), []byte("garbage\nHTTP/1.1 200 OK\n\n"), int64(3), false)
 	f.Add([]byte("\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x02\x00\x00GET / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 204 No Content\r\n\r\n"), int64(6), true)
+	f.Add([]byte("\r\n\r\n\x00\r\nQUIT\n\x21\x21\x00\x05\x20\x01\x0d\xb8\x00GET / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 204 No Content\r\n\r\n"), int64(8), true)
 	f.Add([]byte("PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\nGET / HTTP/1.1\r\n\r\n"), []byte("HTTP/1.1 204 No Content\r\n\r\n"), int64(7), true)
 	f.Add([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"), []byte("\x00\x00\x00\x04\x01\x00\x00\x00\x00"), int64(4), true)
 	f.Add([]byte("POST /mcp HTTP/1.1\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}"), []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n\x00\x00\x00\x04"), int64(5), true)

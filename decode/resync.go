@@ -135,6 +135,7 @@ func (d *dir) sync(p []byte) []byte {
 		// A load balancer's PROXY protocol header: the HTTP follows.
 		d.proxied = true
 		d.c.w.stats.proxyHeaders.Add(1)
+		d.c.proxiedClient = proxyV1Client(line)
 		d.buf = d.buf[:0]
 		return rest
 	}

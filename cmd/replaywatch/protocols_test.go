@@ -165,7 +165,8 @@ func TestTLSNamed(t *testing.T) {
 // TestProxyProtocolRead: a go-sdk client's connections reach the server
 // through a load balancer that opens each with a PROXY protocol header
 // (the recording proxy writes it; the server's listener strips it). The
-// binary skips the headers and reads the session.
+// binary skips the headers, reads the session and names the client the
+// headers name.
 func TestProxyProtocolRead(t *testing.T) {
 	bin := buildBinary(t)
 	headers := map[string][]byte{
@@ -206,6 +207,9 @@ func TestProxyProtocolRead(t *testing.T) {
 				ProxyProtocolHeaders int `json:"proxy_protocol_headers"`
 			}
 			readSummary(t, stdout, &sum)
+			if !strings.Contains(stdout, `"client":"198.51.100.7:51234"`) {
+				t.Errorf("no record names the client the headers name, 198.51.100.7:51234:\n%s", stdout)
+			}
 			if sum.MCPSessions != 1 || sum.MCPExchanges < 4 || sum.ProxyProtocolHeaders != sum.TCPConnections || sum.TCPConnections == 0 {
 				t.Errorf("mcp_sessions %d, mcp_exchanges %d, proxy_protocol_headers %d of %d connections; want 1, at least 4 (initialize, its notification, two calls), one per connection",
 					sum.MCPSessions, sum.MCPExchanges, sum.ProxyProtocolHeaders, sum.TCPConnections)
