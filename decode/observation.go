@@ -157,6 +157,10 @@ type Request struct {
 	// marker with its length unless Config.KeepQueryStrings.
 	Path string
 	Host string
+	// AbsoluteForm: the target was in absolute form (http://host/path),
+	// as a client sends it to a forward proxy; Path is its path and Host
+	// its authority.
+	AbsoluteForm bool
 
 	SessionID       string // Mcp-Session-Id; HasSessionID says whether the header was present
 	HasSessionID    bool

@@ -27,10 +27,42 @@ func redactQuery(dst, target []byte, q int) []byte {
 	return append(dst, " bytes not kept)"...)
 }
 
+// absoluteForm splits a request target in absolute form (http://host/path,
+// as a client sends it to a forward proxy) into its authority and its path
+// ("/" when it has none); other targets come back as they are, with a nil
+// authority. The authority then stands for the Host header (RFC 9112
+// 3.2.2), so the request names the endpoint its origin-form hop names.
+func absoluteForm(target []byte) (authority, path []byte) {
+	rest, ok := cutSchemeFold(target, "http://")
+	if !ok {
+		if rest, ok = cutSchemeFold(target, "https://"); !ok {
+			return nil, target
+		}
+	}
+	end := bytes.IndexAny(rest, "/?")
+	if end < 0 {
+		return rest, []byte("/")
+	}
+	if rest[end] == '?' {
+		return rest[:end], append([]byte("/"), rest[end:]...)
+	}
+	return rest[:end], rest[end:]
+}
+
+// cutSchemeFold is bytes.CutPrefix with the prefix (lower case) matched in
+// any case.
+func cutSchemeFold(b []byte, prefix string) ([]byte, bool) {
+	if len(b) < len(prefix) || !bytes.EqualFold(b[:len(prefix)], []byte(prefix)) {
+		return b, false
+	}
+	return b[len(prefix):], true
+}
+
 // parseRequestHead reads the request head in d.buf (complete lines only).
 func (d *dir) parseRequestHead() (*requestObservation, framing) {
 	in := &d.c.w.strings
 	method, target, _ := parseRequestLine(firstLine(d.buf))
+	authority, target := absoluteForm(target)
 	ro := d.c.w.requestObservation()
 	req := &ro.req
 	if i := bytes.IndexByte(target, '?'); i >= 0 && !d.c.w.cfg.KeepQueryStrings {
@@ -38,6 +70,9 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 		d.c.w.scratch = target[:0]
 	}
 	*req = Request{Method: d.c.value(slotMethod, method), Path: d.c.value(slotPath, target)}
+	if authority != nil {
+		req.Host, req.AbsoluteForm = d.c.value(slotHost, authority), true
+	}
 	f := framing{contentLength: -1}
 	it := newHeaderIter(d.buf, &d.c.w.lower)
 	for {
@@ -50,7 +85,9 @@ func (d *dir) parseRequestHead() (*requestObservation, framing) {
 		}
 		switch string(name) {
 		case "host":
-			req.Host = d.c.value(slotHost, value)
+			if authority == nil {
+				req.Host = d.c.value(slotHost, value)
+			}
 		case "mcp-session-id":
 			if !req.HasSessionID {
 				req.SessionID, req.HasSessionID = d.c.value(slotSession, value), true

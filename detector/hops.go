@@ -20,8 +20,9 @@ import (
 // every event arrives twice and every response is delivered twice. The
 // second hop of a request is told by what no client's own retry has:
 // another client address and another server address, or the very same
-// client socket and another server address, within hopWindow of the
-// first. It is set aside whole (Stats.ProxyHops); the first seen, the hop
+// client socket and another server address, or (the first sent to a
+// forward proxy, in absolute form) origin form and another server address,
+// within hopWindow of the first. It is set aside whole (Stats.ProxyHops); the first seen, the hop
 // nearest the client, is judged, as the spans path keeps the outermost
 // span of an exchange.
 const (
@@ -46,6 +47,10 @@ type hopSeen struct {
 	client   uint64
 	server   uint64
 	endpoint string
+	// toForwardProxy: the request was in absolute form, sent to a forward
+	// proxy, whose hop may come from the client's own address (a proxy
+	// on the client's host).
+	toForwardProxy bool
 }
 
 // copySeen is when a request was first seen from its client socket, and
@@ -142,7 +147,12 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	}
 	clientAddr := ex.conn.Client.Addr()
 	client := maphash.Comparable(d.hashSeed, clientAddr)
-	if h, ok := d.lastHop(print, now); ok && h.server != server && h.client != client &&
+	absolute := o.Request != nil && o.Request.AbsoluteForm
+	// A client that sent a request to a forward proxy sends its retries
+	// there too, in absolute form: the same request in origin form to
+	// another server is the proxy's hop, whatever address it comes from.
+	if h, ok := d.lastHop(print, now); ok && h.server != server &&
+		(h.client != client || h.toForwardProxy && !absolute) &&
 		(h.endpoint == ex.endpoint || d.serving(clientAddr)) {
 		return d.setAside(ex) // a proxy's hop
 	}
@@ -153,7 +163,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint}
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint, toForwardProxy: absolute}
 	cur.copies[copyKey] = copySeen{at: now, server: server}
 	return false
 }

@@ -40,6 +40,7 @@ var specBase = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 type specConn struct {
 	conn      decode.Conn
 	host      string // the Host header of its requests
+	forward   bool   // its requests are in absolute form (to a forward proxy)
 	exchanges []*specExchange
 }
 
@@ -159,7 +160,7 @@ func quoteAll(words []string) []string {
 	return out
 }
 
-// connLine: conn NAME client IP:PORT server IP:PORT [midstream] [host=H]
+// connLine: conn NAME client IP:PORT server IP:PORT [midstream] [host=H] [forward]
 // Requests carry Host: H (default mcp.test, one logical endpoint for every
 // connection, as behind a load balancer).
 func (r *specRun) connLine(args []string) error {
@@ -182,6 +183,8 @@ func (r *specRun) connLine(args []string) error {
 			sc.conn.StartSeen = false
 		case "host":
 			sc.host = v
+		case "forward":
+			sc.forward = true
 		default:
 			return fmt.Errorf("unknown conn attribute %q", a)
 		}
@@ -282,7 +285,7 @@ func (r *specRun) request(args []string) error {
 		return err
 	}
 	m := kv(args[3:])
-	req := &decode.Request{Method: args[1], Path: args[2], Host: c.host}
+	req := &decode.Request{Method: args[1], Path: args[2], Host: c.host, AbsoluteForm: c.forward}
 	if v, ok := m["session"]; ok {
 		req.SessionID, req.HasSessionID = v, true
 	}

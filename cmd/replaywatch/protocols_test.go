@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,13 +30,6 @@ func TestHTTP2Reported(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "h2c.pcap")
 	recordH2CTraffic(t, path)
 
-	code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", "--allow-partial", path)
-	if code != 0 {
-		t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
-	}
-	if !strings.Contains(stderr, "HTTP/2 (h2c) on 1 TCP connection(s)") {
-		t.Errorf("stderr does not warn of the HTTP/2 connection:\n%s", stderr)
-	}
 	var sum struct {
 		MCPSessions      int     `json:"mcp_sessions"`
 		HTTP2Connections int     `json:"http2_connections"`
@@ -43,7 +38,10 @@ func TestHTTP2Reported(t *testing.T) {
 		Violations       int     `json:"violations"`
 		AnalysedShare    float64 `json:"analysed_share"`
 	}
-	readSummary(t, stdout, &sum)
+	_, stderr := binarySummary(t, bin, &sum, "--allow-partial", path)
+	if !strings.Contains(stderr, "HTTP/2 (h2c) on 1 TCP connection(s)") {
+		t.Errorf("stderr does not warn of the HTTP/2 connection:\n%s", stderr)
+	}
 	if sum.MCPSessions != 1 || sum.HTTP2Connections != 1 || sum.Violations != 0 {
 		t.Errorf("mcp_sessions %d, http2_connections %d, violations %d; want 1, 1, 0", sum.MCPSessions, sum.HTTP2Connections, sum.Violations)
 	}
@@ -196,17 +194,13 @@ func TestProxyProtocolRead(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "proxy-"+version+".pcap")
 			recordClients(t, path, ln.Addr().String(), "http", prepend, &http.Client{})
 
-			code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", path)
-			if code != 0 {
-				t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
-			}
 			var sum struct {
 				MCPSessions          int `json:"mcp_sessions"`
 				MCPExchanges         int `json:"mcp_exchanges"`
 				TCPConnections       int `json:"tcp_connections"`
 				ProxyProtocolHeaders int `json:"proxy_protocol_headers"`
 			}
-			readSummary(t, stdout, &sum)
+			stdout, _ := binarySummary(t, bin, &sum, path)
 			if !strings.Contains(stdout, `"client":"198.51.100.7:51234"`) {
 				t.Errorf("no record names the client the headers name, 198.51.100.7:51234:\n%s", stdout)
 			}
@@ -238,17 +232,104 @@ func (l *proxyHeaderListener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// readSummary decodes the summary line of analyze --format json's output
-// into sum.
-func readSummary(t *testing.T, stdout string, sum any) {
+// binarySummary runs the binary's analyze --format json with args, which
+// must exit 0, and decodes its summary into sum; it returns standard output
+// and error.
+func binarySummary(t *testing.T, bin string, sum any, args ...string) (stdout, stderr string) {
 	t.Helper()
+	code, stdout, stderr := runBin(t, bin, append([]string{"analyze", "--format", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s\n%s", code, stdout, stderr)
+	}
 	for line := range strings.Lines(stdout) {
 		if strings.Contains(line, `"type":"summary"`) {
 			if err := json.Unmarshal([]byte(line), sum); err != nil {
 				t.Fatal(err)
 			}
-			return
+			return stdout, stderr
 		}
 	}
 	t.Fatalf("no summary in\n%s", stdout)
+	return "", ""
+}
+
+// TestForwardProxyBothLegs: a go-sdk client reaches the server through a
+// forward proxy (its Transport's Proxy, as HTTP_PROXY sets it), and the
+// capture holds both legs: the client's requests in absolute form to the
+// proxy, the proxy's in origin form to the server. Both name one endpoint,
+// and the proxy's leg is set aside as a hop: one session, judged once,
+// whether the proxy connects from an address of its own (another host or
+// pod) or from the client's (one on the client's host).
+func TestForwardProxyBothLegs(t *testing.T) {
+	bin := buildBinary(t)
+	for _, from := range []string{"127.0.0.2", "127.0.0.1"} {
+		t.Run("proxy from "+from, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "forward.pcap")
+			recordForwardProxy(t, path, net.ParseIP(from))
+			var sum struct {
+				MCPSessions int `json:"mcp_sessions"`
+				ProxyHops   int `json:"proxy_hops"`
+			}
+			binarySummary(t, bin, &sum, path)
+			if sum.MCPSessions != 1 || sum.ProxyHops == 0 {
+				t.Errorf("mcp_sessions %d, proxy_hops %d; want 1 session, its requests seen twice", sum.MCPSessions, sum.ProxyHops)
+			}
+		})
+	}
+}
+
+// recordForwardProxy records a go-sdk client's session through a forward
+// proxy that connects to the server from the address from, both legs
+// through recording proxies.
+func recordForwardProxy(t *testing.T, path string, from net.IP) {
+	t.Helper()
+	rec, err := pcaprec.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := func(h http.Handler) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
+	}
+	record := func(backend string) *pcaprec.Proxy {
+		p, err := pcaprec.NewProxy(rec, func(int) string { return backend }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	toServer := record(listen(echoServer()))
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+	toForward := record(listen(&httputil.ReverseProxy{
+		Rewrite:       func(*httputil.ProxyRequest) {},
+		Transport:     &http.Transport{DialContext: dialer.DialContext},
+		FlushInterval: -1,
+	}))
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toForward.Addr()})}}
+	client := mcp.NewClient(&mcp.Implementation{Name: "echo-client", Version: "1.0.0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: toServer.URL("/mcp"), HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: echoArgs{"once"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs.Close()
+	hc.CloseIdleConnections()
+	for _, p := range []*pcaprec.Proxy{toForward, toServer} {
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
