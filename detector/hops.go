@@ -22,9 +22,9 @@ import (
 // another client address and another server address, or the very same
 // client socket and another server address, or (the first sent to a
 // forward proxy, in absolute form) origin form and another server address,
-// within hopWindow of the first. It is set aside whole (Stats.ProxyHops); the first seen, the hop
-// nearest the client, is judged, as the spans path keeps the outermost
-// span of an exchange.
+// within hopWindow of the first. It is set aside whole (Stats.ProxyHops);
+// the first seen, the hop nearest the client, is judged, as the spans path
+// keeps the outermost span of an exchange.
 const (
 	// hopWindow bounds how long after the first hop the second may come:
 	// a proxy forwards a request within milliseconds.
