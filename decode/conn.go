@@ -73,9 +73,6 @@ type conn struct {
 	// reported too (a limit gap), since what it carried until then was not
 	// read. "" when it is read, or not HTTP at all.
 	unreadFor string
-	// http2: the connection switched to HTTP/2; its later bytes are
-	// counted (Stats.HTTP2Bytes), not read.
-	http2 bool
 	// clientFin: the client sent FIN, so a response ending after it was
 	// given up by the client (End.ClientClosed).
 	clientFin bool
@@ -207,7 +204,7 @@ func (c *conn) dir(fromA bool) *dir {
 // Data implements TCPStream.
 func (c *conn) Data(fromA bool, p []byte, ts time.Time) {
 	if c.dead || len(p) == 0 {
-		if c.http2 {
+		if c.speaksHTTP2() {
 			c.w.stats.http2Bytes.Add(int64(len(p)))
 		}
 		return
@@ -355,9 +352,13 @@ func (c *conn) switchToHTTP2(ts time.Time) {
 	}
 	c.w.stats.http2Connections.Add(1)
 	c.stopReading()
-	c.http2, c.unreadFor = true, GapHTTP2
+	c.unreadFor = GapHTTP2
 	c.emitLimitGap(ts, false)
 }
+
+// speaksHTTP2: the connection switched to HTTP/2; its later bytes are
+// counted (Stats.HTTP2Bytes), not read.
+func (c *conn) speaksHTTP2() bool { return c.unreadFor == GapHTTP2 }
 
 func (c *conn) stopReading() {
 	c.dead = true
@@ -405,12 +406,12 @@ func (c *conn) setRoles(d *dir, role uint8) bool {
 	return true
 }
 
-// feed runs the state machine over p.
 // tlsHandshakeRecord is the first byte of a TLS connection: the record type
 // of the client's ClientHello (RFC 8446 5.1). Nothing else a client opens a
 // connection with begins so, and one byte is all a split delivery may give.
 const tlsHandshakeRecord = 0x16
 
+// feed runs the state machine over p.
 func (d *dir) feed(p []byte) {
 	if !d.started {
 		d.started = true
@@ -444,7 +445,7 @@ func (d *dir) feed(p []byte) {
 			return
 		}
 	}
-	if d.c.http2 {
+	if d.c.speaksHTTP2() {
 		d.c.w.stats.http2Bytes.Add(int64(len(p))) // the rest of the segment that switched it
 	}
 }

@@ -10,8 +10,9 @@ import (
 // a client address and a server: the decode pipeline delivered an
 // observation of the pair out of capture order (ReorderWindow,
 // MaxBufferedObservations), or stopped reading one of its connections
-// (NonHTTPScanLimit, or decode.GapHTTP2: not a limit). Every check on the pair whose evidence began by at, or
-// while such a connection is still open, is Unverifiable naming limit:
+// (NonHTTPScanLimit, or decode.GapHTTP2: not a limit). Every check on the
+// pair whose evidence began by at, or while such a connection is still
+// open, is Unverifiable naming limit:
 // presence-based checks too, since out-of-order evidence can fake a
 // replay or a duplicate.
 type limitMark struct {

@@ -87,20 +87,7 @@ func recordClients(t *testing.T, path, backend, scheme string, hooks func(n int)
 		t.Fatal(err)
 	}
 	for _, hc := range clients {
-		client := mcp.NewClient(&mcp.Implementation{Name: "echo-client", Version: "1.0.0"}, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: scheme + "://" + proxy.Addr() + "/mcp", HTTPClient: hc}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, text := range []string{"one", "two"} {
-			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: echoArgs{text}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cs.Close()
-		cancel()
-		hc.CloseIdleConnections()
+		echoSession(t, scheme+"://"+proxy.Addr()+"/mcp", hc, "one", "two")
 	}
 	if err := proxy.Close(); err != nil {
 		t.Fatal(err)
@@ -110,6 +97,43 @@ func recordClients(t *testing.T, path, backend, scheme string, hooks func(n int)
 	}
 }
 
+// echoSession runs one go-sdk client session at endpoint over hc: it
+// initialises, calls echo with each text and closes.
+func echoSession(t *testing.T, endpoint string, hc *http.Client, texts ...string) {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "echo-client", Version: "1.0.0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range texts {
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: echoArgs{text}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs.Close()
+	hc.CloseIdleConnections()
+}
+
+// serveLoopback serves srv on a free port of 127.0.0.1 until the test ends,
+// through wrap when it is not nil, and returns the address.
+func serveLoopback(t *testing.T, srv *http.Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return addr
+}
+
 // recordH2CTraffic records two go-sdk clients of one server: one over
 // HTTP/1.1, one over h2c.
 func recordH2CTraffic(t *testing.T, path string) {
@@ -117,13 +141,7 @@ func recordH2CTraffic(t *testing.T, path string) {
 	var both http.Protocols
 	both.SetHTTP1(true)
 	both.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: echoServer(), Protocols: &both}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveLoopback(t, &http.Server{Handler: echoServer(), Protocols: &both}, nil)
 	var clients []*http.Client
 	for _, h2c := range []bool{false, true} {
 		var p http.Protocols
@@ -131,7 +149,7 @@ func recordH2CTraffic(t *testing.T, path string) {
 		p.SetUnencryptedHTTP2(h2c)
 		clients = append(clients, &http.Client{Transport: &http.Transport{Protocols: &p}})
 	}
-	recordClients(t, path, ln.Addr().String(), "http", nil, clients...)
+	recordClients(t, path, addr, "http", nil, clients...)
 }
 
 // TestTLSNamed: a go-sdk client over TLS. Packets cannot show its MCP; the
@@ -174,13 +192,9 @@ func TestProxyProtocolRead(t *testing.T) {
 	}
 	for version, header := range headers {
 		t.Run(version, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := &http.Server{Handler: echoServer()}
-			go srv.Serve(&proxyHeaderListener{Listener: ln, header: len(header)})
-			defer srv.Close()
+			addr := serveLoopback(t, &http.Server{Handler: echoServer()}, func(ln net.Listener) net.Listener {
+				return &proxyHeaderListener{Listener: ln, header: len(header)}
+			})
 			prepend := func(int) pcaprec.Hooks {
 				first := true
 				return pcaprec.Hooks{FromClient: func(p []byte) ([]byte, pcaprec.Action) {
@@ -192,7 +206,7 @@ func TestProxyProtocolRead(t *testing.T) {
 				}}
 			}
 			path := filepath.Join(t.TempDir(), "proxy-"+version+".pcap")
-			recordClients(t, path, ln.Addr().String(), "http", prepend, &http.Client{})
+			recordClients(t, path, addr, "http", prepend, &http.Client{})
 
 			var sum struct {
 				MCPSessions          int `json:"mcp_sessions"`
@@ -287,16 +301,6 @@ func recordForwardProxy(t *testing.T, path string, from net.IP) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := func(h http.Handler) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: h}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-		return ln.Addr().String()
-	}
 	record := func(backend string) *pcaprec.Proxy {
 		p, err := pcaprec.NewProxy(rec, func(int) string { return backend }, nil)
 		if err != nil {
@@ -304,26 +308,15 @@ func recordForwardProxy(t *testing.T, path string, from net.IP) {
 		}
 		return p
 	}
-	toServer := record(listen(echoServer()))
+	toServer := record(serveLoopback(t, &http.Server{Handler: echoServer()}, nil))
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
-	toForward := record(listen(&httputil.ReverseProxy{
+	toForward := record(serveLoopback(t, &http.Server{Handler: &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {},
 		Transport:     &http.Transport{DialContext: dialer.DialContext},
 		FlushInterval: -1,
-	}))
+	}}, nil))
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toForward.Addr()})}}
-	client := mcp.NewClient(&mcp.Implementation{Name: "echo-client", Version: "1.0.0"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: toServer.URL("/mcp"), HTTPClient: hc}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: echoArgs{"once"}}); err != nil {
-		t.Fatal(err)
-	}
-	cs.Close()
-	hc.CloseIdleConnections()
+	echoSession(t, toServer.URL("/mcp"), hc, "once")
 	for _, p := range []*pcaprec.Proxy{toForward, toServer} {
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
