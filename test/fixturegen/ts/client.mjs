@@ -35,9 +35,23 @@ async function waitFor(name) {
 
 // connect opens a new session. sessionLost resolves with the first HTTP 404
 // the transport reports (a POST answered 404, or a resume GET answered 404):
-// the signal a real application re-initialises on.
+// the signal a real application re-initialises on. resumeRejected resolves
+// once a GET carrying last-event-id has been answered 404: when the server
+// closes two streams at once, the standalone GET's reconnect (no cursor) and
+// the call's resume race, and a flow that must put the resume on the wire
+// waits for it before closing the client, which would cancel it.
 async function connect(name, headers) {
-    const transport = new StreamableHTTPClientTransport(new URL(config.url), headers ? { requestInit: { headers } } : undefined);
+    let rejected;
+    const resumeRejected = new Promise(resolve => (rejected = resolve));
+    const watchResumes = async (url, init) => {
+        const response = await fetch(url, init);
+        if (init?.method === 'GET' && response.status === 404 && new Headers(init.headers).has('last-event-id')) rejected();
+        return response;
+    };
+    const transport = new StreamableHTTPClientTransport(new URL(config.url), {
+        fetch: watchResumes,
+        ...(headers ? { requestInit: { headers } } : {})
+    });
     const client = new Client({ name, version: '1.0.0' });
     let lost;
     const sessionLost = new Promise(resolve => (lost = resolve));
@@ -47,7 +61,7 @@ async function connect(name, headers) {
     };
     await client.connect(transport);
     log({ client: name, session: transport.sessionId, protocol: transport.protocolVersion });
-    return { client, transport, sessionLost };
+    return { client, transport, sessionLost, resumeRejected };
 }
 
 // callSlowWrite calls the slow_write tool with a progress token (onprogress),
@@ -119,6 +133,7 @@ const flows = {
             err => log({ first: 'failed', error: String(err.message) })
         );
         await c.sessionLost;
+        await c.resumeRejected;
         log({ app: 'session lost, re-initialising and re-issuing the same call' });
         await c.client.close();
         await first;
@@ -137,6 +152,7 @@ const flows = {
             err => log({ first: 'failed', error: String(err.message) })
         );
         await c.sessionLost;
+        await c.resumeRejected;
         log({ app: 'session lost, re-initialising and resuming with the old cursor', lastEventId: cursor.lastEventId });
         await c.client.close();
         await first;
