@@ -123,8 +123,10 @@ type Detector struct {
 	hopGens  [2]hopMemory
 	hopConns map[uint64]struct{} // connections that carried a second hop
 	// servingAddrs: addresses that served MCP requests (a proxy connecting
-	// from one is known for a proxy).
+	// from one is known for a proxy); relayAddrs: addresses that serve no
+	// MCP but were seen forwarding a request of another client's (hops.go).
 	servingAddrs map[netip.Addr]struct{}
+	relayAddrs   map[netip.Addr]struct{}
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -155,6 +157,7 @@ func New(cfg Config, sink Sink) *Detector {
 		hopGens:           [2]hopMemory{newHopMemory(), newHopMemory()},
 		hopConns:          map[uint64]struct{}{},
 		servingAddrs:      map[netip.Addr]struct{}{},
+		relayAddrs:        map[netip.Addr]struct{}{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},

@@ -36,8 +36,17 @@ const (
 	// generation, so a second hop may be judged as a request of its own
 	// (Stats.LimitsHit["maxHopRequests"]). It bounds the proxy
 	// connections remembered (hopConns) and the addresses that served MCP
-	// (servingAddrs) as well: past it they are all forgotten.
+	// or relayed (servingAddrs, relayAddrs) as well: past it they are all
+	// forgotten.
 	maxHopRequests = 1 << 14
+	// minRelaySessionIDBytes is how long a session id must be for a
+	// request carrying it to make its sender known for a proxy (a relay)
+	// when nothing else ties it to the first hop. The specification asks
+	// for ids that are globally unique and cryptographically secure (a
+	// UUID's 36 bytes, go-sdk's 26); a server that numbers its sessions
+	// (1, 2, ...) gives ids that clients of two servers share, and those
+	// prove nothing.
+	minRelaySessionIDBytes = 16
 )
 
 // hopSeen is when a request was first seen (at: UnixNano), from which
@@ -131,10 +140,19 @@ func (d *Detector) lastCopy(copyKey uint64, now int64) (copySeen, bool) {
 // that number their sessions. Those left, two clients' identical requests
 // to one endpoint from two addresses to two servers within the window are
 // taken for hops and one is set aside: a finding lost, never one gained.
+//
+// A proxy may also connect from an address that serves no MCP (one on the
+// node's own network reaches a pod from the bridge's address, not the
+// node's its clients reach) and send a Host of its own: then only the
+// requests tie the hops. A request that carries a long session id
+// (minRelaySessionIDBytes) and repeats, within the window, one from
+// another client to another server is such a proxy's: no client sends
+// another's session. It is set aside, and its address is a relay from then
+// on, taken for a proxy's as an address that serves MCP is.
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	now := o.Time.UnixNano()
 	d.rotateHops(now)
-	d.noteServing(ex.conn.Server.Addr())
+	noteAddr(d.servingAddrs, ex.conn.Server.Addr(), &d.stats)
 	// Several clients' identical requests share a print, and each
 	// remembered one takes the place of the last: any of them will do for
 	// a proxy's hop, but a NAT copy must find its own socket's, so each
@@ -153,7 +171,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	// another server is the proxy's hop, whatever address it comes from.
 	if h, ok := d.lastHop(print, now); ok && h.server != server &&
 		(h.client != client || h.toForwardProxy && !absolute) &&
-		(h.endpoint == ex.endpoint || d.serving(clientAddr)) {
+		d.proxySends(h, ex, client, clientAddr) {
 		return d.setAside(ex) // a proxy's hop
 	}
 	// A first hop, or the same client again (a retry, judged as such):
@@ -166,6 +184,43 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint, toForwardProxy: absolute}
 	cur.copies[copyKey] = copySeen{at: now, server: server}
 	return false
+}
+
+// proxySends says whether ex, which repeats the request h from another
+// socket to another server, comes from a proxy: one that keeps the Host,
+// one that connects from an address serving MCP, or a relay (secondHop).
+// A relay's own copy of a session its hop names, begun by an initialize
+// forwarded before the relay was known, is dropped (dropRelayCopy).
+func (d *Detector) proxySends(h hopSeen, ex *exchange, client uint64, addr netip.Addr) bool {
+	if h.endpoint == ex.endpoint || hasAddr(d.servingAddrs, addr) {
+		return true
+	}
+	if !hasAddr(d.relayAddrs, addr) {
+		if h.client == client || len(ex.reqSession) < minRelaySessionIDBytes {
+			return false
+		}
+		noteAddr(d.relayAddrs, addr, &d.stats)
+	}
+	d.dropRelayCopy(ex, addr)
+	return true
+}
+
+// dropRelayCopy drops the session a relay's hop names at the relay's
+// endpoint, when the relay itself began it and nothing was found in it:
+// its initialize was forwarded before the relay was known, so the client's
+// session was judged twice, and the copy's record would count it twice,
+// with the relay's address for its client. A copy with findings keeps its
+// record, which they name.
+func (d *Detector) dropRelayCopy(ex *exchange, addr netip.Addr) {
+	if ex.reqSession == "" {
+		return
+	}
+	s, ok := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]
+	if !ok || s.client.Addr() != addr || s.violations > 0 {
+		return
+	}
+	s.relayCopy = true
+	d.removeSession(s, "relayed")
 }
 
 // socketPrint is a request's print with the client socket that sent it
@@ -191,21 +246,21 @@ func (d *Detector) setAside(ex *exchange) bool {
 	return true
 }
 
-// noteServing remembers that addr served MCP requests, at most
-// maxHopRequests addresses (past it they are all forgotten and counted).
-func (d *Detector) noteServing(addr netip.Addr) {
-	if _, ok := d.servingAddrs[addr]; ok {
+// noteAddr adds addr to set, which holds at most maxHopRequests addresses
+// (past it they are all forgotten and counted).
+func noteAddr(set map[netip.Addr]struct{}, addr netip.Addr, st *Stats) {
+	if _, ok := set[addr]; ok {
 		return
 	}
-	if len(d.servingAddrs) >= maxHopRequests {
-		clear(d.servingAddrs)
-		d.stats.LimitsHit["maxHopRequests"]++
+	if len(set) >= maxHopRequests {
+		clear(set)
+		st.LimitsHit["maxHopRequests"]++
 	}
-	d.servingAddrs[addr] = struct{}{}
+	set[addr] = struct{}{}
 }
 
-func (d *Detector) serving(addr netip.Addr) bool {
-	_, ok := d.servingAddrs[addr]
+func hasAddr(set map[netip.Addr]struct{}, addr netip.Addr) bool {
+	_, ok := set[addr]
 	return ok
 }
 

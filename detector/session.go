@@ -196,6 +196,9 @@ type session struct {
 	// redirected counts requests answered 3xx: turned away by a router
 	// before any MCP handler saw them (redirected).
 	redirected int
+	// relayCopy: a relay's copy of another client's session, dropped
+	// without a record (dropRelayCopy).
+	relayCopy bool
 
 	prev, linkConf string
 	// What the wire says about the client, from its first requests, for
@@ -578,10 +581,10 @@ func (d *Detector) endSession(s *session, how string) {
 	}
 	d.settleHeldCloses(s, how)
 	s.ended = how
-	if s.redirected > 0 && s.redirected == s.requests {
+	if s.relayCopy || s.redirected > 0 && s.redirected == s.requests {
 		// Every request naming the id here was redirected elsewhere
-		// (/mcp to /mcp/, say): the session lives at the other
-		// endpoint, and this one never held it.
+		// (/mcp to /mcp/, say), or a relay forwarded them: the session
+		// lives at the other endpoint, and this one never held it.
 		d.stats.SessionsSeen--
 		return
 	}

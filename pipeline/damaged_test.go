@@ -256,6 +256,13 @@ func diffFindings(want, got []finding) (lost, added []finding) {
 	return lost, added
 }
 
+// splitRepeats splits added into the findings that repeat one of intact
+// (each at most once) and those that are new.
+func splitRepeats(added, intact []finding) (fresh []finding, repeats int) {
+	fresh, _ = diffFindings(added, intact)
+	return fresh, len(added) - len(fresh)
+}
+
 func sortedFindings(fs []finding) []finding {
 	out := slices.Clone(fs)
 	slices.SortFunc(out, func(a, b finding) int { return strings.Compare(a.String(), b.String()) })

@@ -31,7 +31,7 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 		t.Fatal("no fixtures")
 	}
 	dir := t.TempDir()
-	total := 0
+	total, repeated := 0, 0
 	for _, fx := range fixtures {
 		pkts, lt, err := pcaprec.ReadPackets(fx)
 		if err != nil {
@@ -43,13 +43,21 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 		for _, hop := range []struct {
 			what    string
 			packets []pcaprec.Packet
+			// repeats: the hop may repeat findings, each at most once,
+			// never add one of its own.
+			repeats bool
 		}{
-			{"a proxy hop 300µs later", c.ProxyHop(300*time.Microsecond, false)},
-			{"a proxy hop 20ms later", c.ProxyHop(20*time.Millisecond, false)},
-			{"a proxy hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, true)},
-			{"a NAT copy 5µs later", c.NATCopy(5 * time.Microsecond)},
-			{"a PROXY protocol v1 header on every connection", c.BehindProxyProtocol(1)},
-			{"a PROXY protocol v2 header on every connection", c.BehindProxyProtocol(2)},
+			{"a proxy hop 300µs later", c.ProxyHop(300*time.Microsecond, damage.HopKeepsHost), false},
+			{"a proxy hop 20ms later", c.ProxyHop(20*time.Millisecond, damage.HopKeepsHost), false},
+			{"a proxy hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopInPod), false},
+			// A relay is known from its first request that carries a long
+			// session id: before it (an initialize, or the first exchange
+			// under 2026-07-28, which carries none) its hop is judged as
+			// another endpoint's traffic.
+			{"a relay's hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopRelay), true},
+			{"a NAT copy 5µs later", c.NATCopy(5 * time.Microsecond), false},
+			{"a PROXY protocol v1 header on every connection", c.BehindProxyProtocol(1), false},
+			{"a PROXY protocol v2 header on every connection", c.BehindProxyProtocol(2), false},
 		} {
 			path := filepath.Join(dir, name+".pcap")
 			writePackets(t, path, lt, hop.packets)
@@ -57,7 +65,13 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 			if got.err != nil {
 				t.Fatalf("%s with %s: %v", name, hop.what, got.err)
 			}
-			if lost, added := diffFindings(intact.violations, got.violations); len(lost)+len(added) > 0 {
+			lost, added := diffFindings(intact.violations, got.violations)
+			if hop.repeats {
+				var n int
+				added, n = splitRepeats(added, intact.violations)
+				repeated += n
+			}
+			if len(lost)+len(added) > 0 {
 				t.Errorf("%s with %s: lost %v, added %v", name, hop.what, lost, added)
 			}
 		}
@@ -66,5 +80,5 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 	if total == 0 {
 		t.Fatal("the fixtures hold no violation to keep")
 	}
-	t.Logf("%d captures, %d violations kept with a proxy hop", len(fixtures), total)
+	t.Logf("%d captures, %d violations kept with a proxy hop; %d repeated behind a relay", len(fixtures), total, repeated)
 }

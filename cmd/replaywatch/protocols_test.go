@@ -279,23 +279,45 @@ func TestForwardProxyBothLegs(t *testing.T) {
 	for _, from := range []string{"127.0.0.2", "127.0.0.1"} {
 		t.Run("proxy from "+from, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "forward.pcap")
-			recordForwardProxy(t, path, net.ParseIP(from))
-			var sum struct {
-				MCPSessions int `json:"mcp_sessions"`
-				ProxyHops   int `json:"proxy_hops"`
-			}
-			binarySummary(t, bin, &sum, path)
-			if sum.MCPSessions != 1 || sum.ProxyHops == 0 {
-				t.Errorf("mcp_sessions %d, proxy_hops %d; want 1 session, its requests seen twice", sum.MCPSessions, sum.ProxyHops)
-			}
+			recordThroughProxy(t, path, net.ParseIP(from), false)
+			wantOneSession(t, bin, path)
 		})
 	}
 }
 
-// recordForwardProxy records a go-sdk client's session through a forward
-// proxy that connects to the server from the address from, both legs
-// through recording proxies.
-func recordForwardProxy(t *testing.T, path string, from net.IP) {
+// TestReverseProxyOtherAddress: a reverse proxy that reaches the server from
+// an address serving no MCP (127.0.0.3; as one on a node's own network
+// reaches a pod from the bridge's address) and sends the server's Host,
+// not the client's: only the requests tie its hops to the client's.
+func TestReverseProxyOtherAddress(t *testing.T) {
+	bin := buildBinary(t)
+	path := filepath.Join(t.TempDir(), "reverse.pcap")
+	recordThroughProxy(t, path, net.ParseIP("127.0.0.3"), true)
+	wantOneSession(t, bin, path)
+}
+
+// wantOneSession runs the binary on a capture of one session whose every
+// request was captured on both legs of a proxy.
+func wantOneSession(t *testing.T, bin, path string) {
+	t.Helper()
+	var sum struct {
+		MCPSessions int `json:"mcp_sessions"`
+		ProxyHops   int `json:"proxy_hops"`
+		Violations  int `json:"violations"`
+	}
+	binarySummary(t, bin, &sum, path)
+	if sum.MCPSessions != 1 || sum.ProxyHops == 0 || sum.Violations != 0 {
+		t.Errorf("mcp_sessions %d, proxy_hops %d, violations %d; want 1 session, its requests seen twice, no violation",
+			sum.MCPSessions, sum.ProxyHops, sum.Violations)
+	}
+}
+
+// recordThroughProxy records a go-sdk client's session through a proxy that
+// connects to the server from the address from, both legs through
+// recording proxies: a forward proxy (the client's HTTP proxy), or a
+// reverse proxy the client takes for the server, which sends the server's
+// own Host (httputil.ProxyRequest.SetURL).
+func recordThroughProxy(t *testing.T, path string, from net.IP, reverse bool) {
 	t.Helper()
 	rec, err := pcaprec.Create(path)
 	if err != nil {
@@ -309,15 +331,24 @@ func recordForwardProxy(t *testing.T, path string, from net.IP) {
 		return p
 	}
 	toServer := record(serveLoopback(t, &http.Server{Handler: echoServer()}, nil))
+	rewrite := func(*httputil.ProxyRequest) {}
+	if reverse {
+		target := &url.URL{Scheme: "http", Host: toServer.Addr()}
+		rewrite = func(r *httputil.ProxyRequest) { r.SetURL(target) }
+	}
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
-	toForward := record(serveLoopback(t, &http.Server{Handler: &httputil.ReverseProxy{
-		Rewrite:       func(*httputil.ProxyRequest) {},
+	toProxy := record(serveLoopback(t, &http.Server{Handler: &httputil.ReverseProxy{
+		Rewrite:       rewrite,
 		Transport:     &http.Transport{DialContext: dialer.DialContext},
 		FlushInterval: -1,
 	}}, nil))
-	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toForward.Addr()})}}
-	echoSession(t, toServer.URL("/mcp"), hc, "once")
-	for _, p := range []*pcaprec.Proxy{toForward, toServer} {
+	if reverse {
+		echoSession(t, toProxy.URL("/mcp"), http.DefaultClient, "once")
+	} else {
+		hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toProxy.Addr()})}}
+		echoSession(t, toServer.URL("/mcp"), hc, "once")
+	}
+	for _, p := range []*pcaprec.Proxy{toProxy, toServer} {
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -278,11 +278,32 @@ func (c Capture) SplitLoss(rate float64, seed uint64) (a, b []pcaprec.Packet) {
 
 // Addresses of ProxyHop's second hop: the proxy's own address and the
 // upstream server's, in 192.0.2.0/24 (TEST-NET-1), which no fixture uses;
-// and, with rewriteHost, the clients' (TEST-NET-2).
+// and, for HopInPod and HopRelay, the clients' (TEST-NET-2).
 var (
 	proxyAddr    = [4]byte{192, 0, 2, 1}
 	upstreamAddr = [4]byte{192, 0, 2, 2}
 	clientsAddr  = [4]byte{198, 51, 100, 1}
+)
+
+// How ProxyHop's proxy forwards: the Host it sends, the address it connects
+// from.
+type HopKind int
+
+const (
+	// HopKeepsHost: an ingress controller beside the server's pod, which
+	// keeps the clients' Host and connects from an address of its own.
+	HopKeepsHost HopKind = iota
+	// HopInPod: an nginx in the server's pod, with proxy_pass's defaults:
+	// it listens on the address the clients reached (the capture's server
+	// address; the clients move to 198.51.100.1, since the fixtures'
+	// loopback clients share it), connects to the upstream from that same
+	// address, and sends it a Host of its own.
+	HopInPod
+	// HopRelay: a proxy on the node's own network, which clients (moved to
+	// 198.51.100.1, as for HopInPod) reach at the capture's server address
+	// and which connects to the upstream from an address of its own (the
+	// bridge's), sending a Host of its own.
+	HopRelay
 )
 
 // ProxyHop adds what a capture on a node that also runs a reverse proxy
@@ -291,30 +312,28 @@ var (
 // same bytes between other addresses (the ports kept, so each connection
 // has its twin), delay later. (A proxy sends the upstream its answers
 // earlier than the client gets them; shifting every packet of the hop
-// alike keeps each connection's order whatever the server's speed.)
-//
-// With rewriteHost the proxy is an nginx in the server's pod, with
-// proxy_pass's defaults: it listens on the address the clients reached
-// (the capture's server address; the clients move to 198.51.100.1, since
-// the fixtures' loopback clients share it), connects to the upstream from
-// that same address, and sends it a Host of its own: every Host value in
-// the hop's requests is spelled with as many "u"s (the same length, so no
-// sequence number moves; a header split across segments keeps its Host).
-func (c Capture) ProxyHop(delay time.Duration, rewriteHost bool) []pcaprec.Packet {
+// alike keeps each connection's order whatever the server's speed.) A Host
+// of the proxy's own is every Host value in the hop's requests spelled
+// with as many "u"s (the same length, so no sequence number moves; a
+// header split across segments keeps its Host).
+func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 	return c.twice(delay, func(first, second []byte, fromServer bool) []byte {
 		// The server's address is the source from the server, else the
 		// destination; the client's the other.
 		server, client := 12+4*b2i(!fromServer), 12+4*b2i(fromServer)
 		proxy := proxyAddr
-		if rewriteHost {
+		if kind != HopKeepsHost {
+			// Clients of their own: the fixtures' loopback clients share
+			// the server's address, which a proxy may connect from.
 			first = slices.Clone(first)
-			copy(proxy[:], first[14+server:])
+			if kind == HopInPod {
+				copy(proxy[:], first[14+server:])
+			}
 			copy(first[14+client:], clientsAddr[:])
-			copy(second[14+client:], clientsAddr[:])
 		}
 		copy(second[14+server:], upstreamAddr[:])
 		copy(second[14+client:], proxy[:])
-		if tcp := second[14+int(second[14]&0x0f)*4:]; rewriteHost && !fromServer && len(tcp) >= 20 {
+		if tcp := second[14+int(second[14]&0x0f)*4:]; kind != HopKeepsHost && !fromServer && len(tcp) >= 20 {
 			renameHosts(tcp[int(tcp[12]>>4)*4:])
 		}
 		return first
