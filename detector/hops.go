@@ -50,12 +50,14 @@ const (
 )
 
 // hopSeen is when a request was first seen (at: UnixNano), from which
-// client address to which server (hashes of them), at which endpoint.
+// client address to which server socket and address (hashes of them), at
+// which endpoint.
 type hopSeen struct {
-	at       int64
-	client   uint64
-	server   uint64
-	endpoint string
+	at         int64
+	client     uint64
+	server     uint64
+	serverAddr uint64
+	endpoint   string
 	// toForwardProxy: the request was in absolute form, sent to a forward
 	// proxy, whose hop may come from the client's own address (a proxy
 	// on the client's host).
@@ -166,12 +168,16 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	clientAddr := ex.conn.Client.Addr()
 	client := maphash.Comparable(d.hashSeed, clientAddr)
 	absolute := o.Request != nil && o.Request.AbsoluteForm
-	// A client that sent a request to a forward proxy sends its retries
-	// there too, in absolute form: the same request in origin form to
-	// another server is the proxy's hop, whatever address it comes from.
+	// The same request from the address the first was sent to, to another
+	// server, is the proxy there forwarding it, whatever the client's
+	// address (a proxy on the client's own host) and the Host: no retry
+	// comes from the server it was sent to. A client that sent a request
+	// to a forward proxy sends its retries there too, in absolute form:
+	// the same request in origin form to another server is the proxy's
+	// hop, whatever address it comes from.
 	if h, ok := d.lastHop(print, now); ok && h.server != server &&
-		(h.client != client || h.toForwardProxy && !absolute) &&
-		d.proxySends(h, ex, client, clientAddr) {
+		(h.serverAddr == client ||
+			(h.client != client || h.toForwardProxy && !absolute) && d.proxySends(h, ex, client, clientAddr)) {
 		return d.setAside(ex) // a proxy's hop
 	}
 	// A first hop, or the same client again (a retry, judged as such):
@@ -181,7 +187,8 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint, toForwardProxy: absolute}
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint, toForwardProxy: absolute,
+		serverAddr: maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())}
 	cur.copies[copyKey] = copySeen{at: now, server: server}
 	return false
 }

@@ -59,6 +59,7 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 		}{
 			{"behind a proxy with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopInPod), false},
 			{"behind a relay with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopRelay), true},
+			{"behind a proxy on the clients' host", c.ProxyHop(time.Millisecond, damage.HopOnClientHost), false},
 			{"with a NAT copy", c.NATCopy(5 * time.Microsecond), false},
 		} {
 			writePackets(t, path, captures[0].LinkType, twice.packets)

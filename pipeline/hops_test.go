@@ -55,6 +55,7 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 			// under 2026-07-28, which carries none) its hop is judged as
 			// another endpoint's traffic.
 			{"a relay's hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopRelay), true},
+			{"a proxy hop 1ms later from the clients' own host", c.ProxyHop(time.Millisecond, damage.HopOnClientHost), false},
 			{"a NAT copy 5µs later", c.NATCopy(5 * time.Microsecond), false},
 			{"a PROXY protocol v1 header on every connection", c.BehindProxyProtocol(1), false},
 			{"a PROXY protocol v2 header on every connection", c.BehindProxyProtocol(2), false},

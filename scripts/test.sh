@@ -68,6 +68,13 @@ if ! command -v promtool >/dev/null; then
 	if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
 fi
 
+if ! command -v nginx >/dev/null; then
+	log "installing nginx-light (Debian package) for the end-to-end test of a reverse proxy on the client's host"
+	apt_install nginx-light
+	# The tests run their own nginx on a free port; stop the package's.
+	if [ -d /run/systemd/system ]; then as_root systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+fi
+
 missing=
 command -v tcpdump >/dev/null || missing="$missing tcpdump"
 command -v ip >/dev/null || missing="$missing iproute2"
@@ -97,7 +104,7 @@ export REPLAYWATCH_CHDB_LIB
 # fail, never skip (test/testenv.InCI is the tests' side of this rule).
 if [ -n "${CI:-}" ]; then
 	missing=
-	for tool in tshark clickhouse-client tcpdump ip promtool node npm; do
+	for tool in tshark clickhouse-client tcpdump ip promtool nginx node npm; do
 		command -v "$tool" >/dev/null || missing="$missing $tool"
 	done
 	command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || missing="$missing clickhouse-server"

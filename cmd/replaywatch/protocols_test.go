@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,17 @@ type echoArgs struct {
 }
 
 // echoServer is a go-sdk server with one tool.
-func echoServer() http.Handler {
+func echoServer() http.Handler { return echoServerWith(nil) }
+
+// echoServerWith is echoServer with the handler's options (an event store
+// gives its SSE events ids).
+func echoServerWith(opts *mcp.StreamableHTTPOptions) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "echo-server", Version: "1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "returns its text"},
 		func(_ context.Context, _ *mcp.CallToolRequest, a echoArgs) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Text}}}, nil, nil
 		})
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 }
 
 // recordClients records go-sdk clients of the server at backend through a
@@ -279,21 +284,35 @@ func TestForwardProxyBothLegs(t *testing.T) {
 	for _, from := range []string{"127.0.0.2", "127.0.0.1"} {
 		t.Run("proxy from "+from, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "forward.pcap")
-			recordThroughProxy(t, path, net.ParseIP(from), false)
+			recordThroughProxy(t, path, net.ParseIP(from), forwardProxy)
 			wantOneSession(t, bin, path)
 		})
 	}
 }
 
-// TestReverseProxyOtherAddress: a reverse proxy that reaches the server from
-// an address serving no MCP (127.0.0.3; as one on a node's own network
+// TestReverseProxyBothLegs: a reverse proxy that reaches the server from an
+// address serving no MCP (127.0.0.3; as one on a node's own network
 // reaches a pod from the bridge's address) and sends the server's Host,
-// not the client's: only the requests tie its hops to the client's.
-func TestReverseProxyOtherAddress(t *testing.T) {
+// not the client's: only the requests tie its hops to the client's. And
+// one on the client's own host that keeps the Host, as nginx set up for
+// SSE does (proxy_set_header Host $http_host): both legs from one address
+// to one endpoint, every event twice in one session's history.
+func TestReverseProxyBothLegs(t *testing.T) {
 	bin := buildBinary(t)
-	path := filepath.Join(t.TempDir(), "reverse.pcap")
-	recordThroughProxy(t, path, net.ParseIP("127.0.0.3"), true)
-	wantOneSession(t, bin, path)
+	for _, tc := range []struct {
+		name string
+		from string
+		kind proxyKind
+	}{
+		{"relay with the server's Host", "127.0.0.3", reverseProxy},
+		{"on the client's host keeping the Host", "127.0.0.1", reverseProxyKeepingHost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "reverse.pcap")
+			recordThroughProxy(t, path, net.ParseIP(tc.from), tc.kind)
+			wantOneSession(t, bin, path)
+		})
+	}
 }
 
 // wantOneSession runs the binary on a capture of one session whose every
@@ -312,43 +331,70 @@ func wantOneSession(t *testing.T, bin, path string) {
 	}
 }
 
+// proxyKind is how recordThroughProxy's proxy forwards.
+type proxyKind int
+
+const (
+	// forwardProxy: the client's HTTP proxy.
+	forwardProxy proxyKind = iota
+	// reverseProxy: a proxy the client takes for the server, which sends
+	// the server's own Host (httputil.ProxyRequest.SetURL).
+	reverseProxy
+	// reverseProxyKeepingHost: the same, sending the client's Host.
+	reverseProxyKeepingHost
+)
+
 // recordThroughProxy records a go-sdk client's session through a proxy that
 // connects to the server from the address from, both legs through
-// recording proxies: a forward proxy (the client's HTTP proxy), or a
-// reverse proxy the client takes for the server, which sends the server's
-// own Host (httputil.ProxyRequest.SetURL).
-func recordThroughProxy(t *testing.T, path string, from net.IP, reverse bool) {
+// recording proxies.
+func recordThroughProxy(t *testing.T, path string, from net.IP, kind proxyKind) {
+	t.Helper()
+	recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
+		toServer := record(serveLoopback(t, &http.Server{Handler: echoServer()}, nil))
+		rewrite := func(*httputil.ProxyRequest) {}
+		if kind != forwardProxy {
+			target := &url.URL{Scheme: "http", Host: toServer.Addr()}
+			rewrite = func(r *httputil.ProxyRequest) {
+				r.SetURL(target)
+				if kind == reverseProxyKeepingHost {
+					r.Out.Host = r.In.Host
+				}
+			}
+		}
+		dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+		toProxy := record(serveLoopback(t, &http.Server{Handler: &httputil.ReverseProxy{
+			Rewrite:       rewrite,
+			Transport:     &http.Transport{DialContext: dialer.DialContext},
+			FlushInterval: -1,
+		}}, nil))
+		if kind != forwardProxy {
+			echoSession(t, toProxy.URL("/mcp"), http.DefaultClient, "once")
+		} else {
+			hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toProxy.Addr()})}}
+			echoSession(t, toServer.URL("/mcp"), hc, "once")
+		}
+	})
+}
+
+// recordLegs records into path what passes through the recording proxies
+// legs makes with record, each to its backend, and closes them, the last
+// made first, when legs returns.
+func recordLegs(t *testing.T, path string, legs func(record func(backend string) *pcaprec.Proxy)) {
 	t.Helper()
 	rec, err := pcaprec.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	record := func(backend string) *pcaprec.Proxy {
+	var proxies []*pcaprec.Proxy
+	legs(func(backend string) *pcaprec.Proxy {
 		p, err := pcaprec.NewProxy(rec, func(int) string { return backend }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		proxies = append(proxies, p)
 		return p
-	}
-	toServer := record(serveLoopback(t, &http.Server{Handler: echoServer()}, nil))
-	rewrite := func(*httputil.ProxyRequest) {}
-	if reverse {
-		target := &url.URL{Scheme: "http", Host: toServer.Addr()}
-		rewrite = func(r *httputil.ProxyRequest) { r.SetURL(target) }
-	}
-	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
-	toProxy := record(serveLoopback(t, &http.Server{Handler: &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     &http.Transport{DialContext: dialer.DialContext},
-		FlushInterval: -1,
-	}}, nil))
-	if reverse {
-		echoSession(t, toProxy.URL("/mcp"), http.DefaultClient, "once")
-	} else {
-		hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toProxy.Addr()})}}
-		echoSession(t, toServer.URL("/mcp"), hc, "once")
-	}
-	for _, p := range []*pcaprec.Proxy{toProxy, toServer} {
+	})
+	for _, p := range slices.Backward(proxies) {
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -304,6 +304,13 @@ const (
 	// and which connects to the upstream from an address of its own (the
 	// bridge's), sending a Host of its own.
 	HopRelay
+	// HopOnClientHost: a proxy on the clients' own host (the fixtures'
+	// clients and servers share 127.0.0.1) that keeps their Host, as nginx
+	// set up for SSE does: it connects to the upstream from the address
+	// the clients reached, which is theirs, and from other ports (each
+	// client port with its top bit flipped), as a proxy's sockets are
+	// its own.
+	HopOnClientHost
 )
 
 // ProxyHop adds what a capture on a node that also runs a reverse proxy
@@ -322,18 +329,22 @@ func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 		// destination; the client's the other.
 		server, client := 12+4*b2i(!fromServer), 12+4*b2i(fromServer)
 		proxy := proxyAddr
-		if kind != HopKeepsHost {
+		if kind == HopInPod || kind == HopOnClientHost {
+			copy(proxy[:], first[14+server:])
+		}
+		if kind == HopInPod || kind == HopRelay {
 			// Clients of their own: the fixtures' loopback clients share
 			// the server's address, which a proxy may connect from.
 			first = slices.Clone(first)
-			if kind == HopInPod {
-				copy(proxy[:], first[14+server:])
-			}
 			copy(first[14+client:], clientsAddr[:])
 		}
 		copy(second[14+server:], upstreamAddr[:])
 		copy(second[14+client:], proxy[:])
-		if tcp := second[14+int(second[14]&0x0f)*4:]; kind != HopKeepsHost && !fromServer && len(tcp) >= 20 {
+		tcp := second[14+int(second[14]&0x0f)*4:]
+		if kind == HopOnClientHost && len(tcp) >= 4 {
+			tcp[2*b2i(fromServer)] ^= 0x80
+		}
+		if (kind == HopInPod || kind == HopRelay) && !fromServer && len(tcp) >= 20 {
 			renameHosts(tcp[int(tcp[12]>>4)*4:])
 		}
 		return first
