@@ -64,11 +64,13 @@ type hopSeen struct {
 	toForwardProxy bool
 }
 
-// copySeen is when a request was first seen from its client socket, and
-// to which server (a hash of its address): all a NAT copy is told by.
+// copySeen is when a request was first seen from its client socket, or at
+// its endpoint, and to which server socket and address (hashes of them):
+// all a NAT copy, or the hop of a proxy on the client's host, is told by.
 type copySeen struct {
-	at     int64
-	server uint64
+	at         int64
+	server     uint64
+	serverAddr uint64
 }
 
 // hopMemory holds the requests of one generation: those first seen within
@@ -81,10 +83,14 @@ type hopMemory struct {
 	start  int64 // UnixNano
 	hops   map[uint64]hopSeen
 	copies map[uint64]copySeen
+	// local: requests by print and endpoint, for the hop of a proxy on
+	// the client's own host (proxyHop), which must name the first's
+	// endpoint.
+	local map[uint64]copySeen
 }
 
 func newHopMemory() hopMemory {
-	return hopMemory{hops: map[uint64]hopSeen{}, copies: map[uint64]copySeen{}}
+	return hopMemory{hops: map[uint64]hopSeen{}, copies: map[uint64]copySeen{}, local: map[uint64]copySeen{}}
 }
 
 // rotateHops starts a new generation when the current one is hopWindow
@@ -95,15 +101,19 @@ func (d *Detector) rotateHops(now int64) {
 		return
 	}
 	old := d.hopGens[1]
-	clear(old.hops)
-	clear(old.copies)
+	old.clear()
 	if now-cur.start >= 2*int64(hopWindow) {
 		// Nothing of the current generation is within hopWindow either.
-		clear(cur.hops)
-		clear(cur.copies)
+		cur.clear()
 	}
 	d.hopGens[1], d.hopGens[0] = *cur, old
 	d.hopGens[0].start = now
+}
+
+func (m *hopMemory) clear() {
+	clear(m.hops)
+	clear(m.copies)
+	clear(m.local)
 }
 
 // lastHop is the newest request seen with print within hopWindow.
@@ -116,10 +126,11 @@ func (d *Detector) lastHop(print uint64, now int64) (hopSeen, bool) {
 	return hopSeen{}, false
 }
 
-// lastCopy is the newest request seen with copyKey within hopWindow.
-func (d *Detector) lastCopy(copyKey uint64, now int64) (copySeen, bool) {
+// lastCopy is the newest request seen with key within hopWindow in the
+// memory's copies or local (of).
+func (d *Detector) lastCopy(of func(*hopMemory) map[uint64]copySeen, key uint64, now int64) (copySeen, bool) {
 	for i := range d.hopGens {
-		if c, ok := d.hopGens[i].copies[copyKey]; ok {
+		if c, ok := of(&d.hopGens[i])[key]; ok {
 			return c, now-c.at <= int64(hopWindow)
 		}
 	}
@@ -157,39 +168,68 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	noteAddr(d.servingAddrs, ex.conn.Server.Addr(), &d.stats)
 	// Several clients' identical requests share a print, and each
 	// remembered one takes the place of the last: any of them will do for
-	// a proxy's hop, but a NAT copy must find its own socket's, so each
-	// request is remembered by its print, socket and endpoint too.
+	// a proxy's hop, but a NAT copy must find its own socket's, and the
+	// hop of a proxy on the client's host one of its endpoint's, so each
+	// request is remembered by its print, socket and endpoint, and by its
+	// print and endpoint, too.
 	print := d.requestPrint(ex)
 	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client, ex.endpoint})
+	localKey := maphash.Comparable(d.hashSeed, socketPrint{print: print, endpoint: ex.endpoint})
 	server := maphash.Comparable(d.hashSeed, ex.conn.Server)
-	if c, ok := d.lastCopy(copyKey, now); ok && c.server != server {
+	if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != server {
 		return d.setAside(ex) // a NAT copy
 	}
 	clientAddr := ex.conn.Client.Addr()
 	client := maphash.Comparable(d.hashSeed, clientAddr)
 	absolute := o.Request != nil && o.Request.AbsoluteForm
-	// The same request from the address the first was sent to, to another
-	// server, is the proxy there forwarding it, whatever the client's
-	// address (a proxy on the client's own host) and the Host: no retry
-	// comes from the server it was sent to. A client that sent a request
-	// to a forward proxy sends its retries there too, in absolute form:
-	// the same request in origin form to another server is the proxy's
-	// hop, whatever address it comes from.
-	if h, ok := d.lastHop(print, now); ok && h.server != server &&
-		(h.serverAddr == client ||
-			(h.client != client || h.toForwardProxy && !absolute) && d.proxySends(h, ex, client, clientAddr)) {
+	if h, ok := d.lastHop(print, now); ok && h.server != server && d.proxyHop(h, ex, client, clientAddr, absolute) {
 		return d.setAside(ex) // a proxy's hop
+	}
+	// From the address the same request was sent to, to another server,
+	// at its endpoint: a proxy on the client's host that keeps the Host.
+	if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != server && c.serverAddr == client {
+		return d.setAside(ex)
 	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
 	cur := &d.hopGens[0]
-	if len(cur.hops) >= maxHopRequests || len(cur.copies) >= maxHopRequests {
+	if len(cur.hops) >= maxHopRequests || len(cur.copies) >= maxHopRequests || len(cur.local) >= maxHopRequests {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, endpoint: ex.endpoint, toForwardProxy: absolute,
-		serverAddr: maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())}
-	cur.copies[copyKey] = copySeen{at: now, server: server}
+	serverAddr := maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute}
+	cur.copies[copyKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
+	cur.local[localKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
+	return false
+}
+
+func copiesOf(m *hopMemory) map[uint64]copySeen { return m.copies }
+func localOf(m *hopMemory) map[uint64]copySeen  { return m.local }
+
+// proxyHop says whether ex, which repeats the request h to another server,
+// is a proxy's hop of it. From another client address, it is when a proxy
+// sends it (proxySends). From the same address, it is a retry, judged as
+// such, but for two cases. A client that sent a request to a forward proxy
+// sends its retries there too, in absolute form: the same request in
+// origin form is the proxy's hop, whatever address it comes from. And a
+// proxy on the client's own host (an nginx in front of a server, captured
+// on loopback) sends it from the address the first was sent to, which no
+// retry comes from; but so does a client of several servers on its own
+// host, whose identical initializes (or 2026-07-28 requests) go to each:
+// from there a hop must name the first's endpoint (a proxy that keeps the
+// Host: secondHop looks that up by endpoint) or carry a long session id
+// (minRelaySessionIDBytes), which a client sends to one server only. A
+// proxy there with a Host of its own then judges its initialize again, and
+// the session that began is dropped (dropRelayCopy).
+func (d *Detector) proxyHop(h hopSeen, ex *exchange, client uint64, addr netip.Addr, absolute bool) bool {
+	switch {
+	case h.client != client || h.toForwardProxy && !absolute:
+		return d.proxySends(h, ex, client, addr)
+	case h.serverAddr == client && len(ex.reqSession) >= minRelaySessionIDBytes:
+		d.dropRelayCopy(h, ex, addr)
+		return true
+	}
 	return false
 }
 
@@ -208,19 +248,21 @@ func (d *Detector) proxySends(h hopSeen, ex *exchange, client uint64, addr netip
 		}
 		noteAddr(d.relayAddrs, addr, &d.stats)
 	}
-	d.dropRelayCopy(ex, addr)
+	d.dropRelayCopy(h, ex, addr)
 	return true
 }
 
-// dropRelayCopy drops the session a relay's hop names at the relay's
-// endpoint, when the relay itself began it and nothing was found in it:
-// its initialize was forwarded before the relay was known, so the client's
+// dropRelayCopy drops the session a relay's hop ex names at its own
+// endpoint (another than h's, the first hop's: there the session is the
+// client's), when the relay began it and nothing was found in it: its
+// initialize was judged before the hop was known for one, so the client's
 // session was judged twice, and the copy's record would count it twice,
-// with the relay's address for its client. A copy with findings keeps its
-// record, which they name.
-func (d *Detector) dropRelayCopy(ex *exchange, addr netip.Addr) {
-	if ex.reqSession == "" {
-		return
+// with the relay's address for its client (a relay, or a proxy on the
+// client's host with a Host of its own, whose address is the client's). A
+// copy with findings keeps its record, which they name.
+func (d *Detector) dropRelayCopy(h hopSeen, ex *exchange, addr netip.Addr) {
+	if ex.reqSession == "" || ex.endpoint == h.endpoint {
+		return // at the first's endpoint the session is the client's own
 	}
 	s, ok := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]
 	if !ok || s.client.Addr() != addr || s.violations > 0 {

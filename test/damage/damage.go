@@ -311,6 +311,9 @@ const (
 	// client port with its top bit flipped), as a proxy's sockets are
 	// its own.
 	HopOnClientHost
+	// HopOnClientHostOwnHost: the same proxy with a Host of its own
+	// (proxy_pass's default).
+	HopOnClientHostOwnHost
 )
 
 // ProxyHop adds what a capture on a node that also runs a reverse proxy
@@ -329,7 +332,8 @@ func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 		// destination; the client's the other.
 		server, client := 12+4*b2i(!fromServer), 12+4*b2i(fromServer)
 		proxy := proxyAddr
-		if kind == HopInPod || kind == HopOnClientHost {
+		onClientHost := kind == HopOnClientHost || kind == HopOnClientHostOwnHost
+		if kind == HopInPod || onClientHost {
 			copy(proxy[:], first[14+server:])
 		}
 		if kind == HopInPod || kind == HopRelay {
@@ -341,10 +345,10 @@ func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 		copy(second[14+server:], upstreamAddr[:])
 		copy(second[14+client:], proxy[:])
 		tcp := second[14+int(second[14]&0x0f)*4:]
-		if kind == HopOnClientHost && len(tcp) >= 4 {
+		if onClientHost && len(tcp) >= 4 {
 			tcp[2*b2i(fromServer)] ^= 0x80
 		}
-		if (kind == HopInPod || kind == HopRelay) && !fromServer && len(tcp) >= 20 {
+		if kind != HopKeepsHost && kind != HopOnClientHost && !fromServer && len(tcp) >= 20 {
 			renameHosts(tcp[int(tcp[12]>>4)*4:])
 		}
 		return first
