@@ -20,9 +20,10 @@ import (
 // every event arrives twice and every response is delivered twice. The
 // second hop of a request is told by what no client's own retry has:
 // another client address and another server address, or the very same
-// client socket and another server address, or (the first sent to a
-// forward proxy, in absolute form) origin form and another server address,
-// within hopWindow of the first. It is set aside whole (Stats.ProxyHops);
+// client socket and another server address, or the address the first was
+// sent to and another server address (a proxy on the client's own host),
+// or (the first sent to a forward proxy, in absolute form) origin form and
+// another server address, within hopWindow of the first. It is set aside whole (Stats.ProxyHops);
 // the first seen, the hop nearest the client, is judged, as the spans path
 // keeps the outermost span of an exchange.
 const (
@@ -30,9 +31,9 @@ const (
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
 	// maxHopRequests bounds the requests remembered in a generation of
-	// hopWindow (hopMemory; each about 150 bytes: an entry by print, and
-	// a smaller one by print, socket and endpoint; two generations are
-	// kept): past it, new requests are not remembered until the next
+	// hopWindow (hopMemory; each about 300 bytes: an entry by print, and
+	// smaller ones by print, socket and endpoint and by print and
+	// endpoint; two generations are kept): past it, new requests are not remembered until the next
 	// generation, so a second hop may be judged as a request of its own
 	// (Stats.LimitsHit["maxHopRequests"]). It bounds the proxy
 	// connections remembered (hopConns) and the addresses that served MCP
