@@ -196,8 +196,9 @@ type session struct {
 	// redirected counts requests answered 3xx: turned away by a router
 	// before any MCP handler saw them (redirected).
 	redirected int
-	// relayCopy: a relay's copy of another client's session, dropped
-	// without a record (dropRelayCopy).
+	// relayCopy: a proxy's copy of its client's session, begun by an
+	// initialize judged before the proxy was known, dropped without a
+	// record (dropRelayCopy).
 	relayCopy bool
 
 	prev, linkConf string

@@ -285,8 +285,8 @@ var (
 	clientsAddr  = [4]byte{198, 51, 100, 1}
 )
 
-// How ProxyHop's proxy forwards: the Host it sends, the address it connects
-// from.
+// HopKind is how ProxyHop's proxy forwards: the Host it sends, the address
+// it connects from.
 type HopKind int
 
 const (
@@ -348,7 +348,8 @@ func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 		if onClientHost && len(tcp) >= 4 {
 			tcp[2*b2i(fromServer)] ^= 0x80
 		}
-		if kind != HopKeepsHost && kind != HopOnClientHost && !fromServer && len(tcp) >= 20 {
+		ownHost := kind != HopKeepsHost && kind != HopOnClientHost
+		if ownHost && !fromServer && len(tcp) >= 20 {
 			renameHosts(tcp[int(tcp[12]>>4)*4:])
 		}
 		return first
