@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,9 +24,11 @@ import (
 // running an MCP client's tests under tcpdump -i lo). Set up for SSE
 // (HTTP/1.1 upstream, no buffering), it either keeps the client's Host, so
 // both legs are one endpoint's and every event comes twice in one
-// session's history, or sends its own. Either way the binary must see one
-// session and no violation: until 2026-12-04 the kept Host gave a
-// duplicate_delivery for every event of the proxy's hop.
+// session's history, or sends its own; and with a proxy_read_timeout of a
+// second it cuts a slow call's stream, which the client resumes through
+// it. Every time the binary must see one session and no violation: until
+// 2026-12-04 the kept Host gave a duplicate_delivery for every event of
+// the proxy's hop.
 func TestNginxOnTheClientsHost(t *testing.T) {
 	nginx, err := exec.LookPath("nginx")
 	if err != nil {
@@ -35,32 +38,86 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 		t.Skip("nginx not installed")
 	}
 	bin := buildBinary(t)
-	for _, host := range []string{"$http_host", "$proxy_host"} {
-		t.Run("Host "+host, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, host, readTimeout string
+	}{
+		{"the client's Host", "$http_host", ""},
+		{"its own Host", "$proxy_host", ""},
+		{"the client's Host, streams cut after a second idle", "$http_host", "1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "nginx.pcap")
-			recordThroughNginx(t, nginx, host, path)
+			recordThroughNginx(t, nginx, tc.host, tc.readTimeout, path)
 			wantOneSession(t, bin, path)
+			if tc.readTimeout == "" {
+				return
+			}
+			var sum struct {
+				Resumes map[string]int `json:"resumes"`
+			}
+			binarySummary(t, bin, &sum, path)
+			if sum.Resumes["resumed"] == 0 || len(sum.Resumes) != 1 {
+				t.Errorf("resumes %v, want the cut call streams resumed, nothing else", sum.Resumes)
+			}
 		})
 	}
 }
 
 // recordThroughNginx records one go-sdk client session through nginx, which
 // sends the upstream the Host named by the nginx variable host, both legs
-// through recording proxies on 127.0.0.1.
-func recordThroughNginx(t *testing.T, nginx, host, path string) {
+// through recording proxies on 127.0.0.1. With a readTimeout nginx cuts a
+// stream idle that long, and the session makes a call whose progress
+// comes slower.
+func recordThroughNginx(t *testing.T, nginx, host, readTimeout, path string) {
 	t.Helper()
 	recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
 		toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(
-			&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})}, nil))
-		toNginx := record(startNginx(t, nginx, toServer.Addr(), host))
-		echoSession(t, toNginx.URL("/mcp"), http.DefaultClient, "once", "twice")
+			&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}, addSlowTool)}, nil))
+		toNginx := record(startNginx(t, nginx, toServer.Addr(), host, readTimeout))
+		if readTimeout == "" {
+			echoSession(t, toNginx.URL("/mcp"), http.DefaultClient, "once", "twice")
+			return
+		}
+		client := mcp.NewClient(&mcp.Implementation{Name: "slow-client", Version: "1.0.0"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: toNginx.URL("/mcp")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &mcp.CallToolParams{Name: "slow", Arguments: slowArgs{Steps: 3, DelayMs: 1500}}
+		p.SetProgressToken("slow-1")
+		if _, err := cs.CallTool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		cs.Close()
 	})
 }
 
+type slowArgs struct {
+	Steps   int `json:"steps"`
+	DelayMs int `json:"delay_ms"`
+}
+
+// addSlowTool adds a tool "slow" that sends a progress notification every
+// DelayMs, Steps times, then answers.
+func addSlowTool(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "progress, slowly, then done"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a slowArgs) (*mcp.CallToolResult, any, error) {
+			for i := 1; i <= a.Steps; i++ {
+				time.Sleep(time.Duration(a.DelayMs) * time.Millisecond)
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: float64(a.Steps)})
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		})
+}
+
 // startNginx runs nginx in the foreground until the test ends, proxying a
-// free port of 127.0.0.1 to upstream as an SSE set-up does, and returns the
+// free port of 127.0.0.1 to upstream as an SSE set-up does, with
+// proxy_read_timeout readTimeout unless it is empty, and returns the
 // port's address.
-func startNginx(t *testing.T, nginx, upstream, host string) string {
+func startNginx(t *testing.T, nginx, upstream, host, readTimeout string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,6 +126,10 @@ func startNginx(t *testing.T, nginx, upstream, host string) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
+	readTimeoutDirective := ""
+	if readTimeout != "" {
+		readTimeoutDirective = "proxy_read_timeout " + readTimeout + ";"
+	}
 	conf := fmt.Sprintf(`worker_processes 1;
 pid %[1]s/nginx.pid;
 events { worker_connections 64; }
@@ -87,10 +148,11 @@ http {
 			proxy_set_header Connection "";
 			proxy_set_header Host %[4]s;
 			proxy_buffering off;
+			%[5]s
 		}
 	}
 }
-`, dir, addr, upstream, host)
+`, dir, addr, upstream, host, readTimeoutDirective)
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -110,7 +172,7 @@ http {
 		stopped := time.AfterFunc(5*time.Second, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 		cmd.Wait()
 		stopped.Stop()
-		if t.Failed() {
+		if t.Failed() && log.Len() > 0 {
 			t.Logf("nginx:\n%s", log.String())
 		}
 	})

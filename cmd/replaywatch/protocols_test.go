@@ -67,13 +67,16 @@ type echoArgs struct {
 func echoServer() http.Handler { return echoServerWith(nil) }
 
 // echoServerWith is echoServer with the handler's options (an event store
-// gives its SSE events ids).
-func echoServerWith(opts *mcp.StreamableHTTPOptions) http.Handler {
+// gives its SSE events ids) and more tools, each added by one of tools.
+func echoServerWith(opts *mcp.StreamableHTTPOptions, tools ...func(*mcp.Server)) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "echo-server", Version: "1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "returns its text"},
 		func(_ context.Context, _ *mcp.CallToolRequest, a echoArgs) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Text}}}, nil, nil
 		})
+	for _, add := range tools {
+		add(s)
+	}
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 }
 
