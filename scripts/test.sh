@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone. Installs what the tests need when it
 # is missing (tshark from Debian, the TypeScript SDK from npm, chDB's
-# libchdb.so from npm, cached by scripts/fetch-chdb.sh; zip from Debian)
+# libchdb.so from npm, cached by scripts/fetch-chdb.sh; zip and nginx from
+# Debian)
 # and runs: gofmt, go vet, staticcheck, every Go test (unit, spec, oracle,
 # fixture regeneration, binary end-to-end, ClickHouse servers, the live
 # agent on loopback and in network namespaces, the Grafana plugin's
