@@ -352,7 +352,14 @@ func (c *conn) switchToHTTP2(ts time.Time) {
 	}
 	c.w.stats.http2Connections.Add(1)
 	c.stopReading()
-	c.unreadFor = GapHTTP2
+	c.reportUnread(GapHTTP2, ts)
+}
+
+// reportUnread marks a connection no longer read as unread for limit from
+// ts: checks between its endpoints cannot rest on what it carries, then or
+// until it closes (emitLimitGap).
+func (c *conn) reportUnread(limit string, ts time.Time) {
+	c.unreadFor = limit
 	c.emitLimitGap(ts, false)
 }
 

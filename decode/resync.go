@@ -48,8 +48,7 @@ func (d *dir) skipped(a, b []byte) {
 	d.unsynced += int64(n)
 	if d.unsynced > NonHTTPScanLimit && d.sawBinary && !d.c.dead {
 		d.c.giveUp()
-		d.c.unreadFor = "NonHTTPScanLimit"
-		d.c.emitLimitGap(d.ts, false)
+		d.c.reportUnread("NonHTTPScanLimit", d.ts)
 	}
 }
 

@@ -61,7 +61,7 @@ type Summary struct {
 	// the decoder, and counted as analysed like any other protocol.
 	TLSConnections uint64 `json:"tls_connections"`
 	// ProxyProtocolHeaders: PROXY protocol headers skipped before the HTTP
-	// of a connection (the connection's client is the load balancer).
+	// of a connection (its client is the one the header names).
 	ProxyProtocolHeaders uint64 `json:"proxy_protocol_headers"`
 	// HTTP2Connections spoke HTTP/2 (h2c), which is not decoded;
 	// HTTP2Bytes is their payload from the segment that switched them, in

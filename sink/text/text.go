@@ -155,7 +155,7 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		row("TLS", "%d connection(s), encrypted: not readable from packets", s.TLSConnections)
 	}
 	if s.ProxyProtocolHeaders > 0 {
-		row("PROXY headers", "%d skipped (a load balancer's: the connections' client address is its own)", s.ProxyProtocolHeaders)
+		row("PROXY headers", "%d skipped (a load balancer's: each connection's client is the one its header names)", s.ProxyProtocolHeaders)
 	}
 	if s.HTTP2Connections > 0 {
 		row("HTTP/2", "%d connection(s), %s, not decoded: checks on their client address and server unverifiable", s.HTTP2Connections, humanize.Bytes(int64(s.HTTP2Bytes)))
