@@ -177,19 +177,26 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client, ex.endpoint})
 	localKey := maphash.Comparable(d.hashSeed, socketPrint{print: print, endpoint: ex.endpoint})
 	server := maphash.Comparable(d.hashSeed, ex.conn.Server)
-	if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != server {
-		return d.setAside(ex) // a NAT copy
-	}
 	clientAddr := ex.conn.Client.Addr()
 	client := maphash.Comparable(d.hashSeed, clientAddr)
 	absolute := o.Request != nil && o.Request.AbsoluteForm
-	if h, ok := d.lastHop(print, now); ok && h.server != server && d.proxyHop(h, ex, client, clientAddr, absolute) {
-		return d.setAside(ex) // a proxy's hop
-	}
-	// From the address the same request was sent to, to another server,
-	// at its endpoint: a proxy on the client's host that keeps the Host.
-	if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != server && c.serverAddr == client {
-		return d.setAside(ex)
+	// Every request remembered is remembered by its print too, and the
+	// newest with a print is the one hops holds: without it within the
+	// window, copies and local hold none either, and most requests (those
+	// carrying a session id) are the only ones with their print.
+	if h, ok := d.lastHop(print, now); ok {
+		if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != server {
+			return d.setAside(ex) // a NAT copy
+		}
+		if h.server != server && d.proxyHop(h, ex, client, clientAddr, absolute) {
+			return d.setAside(ex) // a proxy's hop
+		}
+		// From the address the same request was sent to, to another
+		// server, at its endpoint: a proxy on the client's host that
+		// keeps the Host.
+		if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != server && c.serverAddr == client {
+			return d.setAside(ex)
+		}
 	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
