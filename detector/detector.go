@@ -127,6 +127,10 @@ type Detector struct {
 	// MCP but were seen forwarding a request of another client's (hops.go).
 	servingAddrs map[netip.Addr]struct{}
 	relayAddrs   map[netip.Addr]struct{}
+	// relayRepeats: for an address not yet known for a relay, how many of
+	// its requests in a row without a session id repeated another
+	// client's to another server (hops.go, relayEvidence).
+	relayRepeats map[netip.Addr]int
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -158,6 +162,7 @@ func New(cfg Config, sink Sink) *Detector {
 		hopConns:          map[uint64]struct{}{},
 		servingAddrs:      map[netip.Addr]struct{}{},
 		relayAddrs:        map[netip.Addr]struct{}{},
+		relayRepeats:      map[netip.Addr]int{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},

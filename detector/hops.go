@@ -48,6 +48,15 @@ const (
 	// (1, 2, ...) gives ids that clients of two servers share, and those
 	// prove nothing.
 	minRelaySessionIDBytes = 16
+	// relayRepeats is how many requests without a session id in a row an
+	// address must send, each repeating within the window one of another
+	// client to another server at another endpoint, to be known for a relay
+	// (relayEvidence). Under 2026-07-28 no request carries a session id:
+	// every request of a relay is such a repeat, while a client's repeats
+	// another's only when two instances of one application, started
+	// together, call servers of two names in step (their requests then
+	// set aside: findings lost, never gained).
+	relayRepeats = 2
 )
 
 // hopSeen is when a request was first seen (at: UnixNano), from which
@@ -63,6 +72,10 @@ type hopSeen struct {
 	// proxy, whose hop may come from the client's own address (a proxy
 	// on the client's host).
 	toForwardProxy bool
+	// repeat: the request itself repeated another client's to another
+	// server (a relay's hop not yet known for one): a request repeating it
+	// is no relay's evidence (relayEvidence).
+	repeat bool
 }
 
 // copySeen is when a request was first seen from its client socket, or at
@@ -184,10 +197,12 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	// newest with a print is the one hops holds: without it within the
 	// window, copies and local hold none either, and most requests (those
 	// carrying a session id) are the only ones with their print.
+	repeat := false // of another client's request to another server
 	if h, ok := d.lastHop(print, now); ok {
 		if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != server {
 			return d.setAside(ex) // a NAT copy
 		}
+		repeat = h.server != server && h.client != client
 		if h.server != server && d.proxyHop(h, ex, client, clientAddr, absolute) {
 			return d.setAside(ex) // a proxy's hop
 		}
@@ -198,6 +213,9 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 			return d.setAside(ex)
 		}
 	}
+	if !repeat && len(d.relayRepeats) > 0 {
+		delete(d.relayRepeats, clientAddr) // not a relay's run
+	}
 	// A first hop, or the same client again (a retry, judged as such):
 	// its own second hop is to come.
 	cur := &d.hopGens[0]
@@ -206,7 +224,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		return false
 	}
 	serverAddr := maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute}
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute, repeat: repeat}
 	cur.copies[copyKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
 	cur.local[localKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
 	return false
@@ -251,13 +269,42 @@ func (d *Detector) proxySends(h hopSeen, ex *exchange, client uint64, addr netip
 		return true
 	}
 	if !hasAddr(d.relayAddrs, addr) {
-		if h.client == client || len(ex.reqSession) < minRelaySessionIDBytes {
+		if h.client == client || !d.relayEvidence(h, ex, addr) {
 			return false
 		}
 		noteAddr(d.relayAddrs, addr, &d.stats)
+		delete(d.relayRepeats, addr)
 	}
 	d.dropRelayCopy(h, ex, addr)
 	return true
+}
+
+// relayEvidence says whether ex, which repeats h, another client's request
+// to another server at another endpoint, makes its sender (addr) known for
+// a relay: at once when it carries a long session id, which no client
+// sends to another's server; after relayRepeats such requests in a row
+// when it carries none. A short session id (a server numbering its
+// sessions) proves nothing and counts for nothing; nor does repeating a
+// request that was itself a repeat: clients behind one address (a crowd)
+// send identical initializes one after another, each then repeating the
+// relay's hop of the one before, and would be taken for the relay.
+func (d *Detector) relayEvidence(h hopSeen, ex *exchange, addr netip.Addr) bool {
+	switch {
+	case len(ex.reqSession) >= minRelaySessionIDBytes:
+		return true
+	case ex.reqSession != "" || h.repeat:
+		return false
+	}
+	n := d.relayRepeats[addr] + 1
+	if n >= relayRepeats {
+		return true
+	}
+	if len(d.relayRepeats) >= maxHopRequests {
+		clear(d.relayRepeats)
+		d.stats.LimitsHit["maxHopRequests"]++
+	}
+	d.relayRepeats[addr] = n
+	return false
 }
 
 // dropRelayCopy drops the session a relay's hop ex names at its own

@@ -51,9 +51,9 @@ func TestProxyHopsChangeNothing(t *testing.T) {
 			{"a proxy hop 20ms later", c.ProxyHop(20*time.Millisecond, damage.HopKeepsHost), false},
 			{"a proxy hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopInPod), false},
 			// A relay is known from its first request that carries a long
-			// session id: before it (an initialize, or the first exchange
-			// under 2026-07-28, which carries none) its hop is judged as
-			// another endpoint's traffic.
+			// session id, or its second in a row without one: before it
+			// (an initialize, or the first exchange under 2026-07-28) its
+			// hop is judged as another endpoint's traffic.
 			{"a relay's hop 2ms later with its own Host", c.ProxyHop(2*time.Millisecond, damage.HopRelay), true},
 			{"a proxy hop 1ms later from the clients' own host", c.ProxyHop(time.Millisecond, damage.HopOnClientHost), false},
 			// Its initialize, and every request under 2026-07-28, carry

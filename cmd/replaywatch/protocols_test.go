@@ -287,7 +287,7 @@ func TestForwardProxyBothLegs(t *testing.T) {
 	for _, from := range []string{"127.0.0.2", "127.0.0.1"} {
 		t.Run("proxy from "+from, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "forward.pcap")
-			recordThroughProxy(t, path, net.ParseIP(from), forwardProxy)
+			recordThroughProxy(t, path, net.ParseIP(from), forwardProxy, nil)
 			wantOneSession(t, bin, path)
 		})
 	}
@@ -312,10 +312,31 @@ func TestReverseProxyBothLegs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "reverse.pcap")
-			recordThroughProxy(t, path, net.ParseIP(tc.from), tc.kind)
+			recordThroughProxy(t, path, net.ParseIP(tc.from), tc.kind, nil)
 			wantOneSession(t, bin, path)
 		})
 	}
+	// Under 2026-07-28 (a stateless server: go-sdk's client then speaks
+	// its default revision) no request carries a session id: the relay is
+	// known from its second request in a row that repeats the client's,
+	// and every later one is set aside (detector/hops.go, relayRepeats).
+	t.Run("relay under 2026-07-28", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "reverse.pcap")
+		recordThroughProxy(t, path, net.ParseIP("127.0.0.3"), reverseProxy, &mcp.StreamableHTTPOptions{Stateless: true}, "one", "two", "three")
+		var sum struct {
+			MCPSessions int `json:"mcp_sessions"`
+			ProxyHops   int `json:"proxy_hops"`
+			Violations  int `json:"violations"`
+		}
+		binarySummary(t, bin, &sum, path)
+		t.Logf("summary %+v", sum)
+		// server/discover and three calls on each leg: the relay's
+		// discover is judged, its three calls are set aside.
+		if sum.MCPSessions != 0 || sum.ProxyHops < 3 || sum.Violations != 0 {
+			t.Errorf("mcp_sessions %d, proxy_hops %d, violations %d; want no session, the relay's calls set aside, no violation",
+				sum.MCPSessions, sum.ProxyHops, sum.Violations)
+		}
+	})
 }
 
 // wantOneSession runs the binary on a capture of one session whose every
@@ -347,13 +368,16 @@ const (
 	reverseProxyKeepingHost
 )
 
-// recordThroughProxy records a go-sdk client's session through a proxy that
-// connects to the server from the address from, both legs through
-// recording proxies.
-func recordThroughProxy(t *testing.T, path string, from net.IP, kind proxyKind) {
+// recordThroughProxy records a go-sdk client's session (echo once, or each
+// of texts) through a proxy that connects to the server from the address
+// from, both legs through recording proxies; opts are the server's.
+func recordThroughProxy(t *testing.T, path string, from net.IP, kind proxyKind, opts *mcp.StreamableHTTPOptions, texts ...string) {
 	t.Helper()
+	if len(texts) == 0 {
+		texts = []string{"once"}
+	}
 	recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
-		toServer := record(serveLoopback(t, &http.Server{Handler: echoServer()}, nil))
+		toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(opts)}, nil))
 		rewrite := func(*httputil.ProxyRequest) {}
 		if kind != forwardProxy {
 			target := &url.URL{Scheme: "http", Host: toServer.Addr()}
@@ -371,10 +395,10 @@ func recordThroughProxy(t *testing.T, path string, from net.IP, kind proxyKind) 
 			FlushInterval: -1,
 		}}, nil))
 		if kind != forwardProxy {
-			echoSession(t, toProxy.URL("/mcp"), http.DefaultClient, "once")
+			echoSession(t, toProxy.URL("/mcp"), http.DefaultClient, texts...)
 		} else {
 			hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: toProxy.Addr()})}}
-			echoSession(t, toServer.URL("/mcp"), hc, "once")
+			echoSession(t, toServer.URL("/mcp"), hc, texts...)
 		}
 	})
 }
