@@ -131,6 +131,12 @@ type Detector struct {
 	// its requests in a row without a session id repeated another
 	// client's to another server (hops.go, relayEvidence).
 	relayRepeats map[netip.Addr]int
+	// hopProbes: requests that may be a proxy's hop on the client's own
+	// host, by the exchange they may repeat; localPairs: for pairs of
+	// server sockets, how many answers in a row said they are a proxy's
+	// two legs, or -1 once one said they are not (hops.go).
+	hopProbes  map[exKey]hopProbe
+	localPairs map[uint64]int
 }
 
 // New returns a detector writing to sink. Zero Config fields take their
@@ -163,6 +169,8 @@ func New(cfg Config, sink Sink) *Detector {
 		servingAddrs:      map[netip.Addr]struct{}{},
 		relayAddrs:        map[netip.Addr]struct{}{},
 		relayRepeats:      map[netip.Addr]int{},
+		hopProbes:         map[exKey]hopProbe{},
+		localPairs:        map[uint64]int{},
 		tombs:             newTombstones(),
 		retiring:          map[*session]struct{}{},
 		refused:           map[exKey]struct{}{},
@@ -216,8 +224,12 @@ type exchange struct {
 	gap            bool
 	flags          uint16 // onceFlag bits already raised
 	lastAt         time.Time
-	swapped        bool      // the response carried another session id
-	nextOnConn     *exchange // next open exchange on the same connection
+	swapped        bool // the response carried another session id
+	// probeOf: while probing, the exchange this one may be a proxy's hop
+	// of, until its first answer (hopProbe).
+	probeOf    exKey
+	probing    bool
+	nextOnConn *exchange // next open exchange on the same connection
 	// afterDelete: the request carried the id of a session already
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
@@ -314,14 +326,23 @@ func (d *Detector) Observe(o *decode.Observation) {
 		}
 	case decode.KindEvent:
 		if ex := d.exchangeFor(o, true); ex != nil {
+			if len(d.hopProbes) > 0 {
+				d.probeAnswer(ex, o)
+			}
 			d.onEvent(ex, o)
 		}
 	case decode.KindBody:
 		if ex := d.exchangeFor(o, true); ex != nil {
+			if len(d.hopProbes) > 0 {
+				d.probeAnswer(ex, o)
+			}
 			d.onMessages(ex, o, o.Body.Messages, false)
 		}
 	case decode.KindEnd:
 		if ex := d.exchanges[exKey{o.Conn.ID, o.Exchange}]; ex != nil {
+			if len(d.hopProbes) > 0 {
+				delete(d.hopProbes, ex.key) // unanswered: proves nothing
+			}
 			d.onEnd(ex, o)
 		}
 	case decode.KindGap:

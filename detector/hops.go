@@ -55,7 +55,9 @@ const (
 	// every request of a relay is such a repeat, while a client's repeats
 	// another's only when two instances of one application, started
 	// together, call servers of two names in step (their requests then
-	// set aside: findings lost, never gained).
+	// set aside: findings lost, never gained). It is also how many answers
+	// in a row must prove two server sockets a proxy's legs on the client's
+	// host (hopProbe).
 	relayRepeats = 2
 )
 
@@ -76,6 +78,7 @@ type hopSeen struct {
 	// server (a relay's hop not yet known for one): a request repeating it
 	// is no relay's evidence (relayEvidence).
 	repeat bool
+	key    exKey // the request's exchange
 }
 
 // copySeen is when a request was first seen from its client socket, or at
@@ -203,7 +206,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 			return d.setAside(ex) // a NAT copy
 		}
 		repeat = h.server != server && h.client != client
-		if h.server != server && d.proxyHop(h, ex, client, clientAddr, absolute) {
+		if h.server != server && d.proxyHop(h, ex, client, server, clientAddr, absolute) {
 			return d.setAside(ex) // a proxy's hop
 		}
 		// From the address the same request was sent to, to another
@@ -224,7 +227,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		return false
 	}
 	serverAddr := maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute, repeat: repeat}
+	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute, repeat: repeat, key: ex.key}
 	cur.copies[copyKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
 	cur.local[localKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
 	return false
@@ -247,16 +250,124 @@ func localOf(m *hopMemory) map[uint64]copySeen  { return m.local }
 // Host: secondHop looks that up by endpoint) or carry a long session id
 // (minRelaySessionIDBytes), which a client sends to one server only. A
 // proxy there with a Host of its own then judges its initialize again, and
-// the session that began is dropped (dropRelayCopy).
-func (d *Detector) proxyHop(h hopSeen, ex *exchange, client uint64, addr netip.Addr, absolute bool) bool {
+// the session that began is dropped (dropRelayCopy). Without a session id
+// (its initialize, every request under 2026-07-28) the answers tell, once:
+// localProxyHop.
+func (d *Detector) proxyHop(h hopSeen, ex *exchange, client, server uint64, addr netip.Addr, absolute bool) bool {
 	switch {
 	case h.client != client || h.toForwardProxy && !absolute:
 		return d.proxySends(h, ex, client, addr)
 	case h.serverAddr == client && len(ex.reqSession) >= minRelaySessionIDBytes:
 		d.dropRelayCopy(h, ex, addr)
 		return true
+	case h.serverAddr == client && h.endpoint != ex.endpoint:
+		return d.localProxyHop(h, ex, server)
 	}
 	return false
+}
+
+// hopProbe is a request (hop) from the address another (the first) was
+// sent to, repeating it to another server at another endpoint without a
+// long session id: the hop of a proxy on the client's host with a Host of
+// its own, or a client of two servers on its host. A proxy's hop is
+// answered first, and the proxy passes that very answer on: when the
+// first's first answer (its status, session id and first event or body)
+// is the hop's, which came before it, relayRepeats times in a row, the two
+// server sockets (pair) are a proxy's legs from then on; one answer that
+// differs proves they are not. A client of two servers gets each one's
+// answers, which differ at least in the server's name; two replicas of
+// one server may answer alike throughout, and the later requests to the
+// second that repeat one to the first within the window are then set
+// aside: findings lost, never gained.
+type hopProbe struct {
+	hop    exKey
+	pair   uint64
+	answer uint64 // the print of the hop's first answer; 0 until it came
+}
+
+// localProxyHop says whether ex, which repeats h to another server
+// (server) at another endpoint from the address h was sent to, is the hop
+// of a proxy whose legs the answers proved (hopProbe); if they have not,
+// it is probed.
+func (d *Detector) localProxyHop(h hopSeen, ex *exchange, server uint64) bool {
+	pair := maphash.Comparable(d.hashSeed, [2]uint64{h.server, server})
+	if n := d.localPairs[pair]; n >= relayRepeats {
+		return true
+	} else if n < 0 {
+		return false // the answers differed once: no proxy's legs
+	}
+	if _, open := d.exchanges[h.key]; !open {
+		return false // answered and ended already: no proxy's hop
+	}
+	if len(d.hopProbes) >= maxHopRequests {
+		clear(d.hopProbes)
+		d.stats.LimitsHit["maxHopRequests"]++
+	}
+	d.hopProbes[h.key] = hopProbe{hop: ex.key, pair: pair}
+	ex.probeOf, ex.probing = h.key, true
+	return false
+}
+
+// probeAnswer notes the first answer (an event or a body, o) of an
+// exchange probed as a proxy's hop, and compares the first answer of the
+// exchange it may repeat with it (hopProbe).
+func (d *Detector) probeAnswer(ex *exchange, o *decode.Observation) {
+	if ex.probing {
+		ex.probing = false
+		if p, ok := d.hopProbes[ex.probeOf]; ok && p.hop == ex.key && p.answer == 0 {
+			p.answer = d.answerPrint(ex, o)
+			d.hopProbes[ex.probeOf] = p
+		}
+		return
+	}
+	p, ok := d.hopProbes[ex.key]
+	if !ok {
+		return
+	}
+	delete(d.hopProbes, ex.key)
+	if p.answer == 0 {
+		return // the hop was not answered first, or its answer was lost: no word
+	}
+	n := d.localPairs[p.pair]
+	if n < 0 {
+		return
+	}
+	if p.answer == d.answerPrint(ex, o) {
+		n++
+	} else {
+		n = -1
+	}
+	if len(d.localPairs) >= maxHopRequests {
+		clear(d.localPairs)
+		d.stats.LimitsHit["maxHopRequests"]++
+	}
+	d.localPairs[p.pair] = n
+}
+
+// answerPrint hashes what a proxy passes on of an exchange's first answer
+// o: the status, the session id, and the event (its id and data) or the
+// body (its length and first message). Never 0.
+func (d *Detector) answerPrint(ex *exchange, o *decode.Observation) uint64 {
+	a := answerSeen{status: ex.status, session: ex.respSession}
+	switch {
+	case o.Event != nil:
+		a.id, a.data = o.Event.ID, o.Event.DataHash
+	case o.Body != nil:
+		a.bytes = o.Body.Bytes
+		if len(o.Body.Messages) > 0 {
+			m := o.Body.Messages[0]
+			a.id, a.data = m.ID, m.Method
+		}
+	}
+	return maphash.Comparable(d.hashSeed, a) | 1
+}
+
+// answerSeen is what answerPrint hashes.
+type answerSeen struct {
+	status   int
+	session  string
+	id, data string
+	bytes    int64
 }
 
 // proxySends says whether ex, which repeats the request h from another

@@ -421,7 +421,8 @@ func (r *specRun) body(args []string) error {
 		return err
 	}
 	o := r.emit(c, x, decode.KindBody)
-	o.Body = &decode.Body{Messages: msgs, Batch: len(msgs) > 1}
+	// Its length is its text's: bodies that say other things differ in it.
+	o.Body = &decode.Body{Messages: msgs, Batch: len(msgs) > 1, Bytes: int64(len(args[1]))}
 	return nil
 }
 

@@ -28,7 +28,10 @@ import (
 // second it cuts a slow call's stream, which the client resumes through
 // it. Every time the binary must see one session and no violation: until
 // 2026-12-04 the kept Host gave a duplicate_delivery for every event of
-// the proxy's hop.
+// the proxy's hop. And in front of a stateless server, whose go-sdk client
+// then speaks 2026-07-28 (no session ids), nginx with its own Host must be
+// known for a proxy from its first two requests' answers, which it passes
+// on.
 func TestNginxOnTheClientsHost(t *testing.T) {
 	nginx, err := exec.LookPath("nginx")
 	if err != nil {
@@ -47,7 +50,7 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "nginx.pcap")
-			recordThroughNginx(t, nginx, tc.host, tc.readTimeout, path)
+			recordThroughNginx(t, nginx, tc.host, tc.readTimeout, path, nil)
 			wantOneSession(t, bin, path)
 			if tc.readTimeout == "" {
 				return
@@ -61,21 +64,40 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 			}
 		})
 	}
+	for _, host := range []string{"$http_host", "$proxy_host"} {
+		t.Run("2026-07-28 with "+host, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "nginx.pcap")
+			recordThroughNginx(t, nginx, host, "", path, &mcp.StreamableHTTPOptions{Stateless: true}, "one", "two", "three")
+			// Keeping the Host, nginx is known at once; with its own,
+			// from its first two requests' answers.
+			hops := 3
+			if host == "$proxy_host" {
+				hops = 2
+			}
+			wantSessionlessHops(t, bin, path, hops)
+		})
+	}
 }
 
 // recordThroughNginx records one go-sdk client session through nginx, which
 // sends the upstream the Host named by the nginx variable host, both legs
-// through recording proxies on 127.0.0.1. With a readTimeout nginx cuts a
-// stream idle that long, and the session makes a call whose progress
-// comes slower.
-func recordThroughNginx(t *testing.T, nginx, host, readTimeout, path string) {
+// through recording proxies on 127.0.0.1: echo once and twice, or each of
+// texts. The server has an event store, or opts. With a readTimeout nginx
+// cuts a stream idle that long, and the session makes a call whose
+// progress comes slower instead.
+func recordThroughNginx(t *testing.T, nginx, host, readTimeout, path string, opts *mcp.StreamableHTTPOptions, texts ...string) {
 	t.Helper()
+	if opts == nil {
+		opts = &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}
+	}
+	if len(texts) == 0 {
+		texts = []string{"once", "twice"}
+	}
 	recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
-		toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(
-			&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}, addSlowTool)}, nil))
+		toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(opts, addSlowTool)}, nil))
 		toNginx := record(startNginx(t, nginx, toServer.Addr(), host, readTimeout))
 		if readTimeout == "" {
-			echoSession(t, toNginx.URL("/mcp"), http.DefaultClient, "once", "twice")
+			echoSession(t, toNginx.URL("/mcp"), http.DefaultClient, texts...)
 			return
 		}
 		client := mcp.NewClient(&mcp.Implementation{Name: "slow-client", Version: "1.0.0"}, nil)
