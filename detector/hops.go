@@ -182,7 +182,7 @@ func (d *Detector) lastCopy(of func(*hopMemory) map[uint64]copySeen, key uint64,
 func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	now := o.Time.UnixNano()
 	d.rotateHops(now)
-	noteAddr(d.servingAddrs, ex.conn.Server.Addr(), &d.stats)
+	remember(d.servingAddrs, ex.conn.Server.Addr(), struct{}{}, &d.stats)
 	// Several clients' identical requests share a print, and each
 	// remembered one takes the place of the last: any of them will do for
 	// a proxy's hop, but a NAT copy must find its own socket's, and the
@@ -299,11 +299,7 @@ func (d *Detector) localProxyHop(h hopSeen, ex *exchange, server uint64) bool {
 	if _, open := d.exchanges[h.key]; !open {
 		return false // answered and ended already: no proxy's hop
 	}
-	if len(d.hopProbes) >= maxHopRequests {
-		clear(d.hopProbes)
-		d.stats.LimitsHit["maxHopRequests"]++
-	}
-	d.hopProbes[h.key] = hopProbe{hop: ex.key, pair: pair}
+	remember(d.hopProbes, h.key, hopProbe{hop: ex.key, pair: pair}, &d.stats)
 	ex.probeOf, ex.probing = h.key, true
 	return false
 }
@@ -337,11 +333,7 @@ func (d *Detector) probeAnswer(ex *exchange, o *decode.Observation) {
 	} else {
 		n = -1
 	}
-	if len(d.localPairs) >= maxHopRequests {
-		clear(d.localPairs)
-		d.stats.LimitsHit["maxHopRequests"]++
-	}
-	d.localPairs[p.pair] = n
+	remember(d.localPairs, p.pair, n, &d.stats)
 }
 
 // answerPrint hashes what a proxy passes on of an exchange's first answer
@@ -383,7 +375,7 @@ func (d *Detector) proxySends(h hopSeen, ex *exchange, client uint64, addr netip
 		if h.client == client || !d.relayEvidence(h, ex, addr) {
 			return false
 		}
-		noteAddr(d.relayAddrs, addr, &d.stats)
+		remember(d.relayAddrs, addr, struct{}{}, &d.stats)
 		delete(d.relayRepeats, addr)
 	}
 	d.dropRelayCopy(h, ex, addr)
@@ -410,11 +402,7 @@ func (d *Detector) relayEvidence(h hopSeen, ex *exchange, addr netip.Addr) bool 
 	if n >= relayRepeats {
 		return true
 	}
-	if len(d.relayRepeats) >= maxHopRequests {
-		clear(d.relayRepeats)
-		d.stats.LimitsHit["maxHopRequests"]++
-	}
-	d.relayRepeats[addr] = n
+	remember(d.relayRepeats, addr, n, &d.stats)
 	return false
 }
 
@@ -451,27 +439,24 @@ type socketPrint struct {
 // capture did not pair are set aside too (onHopConn).
 func (d *Detector) setAside(ex *exchange) bool {
 	d.stats.ProxyHops++
-	if len(d.hopConns) >= maxHopRequests {
-		// Forget them all: a proxy connection still in use is
-		// remembered again at its next second hop.
-		clear(d.hopConns)
-		d.stats.LimitsHit["maxHopRequests"]++
-	}
-	d.hopConns[ex.conn.ID] = struct{}{}
+	// Past the limit they are all forgotten: a proxy connection still in
+	// use is remembered again at its next second hop.
+	remember(d.hopConns, ex.conn.ID, struct{}{}, &d.stats)
 	return true
 }
 
-// noteAddr adds addr to set, which holds at most maxHopRequests addresses
-// (past it they are all forgotten and counted).
-func noteAddr(set map[netip.Addr]struct{}, addr netip.Addr, st *Stats) {
-	if _, ok := set[addr]; ok {
+// remember sets m[k] to v. Like every hop memory, m holds at most
+// maxHopRequests entries: past it, all are forgotten, and that is counted.
+func remember[K, V comparable](m map[K]V, k K, v V, st *Stats) {
+	old, ok := m[k]
+	switch {
+	case ok && old == v:
 		return
-	}
-	if len(set) >= maxHopRequests {
-		clear(set)
+	case !ok && len(m) >= maxHopRequests:
+		clear(m)
 		st.LimitsHit["maxHopRequests"]++
 	}
-	set[addr] = struct{}{}
+	m[k] = v
 }
 
 func hasAddr(set map[netip.Addr]struct{}, addr netip.Addr) bool {
