@@ -31,14 +31,15 @@ const (
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
 	// maxHopRequests bounds the requests remembered in a generation of
-	// hopWindow (hopMemory; each about 300 bytes: an entry by print, and
+	// hopWindow (hopMemory; each about 330 bytes: an entry by print, and
 	// smaller ones by print, socket and endpoint and by print and
-	// endpoint; two generations are kept): past it, new requests are not remembered until the next
-	// generation, so a second hop may be judged as a request of its own
-	// (Stats.LimitsHit["maxHopRequests"]). It bounds the proxy
-	// connections remembered (hopConns) and the addresses that served MCP
-	// or relayed (servingAddrs, relayAddrs) as well: past it they are all
-	// forgotten.
+	// endpoint; two generations are kept): past it, new requests are not
+	// remembered until the next generation, so a second hop may be judged
+	// as a request of its own (Stats.LimitsHit["maxHopRequests"]). It
+	// bounds the proxy connections remembered (hopConns), the addresses
+	// that served MCP or relayed (servingAddrs, relayAddrs), the relays'
+	// runs (relayRepeats), the probes and the proved pairs (hopProbes,
+	// localPairs) as well: past it each is forgotten whole (remember).
 	maxHopRequests = 1 << 14
 	// minRelaySessionIDBytes is how long a session id must be for a
 	// request carrying it to make its sender known for a proxy (a relay)
