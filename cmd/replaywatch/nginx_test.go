@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,14 +37,7 @@ import (
 // known for a proxy from its first two requests' answers, which it passes
 // on.
 func TestNginxOnTheClientsHost(t *testing.T) {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("nginx is needed (scripts/test.sh installs nginx-light)")
-		}
-		t.Skip("nginx not installed")
-	}
-	bin := buildBinary(t)
+	nginx, bin := needNginx(t), buildBinary(t)
 	for _, tc := range []struct {
 		name, host, readTimeout string
 	}{
@@ -77,6 +74,120 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 			wantSessionlessHops(t, bin, path, hops)
 		})
 	}
+}
+
+// TestNginxReissuedCallReportedOnce: under 2026-07-28 a call whose stream
+// nginx cuts (proxy_read_timeout) is lost to the go-sdk client, and the
+// application sends it again: a reissued_call_after_break, which the
+// binary must report once, for the client's leg, whether nginx on the
+// client's host keeps the Host, sends its own, or sends its own from
+// another address (proxy_bind: a relay). Both legs are captured; before
+// the relay and the proxy on the client's host were known under 2026-07-28
+// (later on 2026-12-04) the last two reported it twice, once for nginx's
+// leg.
+func TestNginxReissuedCallReportedOnce(t *testing.T) {
+	nginx, bin := needNginx(t), buildBinary(t)
+	for _, tc := range []struct{ name, host, bind string }{
+		{"the client's Host", "$http_host", ""},
+		{"its own Host", "$proxy_host", ""},
+		{"its own Host from another address", "$proxy_host", "127.0.0.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "nginx.pcap")
+			var front string
+			recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
+				toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(
+					&mcp.StreamableHTTPOptions{Stateless: true}, addSlowOnceTool)}, nil))
+				toNginx := record(startNginxFrom(t, nginx, toServer.Addr(), tc.host, "1s", tc.bind))
+				front = toNginx.Addr()
+				reissueCutCall(t, toNginx.URL("/mcp"))
+			})
+			code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", path)
+			if code != 1 { // violations found
+				t.Fatalf("exit %d, want 1\n%s", code, stderr)
+			}
+			var found []string
+			for line := range strings.Lines(stdout) {
+				var v struct {
+					Type, Kind, Server string
+				}
+				if err := json.Unmarshal([]byte(line), &v); err == nil && v.Type == "violation" {
+					found = append(found, v.Kind+" at "+v.Server)
+				}
+			}
+			want := []string{"reissued_call_after_break at " + front}
+			if !slices.Equal(found, want) {
+				t.Errorf("violations %q, want %q", found, want)
+			}
+		})
+	}
+}
+
+// reissueCutCall lists the tools, calls slow_once, whose first call sends
+// its progress too slowly for nginx's 1 s read timeout, and, when that
+// call fails, sends it again, as an application does.
+func reissueCutCall(t *testing.T, endpoint string) {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "reissuing-client", Version: "1.0.0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	args := slowArgs{Steps: 2, DelayMs: 1500}
+	p := &mcp.CallToolParams{Name: "slow_once", Arguments: args}
+	p.SetProgressToken("first")
+	if _, err := cs.CallTool(ctx, p); err == nil {
+		t.Fatal("the call nginx should cut succeeded")
+	}
+	// Past the tool's next progress (1.5 s after its first), which finds
+	// nginx's upstream connection closed: the proxy's leg of the call has
+	// ended too when the application tries again.
+	time.Sleep(time.Second)
+	p = &mcp.CallToolParams{Name: "slow_once", Arguments: args}
+	p.SetProgressToken("again")
+	if _, err := cs.CallTool(ctx, p); err != nil {
+		t.Fatalf("re-issue: %v", err)
+	}
+}
+
+// addSlowOnceTool adds a tool "slow_once" that, the first time it is
+// called, sends a progress notification at once (the server's stateless
+// handler sends its answer's head with the first message) and then each
+// further one DelayMs later, as "slow" does; after that it answers at once.
+func addSlowOnceTool(s *mcp.Server) {
+	var calls atomic.Int32
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_once", Description: "slow the first time"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a slowArgs) (*mcp.CallToolResult, any, error) {
+			if calls.Add(1) == 1 {
+				for i := 1; i <= a.Steps; i++ {
+					if i > 1 {
+						time.Sleep(time.Duration(a.DelayMs) * time.Millisecond)
+					}
+					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+						ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: float64(a.Steps)})
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		})
+}
+
+// needNginx is the path of nginx; outside CI a test without it is skipped.
+func needNginx(t *testing.T) string {
+	t.Helper()
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("nginx is needed (scripts/test.sh installs nginx-light)")
+		}
+		t.Skip("nginx not installed")
+	}
+	return nginx
 }
 
 // recordThroughNginx records one go-sdk client session through nginx, which
@@ -140,6 +251,12 @@ func addSlowTool(s *mcp.Server) {
 // proxy_read_timeout readTimeout unless it is empty, and returns the
 // port's address.
 func startNginx(t *testing.T, nginx, upstream, host, readTimeout string) string {
+	return startNginxFrom(t, nginx, upstream, host, readTimeout, "")
+}
+
+// startNginxFrom is startNginx connecting to upstream from the address
+// bind (proxy_bind) unless it is empty.
+func startNginxFrom(t *testing.T, nginx, upstream, host, readTimeout, bind string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -148,9 +265,12 @@ func startNginx(t *testing.T, nginx, upstream, host, readTimeout string) string 
 	addr := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
-	readTimeoutDirective := ""
+	directives := ""
 	if readTimeout != "" {
-		readTimeoutDirective = "proxy_read_timeout " + readTimeout + ";"
+		directives = "proxy_read_timeout " + readTimeout + ";"
+	}
+	if bind != "" {
+		directives += " proxy_bind " + bind + ";"
 	}
 	conf := fmt.Sprintf(`worker_processes 1;
 pid %[1]s/nginx.pid;
@@ -174,7 +294,7 @@ http {
 		}
 	}
 }
-`, dir, addr, upstream, host, readTimeoutDirective)
+`, dir, addr, upstream, host, directives)
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
