@@ -35,8 +35,11 @@ type brokenCall struct {
 	// client whose server/discover was not seen: its habit may be older
 	// than the capture.
 	startUnseen bool
-	request     Evidence
-	broke       Evidence
+	// mayNotHaveReached: a gateway answered it 502 or 503, which it also
+	// answers when no server got the request.
+	mayNotHaveReached bool
+	request           Evidence
+	broke             Evidence
 }
 
 // toolNote is what a tools/list answer of an endpoint said about a tool:
@@ -97,9 +100,15 @@ func (d *Detector) brokenKey(ex *exchange, m *decode.Message) uint64 {
 // noteBrokenCall: a sessionless exchange ended. If it carried a tools/call
 // that reached the server and its stream ended without the answer, or was
 // answered with a task (tasks extension: the call runs on, to be polled),
-// the call waits LinkWindow for a re-issue.
+// or with a 5xx and no answer, the call waits LinkWindow for a re-issue. A
+// 5xx is no refusal, as under the session revisions (onResponse): the
+// server's own 500, or a gateway's 504 (it forwarded the request and gave
+// up waiting), may come after the call ran; a gateway's 502 or 503 may
+// too, or may say that no server got the request. Any other non-2xx
+// refused the call.
 func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
-	if (ex.answered && !ex.taskCreated) || ex.method != "POST" || (ex.hasResponse && !ex.ok2xx()) {
+	failed := ex.hasResponse && ex.status >= 500
+	if (ex.answered && !ex.taskCreated) || ex.method != "POST" || (ex.hasResponse && !ex.ok2xx() && !failed) {
 		return
 	}
 	how := o.End.How
@@ -114,7 +123,8 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		k := d.brokenKey(ex, m)
 		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
-			habitual: answered, startUnseen: !answered && !d.clientHistoryWhole(ex, m)}
+			habitual: answered, startUnseen: !answered && !d.clientHistoryWhole(ex, m),
+			mayNotHaveReached: failed && (ex.status == 502 || ex.status == 503)}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -133,6 +143,10 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			words := breakWords(ex, how)
 			b.how = words + " before its response"
 			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
+			if failed {
+				b.how = fmt.Sprintf("it was answered %d without a JSON-RPC response (a gateway that gave up waiting, or the server failing, answers so after the call ran as well as before)", ex.status)
+				b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, m.ID))
+			}
 		}
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
 			d.expireBrokenCalls(o.Time)
@@ -205,6 +219,9 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		case b.gap || ex.gap:
 			// The break or the answer may be in lost bytes.
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonCaptureGap, b.id, m.ID)
+			continue
+		case b.mayNotHaveReached:
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonMayNotHaveReached, b.id, m.ID)
 			continue
 		case note == 0:
 			// No tools/list answer seen lists the tool: it may be

@@ -84,13 +84,19 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 // another address (proxy_bind: a relay). Both legs are captured; before
 // the relay and the proxy on the client's host were known under 2026-07-28
 // (later on 2026-12-04) the last two reported it twice, once for nginx's
-// leg.
+// leg. A call whose tool answers nothing before the timeout gets nginx's
+// 504 instead, and its re-issue is the same finding: until then a 5xx
+// counted as a refusal under 2026-07-28, and it went unseen.
 func TestNginxReissuedCallReportedOnce(t *testing.T) {
 	nginx, bin := needNginx(t), buildBinary(t)
-	for _, tc := range []struct{ name, host, bind string }{
-		{"the client's Host", "$http_host", ""},
-		{"its own Host", "$proxy_host", ""},
-		{"its own Host from another address", "$proxy_host", "127.0.0.3"},
+	for _, tc := range []struct {
+		name, host, bind string
+		hold             bool
+	}{
+		{"the client's Host", "$http_host", "", false},
+		{"its own Host", "$proxy_host", "", false},
+		{"its own Host from another address", "$proxy_host", "127.0.0.3", false},
+		{"the client's Host, 504 before any answer", "$http_host", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "nginx.pcap")
@@ -100,7 +106,7 @@ func TestNginxReissuedCallReportedOnce(t *testing.T) {
 					&mcp.StreamableHTTPOptions{Stateless: true}, addSlowOnceTool)}, nil))
 				toNginx := record(startNginxFrom(t, nginx, toServer.Addr(), tc.host, "1s", tc.bind))
 				front = toNginx.Addr()
-				reissueCutCall(t, toNginx.URL("/mcp"))
+				reissueCutCall(t, toNginx.URL("/mcp"), tc.hold)
 			})
 			code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", path)
 			if code != 1 { // violations found
@@ -124,9 +130,10 @@ func TestNginxReissuedCallReportedOnce(t *testing.T) {
 }
 
 // reissueCutCall lists the tools, calls slow_once, whose first call sends
-// its progress too slowly for nginx's 1 s read timeout, and, when that
-// call fails, sends it again, as an application does.
-func reissueCutCall(t *testing.T, endpoint string) {
+// its progress too slowly for nginx's 1 s read timeout (with hold, its
+// first progress too), and, when that call fails, sends it again, as an
+// application does.
+func reissueCutCall(t *testing.T, endpoint string, hold bool) {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "reissuing-client", Version: "1.0.0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -139,7 +146,7 @@ func reissueCutCall(t *testing.T, endpoint string) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	args := slowArgs{Steps: 2, DelayMs: 1500}
+	args := slowArgs{Steps: 2, DelayMs: 1500, Hold: hold}
 	p := &mcp.CallToolParams{Name: "slow_once", Arguments: args}
 	p.SetProgressToken("first")
 	if _, err := cs.CallTool(ctx, p); err == nil {
@@ -166,7 +173,7 @@ func addSlowOnceTool(s *mcp.Server) {
 		func(ctx context.Context, req *mcp.CallToolRequest, a slowArgs) (*mcp.CallToolResult, any, error) {
 			if calls.Add(1) == 1 {
 				for i := 1; i <= a.Steps; i++ {
-					if i > 1 {
+					if i > 1 || a.Hold {
 						time.Sleep(time.Duration(a.DelayMs) * time.Millisecond)
 					}
 					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
@@ -230,6 +237,8 @@ func recordThroughNginx(t *testing.T, nginx, host, readTimeout, path string, opt
 type slowArgs struct {
 	Steps   int `json:"steps"`
 	DelayMs int `json:"delay_ms"`
+	// Hold: slow_once waits DelayMs before its first progress too.
+	Hold bool `json:"hold,omitempty"`
 }
 
 // addSlowTool adds a tool "slow" that sends a progress notification every
