@@ -262,6 +262,11 @@ type exchange struct {
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
 
+// mayNotHaveReached says whether ex's 5xx may be a gateway's that no server
+// got the request behind (502: connection refused; 503: no endpoint ready),
+// as well as one that came after the call ran.
+func (ex *exchange) mayNotHaveReached() bool { return ex.status == 502 || ex.status == 503 }
+
 // Advance tells the detector that capture time has reached now although
 // no observation says so: a live agent calls it on a timer, so sessions
 // expire and pending findings are emitted on a quiet network too. The
@@ -863,7 +868,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		// flight, their outcome unknown to the client. A gateway's 502 or
 		// 503 may as well, or may say the request never reached a server
 		// (connection refused, no endpoint ready): the wire cannot tell.
-		if (ex.status == 502 || ex.status == 503) && s != nil {
+		if ex.mayNotHaveReached() && s != nil {
 			for c := range unansweredCalls(s, ex) {
 				c.mayNotHaveReached = true
 			}

@@ -124,7 +124,7 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
 			habitual: answered, startUnseen: !answered && !d.clientHistoryWhole(ex, m),
-			mayNotHaveReached: failed && (ex.status == 502 || ex.status == 503)}
+			mayNotHaveReached: failed && ex.mayNotHaveReached()}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -140,12 +140,13 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			// its answer lost on its own connection, or its request in
 			// lost bytes of the pair that no session owned.
 			b.gap = b.gap || !answered && (maybe || d.pairRequestsMayBeHidden(ex.start.Add(-d.cfg.LinkWindow), ex.conn))
-			words := breakWords(ex, how)
-			b.how = words + " before its response"
-			b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
 			if failed {
 				b.how = fmt.Sprintf("it was answered %d without a JSON-RPC response (a gateway that gave up waiting, or the server failing, answers so after the call ran as well as before)", ex.status)
 				b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, m.ID))
+			} else {
+				words := breakWords(ex, how)
+				b.how = words + " before its response"
+				b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
 			}
 		}
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {

@@ -152,9 +152,10 @@ func reissueCutCall(t *testing.T, endpoint string, hold bool) {
 	if _, err := cs.CallTool(ctx, p); err == nil {
 		t.Fatal("the call nginx should cut succeeded")
 	}
-	// Past the tool's next progress (1.5 s after its first), which finds
-	// nginx's upstream connection closed: the proxy's leg of the call has
-	// ended too when the application tries again.
+	// Past the tool's next write (1.5 s after its first progress, or
+	// after the call with hold), which finds nginx's upstream connection
+	// closed: the proxy's leg of the call has ended too when the
+	// application tries again.
 	time.Sleep(time.Second)
 	p = &mcp.CallToolParams{Name: "slow_once", Arguments: args}
 	p.SetProgressToken("again")
