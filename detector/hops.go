@@ -63,14 +63,15 @@ const (
 )
 
 // hopSeen is when a request was first seen (at: UnixNano), from which
-// client address to which server socket and address (hashes of them), at
-// which endpoint.
+// client address to which server socket and address, at which endpoint
+// (hashes of them: no pointer for the collector to follow through maps of
+// thousands).
 type hopSeen struct {
 	at         int64
 	client     uint64
 	server     uint64
 	serverAddr uint64
-	endpoint   string
+	endpoint   uint64
 	// toForwardProxy: the request was in absolute form, sent to a forward
 	// proxy, whose hop may come from the client's own address (a proxy
 	// on the client's host).
@@ -193,31 +194,30 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	print := d.requestPrint(ex)
 	copyKey := maphash.Comparable(d.hashSeed, socketPrint{print, ex.conn.Client, ex.endpoint})
 	localKey := maphash.Comparable(d.hashSeed, socketPrint{print: print, endpoint: ex.endpoint})
-	server := maphash.Comparable(d.hashSeed, ex.conn.Server)
 	clientAddr := ex.conn.Client.Addr()
-	client := maphash.Comparable(d.hashSeed, clientAddr)
-	absolute := o.Request != nil && o.Request.AbsoluteForm
+	req := hopSeen{at: now, client: maphash.Comparable(d.hashSeed, clientAddr),
+		server: maphash.Comparable(d.hashSeed, ex.conn.Server), serverAddr: maphash.Comparable(d.hashSeed, ex.conn.Server.Addr()),
+		endpoint: maphash.String(d.hashSeed, ex.endpoint), toForwardProxy: o.Request != nil && o.Request.AbsoluteForm, key: ex.key}
 	// Every request remembered is remembered by its print too, and the
 	// newest with a print is the one hops holds: without it within the
 	// window, copies and local hold none either, and most requests (those
 	// carrying a session id) are the only ones with their print.
-	repeat := false // of another client's request to another server
 	if h, ok := d.lastHop(print, now); ok {
-		if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != server {
+		if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != req.server {
 			return d.setAside(ex) // a NAT copy
 		}
-		repeat = h.server != server && h.client != client
-		if h.server != server && d.proxyHop(h, ex, client, server, clientAddr, absolute) {
+		req.repeat = h.server != req.server && h.client != req.client
+		if h.server != req.server && d.proxyHop(h, req, ex, clientAddr) {
 			return d.setAside(ex) // a proxy's hop
 		}
 		// From the address the same request was sent to, to another
 		// server, at its endpoint: a proxy on the client's host that
 		// keeps the Host.
-		if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != server && c.serverAddr == client {
+		if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != req.server && c.serverAddr == req.client {
 			return d.setAside(ex)
 		}
 	}
-	if !repeat && len(d.relayRepeats) > 0 {
+	if !req.repeat && len(d.relayRepeats) > 0 {
 		delete(d.relayRepeats, clientAddr) // not a relay's run
 	}
 	// A first hop, or the same client again (a retry, judged as such):
@@ -227,10 +227,10 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		d.stats.LimitsHit["maxHopRequests"]++
 		return false
 	}
-	serverAddr := maphash.Comparable(d.hashSeed, ex.conn.Server.Addr())
-	cur.hops[print] = hopSeen{at: now, client: client, server: server, serverAddr: serverAddr, endpoint: ex.endpoint, toForwardProxy: absolute, repeat: repeat, key: ex.key}
-	cur.copies[copyKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
-	cur.local[localKey] = copySeen{at: now, server: server, serverAddr: serverAddr}
+	cur.hops[print] = req
+	seen := copySeen{at: now, server: req.server, serverAddr: req.serverAddr}
+	cur.copies[copyKey] = seen
+	cur.local[localKey] = seen
 	return false
 }
 
@@ -253,16 +253,16 @@ func localOf(m *hopMemory) map[uint64]copySeen  { return m.local }
 // proxy there with a Host of its own then judges its initialize again, and
 // the session that began is dropped (dropRelayCopy). Without a session id
 // (its initialize, every request under 2026-07-28) the answers tell, once:
-// localProxyHop.
-func (d *Detector) proxyHop(h hopSeen, ex *exchange, client, server uint64, addr netip.Addr, absolute bool) bool {
+// localProxyHop. req is what ex's request is remembered by, sent from addr.
+func (d *Detector) proxyHop(h, req hopSeen, ex *exchange, addr netip.Addr) bool {
 	switch {
-	case h.client != client || h.toForwardProxy && !absolute:
-		return d.proxySends(h, ex, client, addr)
-	case h.serverAddr == client && len(ex.reqSession) >= minRelaySessionIDBytes:
-		d.dropRelayCopy(h, ex, addr)
+	case h.client != req.client || h.toForwardProxy && !req.toForwardProxy:
+		return d.proxySends(h, req, ex, addr)
+	case h.serverAddr == req.client && len(ex.reqSession) >= minRelaySessionIDBytes:
+		d.dropRelayCopy(h, req, ex, addr)
 		return true
-	case h.serverAddr == client && h.endpoint != ex.endpoint:
-		return d.localProxyHop(h, ex, server)
+	case h.serverAddr == req.client && h.endpoint != req.endpoint:
+		return d.localProxyHop(h, req, ex)
 	}
 	return false
 }
@@ -286,12 +286,12 @@ type hopProbe struct {
 	answer uint64 // the print of the hop's first answer; 0 until it came
 }
 
-// localProxyHop says whether ex, which repeats h to another server
-// (server) at another endpoint from the address h was sent to, is the hop
-// of a proxy whose legs the answers proved (hopProbe); if they have not,
-// it is probed.
-func (d *Detector) localProxyHop(h hopSeen, ex *exchange, server uint64) bool {
-	pair := maphash.Comparable(d.hashSeed, [2]uint64{h.server, server})
+// localProxyHop says whether ex (req), which repeats h to another server
+// at another endpoint from the address h was sent to, is the hop of a
+// proxy whose legs the answers proved (hopProbe); if they have not, it is
+// probed.
+func (d *Detector) localProxyHop(h, req hopSeen, ex *exchange) bool {
+	pair := maphash.Comparable(d.hashSeed, [2]uint64{h.server, req.server})
 	if n := d.localPairs[pair]; n >= relayRepeats {
 		return true
 	} else if n < 0 {
@@ -368,18 +368,18 @@ type answerSeen struct {
 // one that connects from an address serving MCP, or a relay (secondHop).
 // A relay's own copy of a session its hop names, begun by an initialize
 // forwarded before the relay was known, is dropped (dropRelayCopy).
-func (d *Detector) proxySends(h hopSeen, ex *exchange, client uint64, addr netip.Addr) bool {
-	if h.endpoint == ex.endpoint || hasAddr(d.servingAddrs, addr) {
+func (d *Detector) proxySends(h, req hopSeen, ex *exchange, addr netip.Addr) bool {
+	if h.endpoint == req.endpoint || hasAddr(d.servingAddrs, addr) {
 		return true
 	}
 	if !hasAddr(d.relayAddrs, addr) {
-		if h.client == client || !d.relayEvidence(h, ex, addr) {
+		if h.client == req.client || !d.relayEvidence(h, ex, addr) {
 			return false
 		}
 		remember(d.relayAddrs, addr, struct{}{}, &d.stats)
 		delete(d.relayRepeats, addr)
 	}
-	d.dropRelayCopy(h, ex, addr)
+	d.dropRelayCopy(h, req, ex, addr)
 	return true
 }
 
@@ -415,8 +415,8 @@ func (d *Detector) relayEvidence(h hopSeen, ex *exchange, addr netip.Addr) bool 
 // with the relay's address for its client (a relay, or a proxy on the
 // client's host with a Host of its own, whose address is the client's). A
 // copy with findings keeps its record, which they name.
-func (d *Detector) dropRelayCopy(h hopSeen, ex *exchange, addr netip.Addr) {
-	if ex.reqSession == "" || ex.endpoint == h.endpoint {
+func (d *Detector) dropRelayCopy(h, req hopSeen, ex *exchange, addr netip.Addr) {
+	if ex.reqSession == "" || req.endpoint == h.endpoint {
 		return // at the first's endpoint the session is the client's own
 	}
 	s, ok := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]
