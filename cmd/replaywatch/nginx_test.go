@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/replaywatch/replaywatch/test/pcaprec"
@@ -73,6 +76,59 @@ func TestNginxOnTheClientsHost(t *testing.T) {
 			}
 			wantSessionlessHops(t, bin, path, hops)
 		})
+	}
+	// mcp-go's stateless server answers in JSON bodies, not SSE: the
+	// answers that prove nginx's legs are bodies.
+	t.Run("2026-07-28 mcp-go with $proxy_host", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "nginx.pcap")
+		recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
+			toServer := record(serveLoopback(t, &http.Server{Handler: mcpgoEchoServer()}, nil))
+			toNginx := record(startNginx(t, nginx, toServer.Addr(), "$proxy_host", ""))
+			mcpgoEchoSession(t, toNginx.URL("/mcp"), "one", "two", "three")
+		})
+		wantSessionlessHops(t, bin, path, 3)
+	})
+}
+
+// mcpgoEchoServer is an mcp-go v1.2 server with a tool "echo", on its
+// defaults (both revisions on one endpoint).
+func mcpgoEchoServer() http.Handler {
+	s := mcpserver.NewMCPServer("mcpgo-echo-server", "1.0.0", mcpserver.WithToolCapabilities(false))
+	s.AddTool(mcpgo.NewTool("echo", mcpgo.WithString("text")),
+		func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText(req.GetString("text", "")), nil
+		})
+	return mcpserver.NewStreamableHTTPServer(s)
+}
+
+// mcpgoEchoSession runs an mcp-go client on its default revision
+// (2026-07-28): server/discover, tools/list, then echo with each of texts.
+func mcpgoEchoSession(t *testing.T, endpoint string, texts ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := mcpclient.NewStreamableHttpClient(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcpgo.InitializeRequest{}
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcpgo-echo-client", Version: "1.0.0"}
+	if res, err := c.Initialize(ctx, init); err != nil || res.ProtocolVersion != "2026-07-28" {
+		t.Fatalf("initialize: %v, want revision 2026-07-28", err)
+	}
+	if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range texts {
+		req := mcpgo.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = "echo", map[string]any{"text": text}
+		if _, err := c.CallTool(ctx, req); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -328,9 +328,8 @@ func TestReverseProxyBothLegs(t *testing.T) {
 }
 
 // wantSessionlessHops runs the binary on a capture of a 2026-07-28 client's
-// server/discover and three calls, each request captured on both legs of a
-// proxy known only once it forwarded some: no session, and at least hops
-// of its requests set aside.
+// requests, each captured on both legs of a proxy known only once it
+// forwarded some: no session, and at least hops of its requests set aside.
 func wantSessionlessHops(t *testing.T, bin, path string, hops int) {
 	t.Helper()
 	wantHops(t, bin, path, 0, hops)
