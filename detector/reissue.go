@@ -25,7 +25,7 @@ type brokenCall struct {
 	id       string
 	at       time.Time // the request
 	brokeAt  time.Time
-	how      string // how the stream ended, in words
+	how      string // what became of it, in words ("reached the server, and ...")
 	progress int    // progress notifications before the break: the tool had started
 	gap      bool   // the capture lost bytes of it: unverifiable
 	// habitual: the client's identical call had been answered with a
@@ -127,7 +127,7 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			mayNotHaveReached: failed && ex.mayNotHaveReached()}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
-			b.how = "the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
+			b.how = "reached the server, and the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
 			b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("id %s answered with a task: the call runs on", m.ID))
 		} else {
 			if ex.gap || how == decode.EndGap || ex.limit != "" {
@@ -141,11 +141,11 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			// lost bytes of the pair that no session owned.
 			b.gap = b.gap || !answered && (maybe || d.pairRequestsMayBeHidden(ex.start.Add(-d.cfg.LinkWindow), ex.conn))
 			if failed {
-				b.how = fmt.Sprintf("it was answered %d without a JSON-RPC response (a gateway that gave up waiting, or the server failing, answers so after the call ran as well as before)", ex.status)
+				b.how = fmt.Sprintf("was answered %d without a JSON-RPC response (a gateway that gave up waiting on the server, or a failing server, answers so after a call ran as well as before)", ex.status)
 				b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, m.ID))
 			} else {
 				words := breakWords(ex, how)
-				b.how = words + " before its response"
+				b.how = "reached the server, and " + words + " before its response"
 				b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
 			}
 		}
@@ -246,7 +246,7 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		}
 		d.violation(&Violation{
 			Kind: KindReissuedCallAfterBreak, Severity: severity, Time: o.Time, Tool: m.Tool, JSONRPCIDs: []string{b.id, m.ID},
-			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) reached the server, and %s at %s; "+
+			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) %s at %s; "+
 				"at %s the same client (address, Authorization, clientInfo and User-Agent alike) sent the identical call "+
 				"(same tool, same arguments) as id %s. The first attempt may have run (%s), and the server runs the "+
 				"re-issue too: the tool (%s) may have run twice. Under revision %s there is no resumption: a client that "+
