@@ -135,26 +135,21 @@ func (m *hopMemory) clear() {
 	clear(m.local)
 }
 
-// lastHop is the newest request seen with print within hopWindow.
-func (d *Detector) lastHop(print uint64, now int64) (hopSeen, bool) {
-	for i := range d.hopGens {
-		if h, ok := d.hopGens[i].hops[print]; ok {
-			return h, now-h.at <= int64(hopWindow)
+// lastSeen is the newest request seen with key within hopWindow in one of
+// the memory's maps (of: hopsOf, copiesOf, localOf), the current
+// generation first.
+func lastSeen[V interface{ seenAt() int64 }](gens *[2]hopMemory, of func(*hopMemory) map[uint64]V, key uint64, now int64) (V, bool) {
+	for i := range gens {
+		if v, ok := of(&gens[i])[key]; ok {
+			return v, now-v.seenAt() <= int64(hopWindow)
 		}
 	}
-	return hopSeen{}, false
+	var none V
+	return none, false
 }
 
-// lastCopy is the newest request seen with key within hopWindow in the
-// memory's copies or local (of).
-func (d *Detector) lastCopy(of func(*hopMemory) map[uint64]copySeen, key uint64, now int64) (copySeen, bool) {
-	for i := range d.hopGens {
-		if c, ok := of(&d.hopGens[i])[key]; ok {
-			return c, now-c.at <= int64(hopWindow)
-		}
-	}
-	return copySeen{}, false
-}
+func (h hopSeen) seenAt() int64  { return h.at }
+func (c copySeen) seenAt() int64 { return c.at }
 
 // secondHop says whether ex's request is another hop of a request seen
 // within hopWindow, and otherwise remembers it. Every MCP request is
@@ -202,8 +197,8 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	// newest with a print is the one hops holds: without it within the
 	// window, copies and local hold none either, and most requests (those
 	// carrying a session id) are the only ones with their print.
-	if h, ok := d.lastHop(print, now); ok {
-		if c, ok := d.lastCopy(copiesOf, copyKey, now); ok && c.server != req.server {
+	if h, ok := lastSeen(&d.hopGens, hopsOf, print, now); ok {
+		if c, ok := lastSeen(&d.hopGens, copiesOf, copyKey, now); ok && c.server != req.server {
 			return d.setAside(ex) // a NAT copy
 		}
 		req.repeat = h.server != req.server && h.client != req.client
@@ -213,7 +208,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		// From the address the same request was sent to, to another
 		// server, at its endpoint: a proxy on the client's host that
 		// keeps the Host.
-		if c, ok := d.lastCopy(localOf, localKey, now); ok && c.server != req.server && c.serverAddr == req.client {
+		if c, ok := lastSeen(&d.hopGens, localOf, localKey, now); ok && c.server != req.server && c.serverAddr == req.client {
 			return d.setAside(ex)
 		}
 	}
@@ -234,6 +229,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	return false
 }
 
+func hopsOf(m *hopMemory) map[uint64]hopSeen    { return m.hops }
 func copiesOf(m *hopMemory) map[uint64]copySeen { return m.copies }
 func localOf(m *hopMemory) map[uint64]copySeen  { return m.local }
 

@@ -141,6 +141,13 @@ func (o *openSpans) wait(timeout time.Duration) error {
 // Lines, sorted.
 func violationsBySession(t *testing.T, out string) []string {
 	t.Helper()
+	return violationKeys(t, out, "session_id")
+}
+
+// violationKeys is the "kind value" of every violation in JSON Lines, its
+// value the record's field, sorted.
+func violationKeys(t *testing.T, out, field string) []string {
+	t.Helper()
 	var keys []string
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var r map[string]any
@@ -148,7 +155,7 @@ func violationsBySession(t *testing.T, out string) []string {
 			t.Fatalf("bad JSON line %q: %v", line, err)
 		}
 		if r["type"] == "violation" {
-			keys = append(keys, fmt.Sprintf("%v %v", r["kind"], r["session_id"]))
+			keys = append(keys, fmt.Sprintf("%v %v", r["kind"], r[field]))
 		}
 	}
 	slices.Sort(keys)
