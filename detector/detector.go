@@ -249,7 +249,8 @@ type exchange struct {
 	// disagree with its body ("" when they agree or are absent).
 	headerMismatch string
 	// answered: a sessionless exchange carried the response to its
-	// request; progress counts its progress notifications (reissue.go).
+	// request; progress counts the progress notifications on its stream
+	// (reissue.go).
 	answered bool
 	progress int
 	// taskCreated: that response was a task (tasks extension): the call
@@ -975,6 +976,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	d.checkReinit(ex, o)
+	d.checkSessionReissue(ex, o)
 	if ex.resume != nil {
 		d.resumeResponse(ex, o)
 	}
@@ -1507,6 +1509,10 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How != decode.EndUnknown {
 		for c := range unansweredCalls(s, ex) {
 			c.cut = true
+			if c.method == "tools/call" && c.broke == nil {
+				c.broke = ex.brokenCall(c.id, o.Time, e.How)
+				d.charge(s, brokenCallBytes+int64(len(c.broke.how)+len(c.broke.request.Detail)+len(c.broke.broke.Detail)))
+			}
 		}
 	}
 }

@@ -379,6 +379,9 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 				d.deliverResponse(ex, s, o, m, replay)
 			}
 		case decode.MsgNotification:
+			if m.Method == "notifications/progress" && !replay {
+				ex.progress++ // the call had started, should its stream break (reissue.go)
+			}
 			if m.Method == "notifications/progress" && m.HasProgress && !replay && s != nil && !ex.sessionless && !s.removed {
 				d.checkProgress(ex, s, o, m)
 			}

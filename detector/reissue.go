@@ -61,26 +61,29 @@ func (d *Detector) noteToolAnnotations(endpoint, tools string) {
 	}
 }
 
+// annotationsOf is what the endpoint's tools/list answers said of tool.
+func (d *Detector) annotationsOf(endpoint, tool string) toolNote {
+	return d.toolNotes[d.serverEventKey(endpoint, "tool\x00"+tool)]
+}
+
 // sessionlessMessages follows what a sessionless exchange's response
-// carried at t: the answer to its call, and progress (the tool had started).
+// carried at t: the answer to its call.
 func (d *Detector) sessionlessMessages(ex *exchange, msgs []decode.Message, t time.Time) {
 	for i := range msgs {
 		m := &msgs[i]
-		switch {
-		case (m.Type == decode.MsgResponse || m.Type == decode.MsgError) && m.ID != "":
-			for j := range ex.msgs {
-				req := &ex.msgs[j]
-				if req.Type != decode.MsgRequest || req.ID != m.ID {
-					continue
-				}
-				ex.answered = true
-				ex.taskCreated = ex.taskCreated || m.CreatesTask
-				if m.Type == decode.MsgResponse && !m.CreatesTask && !m.ToolError && req.Method == "tools/call" {
-					d.noteHabit(d.brokenKey(ex, req), t, true)
-				}
+		if (m.Type != decode.MsgResponse && m.Type != decode.MsgError) || m.ID == "" {
+			continue
+		}
+		for j := range ex.msgs {
+			req := &ex.msgs[j]
+			if req.Type != decode.MsgRequest || req.ID != m.ID {
+				continue
 			}
-		case m.Type == decode.MsgNotification && m.Method == "notifications/progress":
-			ex.progress++
+			ex.answered = true
+			ex.taskCreated = ex.taskCreated || m.CreatesTask
+			if m.Type == decode.MsgResponse && !m.CreatesTask && !m.ToolError && req.Method == "tools/call" {
+				d.noteHabit(d.brokenKey(ex, req), t, true)
+			}
 		}
 	}
 }
@@ -122,9 +125,9 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		}
 		k := d.brokenKey(ex, m)
 		answered, maybe := d.habits.by(k, ex.start)
-		b := &brokenCall{id: m.ID, at: ex.start, brokeAt: o.Time, progress: ex.progress, request: ex.requestEvidence(),
-			habitual: answered, startUnseen: !answered && !d.clientHistoryWhole(ex, m),
-			mayNotHaveReached: failed && ex.mayNotHaveReached()}
+		b := ex.brokenCall(m.ID, o.Time, how)
+		b.habitual, b.startUnseen = answered, !answered && !d.clientHistoryWhole(ex, m)
+		b.mayNotHaveReached = failed && ex.mayNotHaveReached()
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "reached the server, and the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -140,14 +143,6 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 			// its answer lost on its own connection, or its request in
 			// lost bytes of the pair that no session owned.
 			b.gap = b.gap || !answered && (maybe || d.pairRequestsMayBeHidden(ex.start.Add(-d.cfg.LinkWindow), ex.conn))
-			if failed {
-				b.how = fmt.Sprintf("was answered %d without a JSON-RPC response (a gateway that gave up waiting on the server, or a failing server, answers so after a call ran as well as before)", ex.status)
-				b.broke = ex.evidence(o.Time, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, m.ID))
-			} else {
-				words := breakWords(ex, how)
-				b.how = "reached the server, and " + words + " before its response"
-				b.broke = ex.evidence(o.Time, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, m.ID))
-			}
 		}
 		if _, ok := d.brokenCalls[k]; !ok && len(d.brokenCalls) >= maxBrokenCalls {
 			d.expireBrokenCalls(o.Time)
@@ -158,6 +153,22 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		}
 		d.brokenCalls[k] = b
 	}
+}
+
+// brokenCall describes call id of ex, which ended at t (how) without the
+// JSON-RPC response to it: with a 5xx status, or with its stream or
+// connection ending first.
+func (ex *exchange) brokenCall(id string, t time.Time, how decode.EndHow) *brokenCall {
+	b := &brokenCall{id: id, at: ex.start, brokeAt: t, progress: ex.progress, request: ex.requestEvidence()}
+	if ex.hasResponse && ex.status >= 500 {
+		b.how = fmt.Sprintf("was answered %d without a JSON-RPC response (a gateway that gave up waiting on the server, or a failing server, answers so after a call ran as well as before)", ex.status)
+		b.broke = ex.evidence(t, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, id))
+		return b
+	}
+	words := breakWords(ex, how)
+	b.how = "reached the server, and " + words + " before its response"
+	b.broke = ex.evidence(t, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, id))
+	return b
 }
 
 func breakWords(ex *exchange, how decode.EndHow) string {
@@ -206,7 +217,7 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		if o.Time.Sub(b.brokeAt) > d.cfg.LinkWindow {
 			continue
 		}
-		note := d.toolNotes[d.serverEventKey(ex.endpoint, "tool\x00"+m.Tool)]
+		note := d.annotationsOf(ex.endpoint, m.Tool)
 		switch {
 		case note == decode.ToolRepeatable:
 			d.stats.RepeatableReissues++
@@ -236,26 +247,105 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonClientStartNotCaptured, b.id, m.ID)
 			continue
 		}
-		severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
-		if note == decode.ToolDestructive {
-			severity, annotated = SeverityCritical, "annotated destructiveHint"
-		}
-		started := "no progress was seen, so whether it started is unknown"
-		if b.progress > 0 {
-			started = fmt.Sprintf("%d progress notification(s) show it had started", b.progress)
-		}
-		d.violation(&Violation{
-			Kind: KindReissuedCallAfterBreak, Severity: severity, Time: o.Time, Tool: m.Tool, JSONRPCIDs: []string{b.id, m.ID},
-			Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) %s at %s; "+
-				"at %s the same client (address, Authorization, clientInfo and User-Agent alike) sent the identical call "+
-				"(same tool, same arguments) as id %s. The first attempt may have run (%s), and the server runs the "+
-				"re-issue too: the tool (%s) may have run twice. Under revision %s there is no resumption: a client that "+
-				"must not run a call twice needs an idempotency key in its arguments or the tasks extension.",
-				m.Tool, b.id, b.at.Format(time.RFC3339Nano), b.how, b.brokeAt.Format(time.RFC3339Nano), o.Time.Format(time.RFC3339Nano),
-				m.ID, started, annotated, ex.rev),
-			Evidence: []Evidence{b.request, b.broke, ex.requestEvidence()},
-		}, ex, nil, b.id, m.Tool, m.ParamsHash)
+		d.raiseReissue(ex, o, nil, b, m, note, "the same client (address, Authorization, clientInfo and User-Agent alike)",
+			fmt.Sprintf("Under revision %s there is no resumption: a client that must not run a call twice needs an "+
+				"idempotency key in its arguments or the tasks extension.", ex.rev))
 	}
+}
+
+// checkSessionReissue: a 2xx answer to a request of a session (revisions
+// before 2026-07-28). A tools/call in it that took the place of the
+// session's identical call whose exchange had ended without the response
+// (a cut or reset stream, a connection closed, a 5xx), and which no resume
+// had answered, is the client sending a call that may have run again, as
+// without sessions: the session names the client. Judged on the answer,
+// not the request: a re-issue refused (a 404 for a session the server
+// lost) ran nothing, and its re-issue in a new session is
+// silent_reinit_after_404's. A call the client cancelled
+// (notifications/cancelled) is no break: it gave the call up itself.
+func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
+	s := ex.sess
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
+			continue
+		}
+		c := s.calls.at(m.ID)
+		if c == nil || c.ex != ex.serial || c.replaced == nil {
+			continue
+		}
+		first := c.replaced
+		b := first.broke
+		if b == nil || first.cancelled || b.brokeAt.After(c.at) || c.at.Sub(b.brokeAt) > d.cfg.LinkWindow {
+			continue
+		}
+		note := d.annotationsOf(ex.endpoint, m.Tool)
+		reason := ""
+		switch l := d.limitOn(first.at, addrKey{s.client.Addr(), s.server}); {
+		case note == decode.ToolRepeatable || s.isRepeatable(m.Tool):
+			d.stats.RepeatableReissues++
+			continue
+		case first.habitual:
+			reason = ReasonHabitualCall
+		case first.mayNotHaveReached:
+			reason = ReasonMayNotHaveReached
+		case first.unread:
+			// Its answer may have come in a body not read.
+			reason = ReasonEncodedBody
+		case d.cfg.PartialHistory:
+			// A resume that delivered the answer may be among the
+			// exchanges the input missed.
+			reason = ReasonPartialHistory
+		case s.gap || ex.gap || d.requestsMayBeHidden(s, ex.conn):
+			// The answer, or a resume that delivered it, may be in the
+			// lost bytes.
+			reason = ReasonCaptureGap
+		case l != "":
+			reason = limitReason(l)
+		case !s.startSeen:
+			// Identical calls answered before the capture began would
+			// make it a habit, and its tools/list may be there.
+			reason = ReasonStartNotCaptured
+		case note == 0 || !s.toolsListed:
+			// No tools/list answer named the tool, or none was seen
+			// in this session. Another session's answer grades the
+			// severity, but does not make the finding: what one
+			// capture holds must not change with the sessions of
+			// others captured beside it.
+			reason = ReasonToolsNotListed
+		}
+		if reason != "" {
+			d.unverifiable(o.Time, s, ex, string(KindReissuedCallAfterBreak), reason, b.id, m.ID)
+			continue
+		}
+		d.raiseReissue(ex, o, s, b, m, note, fmt.Sprintf("the client, in the same session %s (answered %d),", s.id, ex.status),
+			fmt.Sprintf("Under revision %s a client resumes a broken stream with Last-Event-ID when it carried an event id, "+
+				"and learns the call's outcome; one that sends the call again instead needs an idempotency key in its "+
+				"arguments, or must reconcile the first attempt before.", ex.rev))
+	}
+}
+
+// raiseReissue raises reissued_call_after_break: call b, broken, sent again
+// as m (in ex) by who; note is what the endpoint's tools/list said of the
+// tool (destructive: critical).
+func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, s *session, b *brokenCall, m *decode.Message, note toolNote, who, advice string) {
+	severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
+	if note == decode.ToolDestructive {
+		severity, annotated = SeverityCritical, "annotated destructiveHint"
+	}
+	started := "no progress was seen, so whether it started is unknown"
+	if b.progress > 0 {
+		started = fmt.Sprintf("%d progress notification(s) show it had started", b.progress)
+	}
+	d.violation(&Violation{
+		Kind: KindReissuedCallAfterBreak, Severity: severity, Time: o.Time, Tool: m.Tool, JSONRPCIDs: []string{b.id, m.ID},
+		Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) %s at %s; at %s %s sent the identical call (same tool, "+
+			"same arguments) as id %s. The first attempt may have run (%s), and the server runs the re-issue too: the "+
+			"tool (%s) may have run twice. %s",
+			m.Tool, b.id, b.at.Format(time.RFC3339Nano), b.how, b.brokeAt.Format(time.RFC3339Nano), o.Time.Format(time.RFC3339Nano),
+			who, m.ID, started, annotated, advice),
+		Evidence: []Evidence{b.request, b.broke, ex.requestEvidence()},
+	}, ex, s, b.id, m.Tool, m.ParamsHash)
 }
 
 // callHabits remembers, per sessionless client and call (brokenKey), when

@@ -99,6 +99,10 @@ type call struct {
 	resultHash     uint64 // hash64 of the result: only compared
 	// cut: the stream that should carry the response ended without it.
 	cut bool
+	// broke: how a tools/call's exchange ended without the response (a
+	// cut, a 5xx), for the finding if the client sends it again in the
+	// session (checkSessionReissue).
+	broke *brokenCall
 	// unread: the response to it was under a Content-Encoding, not read:
 	// whether it was answered cannot be told.
 	unread bool

@@ -140,24 +140,34 @@ func mcpgoEchoSession(t *testing.T, endpoint string, texts ...string) {
 // (later on 2026-12-04) the last two reported it twice, once for nginx's
 // leg. A call whose tool answers nothing before the timeout gets nginx's
 // 504 instead, and its re-issue is the same finding: until then a 5xx
-// counted as a refusal under 2026-07-28, and it went unseen.
+// counted as a refusal under 2026-07-28, and it went unseen. A stateful
+// server's client speaks a session revision and sends the call again in
+// its session: the same finding since 2026-12-05 (before, an
+// unknown_outcome record only).
 func TestNginxReissuedCallReportedOnce(t *testing.T) {
 	nginx, bin := needNginx(t), buildBinary(t)
 	for _, tc := range []struct {
 		name, host, bind string
 		hold             bool
+		// sessions: a stateful server, so the client falls back to
+		// the session revisions and sends the call again in its
+		// session. Its stream, cut by nginx without an event id (no
+		// event store), is also an unresumable_close (2025-11-25).
+		sessions bool
 	}{
-		{"the client's Host", "$http_host", "", false},
-		{"its own Host", "$proxy_host", "", false},
-		{"its own Host from another address", "$proxy_host", "127.0.0.3", false},
-		{"the client's Host, 504 before any answer", "$http_host", "", true},
+		{"the client's Host", "$http_host", "", false, false},
+		{"its own Host", "$proxy_host", "", false, false},
+		{"its own Host from another address", "$proxy_host", "127.0.0.3", false, false},
+		{"the client's Host, 504 before any answer", "$http_host", "", true, false},
+		{"a session's call, 504 before any answer", "$http_host", "", true, true},
+		{"a session's call cut", "$proxy_host", "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "nginx.pcap")
 			var front string
 			recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
 				toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(
-					&mcp.StreamableHTTPOptions{Stateless: true}, addSlowOnceTool)}, nil))
+					&mcp.StreamableHTTPOptions{Stateless: !tc.sessions}, addSlowOnceTool)}, nil))
 				toNginx := record(startNginxFrom(t, nginx, toServer.Addr(), tc.host, "1s", tc.bind))
 				front = toNginx.Addr()
 				reissueCutCall(t, toNginx.URL("/mcp"), tc.hold)
@@ -168,6 +178,9 @@ func TestNginxReissuedCallReportedOnce(t *testing.T) {
 			}
 			found := violationKeys(t, stdout, "server")
 			want := []string{"reissued_call_after_break " + front}
+			if tc.sessions && !tc.hold {
+				want = append(want, "unresumable_close "+front)
+			}
 			if !slices.Equal(found, want) {
 				t.Errorf("violations %q, want %q", found, want)
 			}
