@@ -1509,7 +1509,10 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How != decode.EndUnknown {
 		for c := range unansweredCalls(s, ex) {
 			c.cut = true
-			if c.method == "tools/call" && c.broke == nil {
+			// A call the client had cancelled (notifications/cancelled)
+			// while its stream was open was given up, not broken: the
+			// server's end of the stream may be its answer to that.
+			if c.method == "tools/call" && c.broke == nil && !c.cancelled {
 				c.broke = ex.brokenCall(c.id, o.Time, e.How)
 				d.charge(s, brokenCallBytes+int64(len(c.broke.how)+len(c.broke.request.Detail)+len(c.broke.broke.Detail)))
 			}

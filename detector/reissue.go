@@ -261,8 +261,11 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 // without sessions: the session names the client. Judged on the answer,
 // not the request: a re-issue refused (a 404 for a session the server
 // lost) ran nothing, and its re-issue in a new session is
-// silent_reinit_after_404's. A call the client cancelled
-// (notifications/cancelled) is no break: it gave the call up itself.
+// silent_reinit_after_404's. A call the client had cancelled
+// (notifications/cancelled) before its exchange ended is no break: it gave
+// the call up itself (endExchange); a cancellation after the break, a
+// client's time-out cleaning up, changes nothing, as closing the stream
+// changes nothing without sessions.
 func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	for i := range ex.msgs {
@@ -276,7 +279,7 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 		}
 		first := c.replaced
 		b := first.broke
-		if b == nil || first.cancelled || b.brokeAt.After(c.at) || c.at.Sub(b.brokeAt) > d.cfg.LinkWindow {
+		if b == nil || b.brokeAt.After(c.at) || c.at.Sub(b.brokeAt) > d.cfg.LinkWindow {
 			continue
 		}
 		note := d.annotationsOf(ex.endpoint, m.Tool)

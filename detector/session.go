@@ -100,8 +100,8 @@ type call struct {
 	// cut: the stream that should carry the response ended without it.
 	cut bool
 	// broke: how a tools/call's exchange ended without the response (a
-	// cut, a 5xx), for the finding if the client sends it again in the
-	// session (checkSessionReissue).
+	// cut, a 5xx) when the client had not cancelled it, for the finding
+	// if the client sends it again in the session (checkSessionReissue).
 	broke *brokenCall
 	// unread: the response to it was under a Content-Encoding, not read:
 	// whether it was answered cannot be told.
