@@ -295,10 +295,6 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 		case first.unread:
 			// Its answer may have come in a body not read.
 			reason = ReasonEncodedBody
-		case d.cfg.PartialHistory:
-			// A resume that delivered the answer may be among the
-			// exchanges the input missed.
-			reason = ReasonPartialHistory
 		case s.gap || ex.gap || d.requestsMayBeHidden(s, ex.conn):
 			// The answer, or a resume that delivered it, may be in the
 			// lost bytes.

@@ -281,6 +281,19 @@ func TestTSFixtureShapes(t *testing.T) {
 			}
 			return fmt.Errorf("no DELETE")
 		}},
+		{"ts-reissue-in-session", func(c *tsCapture) error {
+			client, server := allFrom(c.fromClient), allFrom(c.fromServer)
+			if len(ids(server)) != 0 {
+				return fmt.Errorf("event ids %v: the server was to run without an event store", ids(server))
+			}
+			if ss := c.sessions(); len(ss) != 1 {
+				return fmt.Errorf("want one session, got %q", ss)
+			}
+			calls := strings.Count(client, `"label":"reissue-me"`)
+			results := strings.Count(server, "wrote reissue-me")
+			return want(calls == 2 && results == 1 && len(c.resumes()) == 0,
+				"want the identical call twice, one result and no resume; got %d calls, %d results, %d resumes", calls, results, len(c.resumes()))
+		}},
 		{"ts-404-clean-new-session", func(c *tsCapture) error {
 			if err := lostThenNew(c); err != nil {
 				return err

@@ -224,6 +224,21 @@ const flows = {
         await c.client.close();
     },
 
+    // The application lists the tools and calls slow_write with a request
+    // timeout. When the call fails (its stream broken with no event id to
+    // resume from, it times out), the application, which never heard back,
+    // sends the identical call again in the same session.
+    async reissueAfterBreak() {
+        const c = await connect('fixture-ts-client');
+        const { tools } = await c.client.listTools();
+        log({ tools: tools.map(t => t.name) });
+        const first = await callSlowWrite(c, config.call).then(() => '', err => String(err.message));
+        if (first === '') throw new Error('the cut call completed');
+        log({ app: 'call failed, sending it again', error: first });
+        await callSlowWrite(c, config.call);
+        await c.client.close();
+    },
+
     // The application gives three slow_write calls up, each giveUpAfterMs
     // in: the first by its AbortSignal and the second by the request
     // timeout (for both the SDK POSTs notifications/cancelled and the
