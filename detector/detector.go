@@ -1511,8 +1511,9 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 			c.cut = true
 			// A call the client had cancelled (notifications/cancelled)
 			// while its stream was open was given up, not broken: the
-			// server's end of the stream may be its answer to that.
-			if c.method == "tools/call" && c.broke == nil && !c.cancelled {
+			// server's end of the stream may be its answer to that. A
+			// whole answer that was no stream broke nothing either.
+			if c.method == "tools/call" && c.broke == nil && !c.cancelled && !ex.endedWhole(e.How) {
 				c.broke = ex.brokenCall(c.id, o.Time, e.How)
 				d.charge(s, brokenCallBytes+int64(len(c.broke.how)+len(c.broke.request.Detail)+len(c.broke.broke.Detail)))
 			}

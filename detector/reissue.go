@@ -115,8 +115,10 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		return
 	}
 	how := o.End.How
-	if how == decode.EndUnknown && !ex.taskCreated {
-		return // the capture ended first: nothing broke on the wire
+	if (how == decode.EndUnknown || ex.endedWhole(how)) && !ex.taskCreated {
+		// The capture ended first, or the server ended a whole answer
+		// that was no stream: nothing broke on the wire.
+		return
 	}
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
@@ -169,6 +171,15 @@ func (ex *exchange) brokenCall(id string, t time.Time, how decode.EndHow) *broke
 	b.how = "reached the server, and " + words + " before its response"
 	b.broke = ex.evidence(t, "stream end", fmt.Sprintf("%s after %d SSE event(s), %d of them progress, and no response to id %s", words, ex.events, b.progress, id))
 	return b
+}
+
+// endedWhole says whether ex's answer, ended as how, was a 2xx that was no
+// stream (a JSON body, or a 202 without one) and ended whole: the server was
+// done with the exchange, and whatever it did with a request it left
+// unanswered there (a 202 is the answer of a server that sends the response
+// on another stream), nothing broke on the wire.
+func (ex *exchange) endedWhole(how decode.EndHow) bool {
+	return how == decode.EndClean && ex.hasResponse && ex.ok2xx() && !ex.sse
 }
 
 func breakWords(ex *exchange, how decode.EndHow) string {
