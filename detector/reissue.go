@@ -258,7 +258,7 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonClientStartNotCaptured, b.id, m.ID)
 			continue
 		}
-		d.raiseReissue(ex, o, nil, b, m, note, "the same client (address, Authorization, clientInfo and User-Agent alike)",
+		d.raiseReissue(ex, o, o.Time, nil, b, m, note, "the same client (address, Authorization, clientInfo and User-Agent alike)",
 			fmt.Sprintf("Under revision %s there is no resumption: a client that must not run a call twice needs an "+
 				"idempotency key in its arguments or the tasks extension.", ex.rev))
 	}
@@ -328,7 +328,7 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 			d.unverifiable(o.Time, s, ex, string(KindReissuedCallAfterBreak), reason, b.id, m.ID)
 			continue
 		}
-		d.raiseReissue(ex, o, s, b, m, note, fmt.Sprintf("the client, in the same session %s (answered %d),", s.id, ex.status),
+		d.raiseReissue(ex, o, c.at, s, b, m, note, fmt.Sprintf("the client, in the same session %s (answered %d),", s.id, ex.status),
 			fmt.Sprintf("Under revision %s a client resumes a broken stream with Last-Event-ID when it carried an event id, "+
 				"and learns the call's outcome; one that sends the call again instead needs an idempotency key in its "+
 				"arguments, or must reconcile the first attempt before.", ex.rev))
@@ -336,9 +336,9 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 }
 
 // raiseReissue raises reissued_call_after_break: call b, broken, sent again
-// as m (in ex) by who; note is what the endpoint's tools/list said of the
-// tool (destructive: critical).
-func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, s *session, b *brokenCall, m *decode.Message, note toolNote, who, advice string) {
+// as m (in ex, at sent) by who; note is what the endpoint's tools/list said
+// of the tool (destructive: critical).
+func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, sent time.Time, s *session, b *brokenCall, m *decode.Message, note toolNote, who, advice string) {
 	severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
 	if note == decode.ToolDestructive {
 		severity, annotated = SeverityCritical, "annotated destructiveHint"
@@ -352,7 +352,7 @@ func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, s *session,
 		Explanation: fmt.Sprintf("tools/call %s (id %s, sent %s) %s at %s; at %s %s sent the identical call (same tool, "+
 			"same arguments) as id %s. The first attempt may have run (%s), and the server runs the re-issue too: the "+
 			"tool (%s) may have run twice. %s",
-			m.Tool, b.id, b.at.Format(time.RFC3339Nano), b.how, b.brokeAt.Format(time.RFC3339Nano), o.Time.Format(time.RFC3339Nano),
+			m.Tool, b.id, b.at.Format(time.RFC3339Nano), b.how, b.brokeAt.Format(time.RFC3339Nano), sent.Format(time.RFC3339Nano),
 			who, m.ID, started, annotated, advice),
 		Evidence: []Evidence{b.request, b.broke, ex.requestEvidence()},
 	}, ex, s, b.id, m.Tool, m.ParamsHash)
