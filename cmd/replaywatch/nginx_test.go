@@ -105,22 +105,8 @@ func mcpgoEchoSession(t *testing.T, endpoint string, texts ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := mcpclient.NewStreamableHttpClient(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mcpgoListing(ctx, t, endpoint, "mcpgo-echo-client", "", "2026-07-28")
 	defer c.Close()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcpgo.InitializeRequest{}
-	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcpgo-echo-client", Version: "1.0.0"}
-	if res, err := c.Initialize(ctx, init); err != nil || res.ProtocolVersion != "2026-07-28" {
-		t.Fatalf("initialize: %v, want revision 2026-07-28", err)
-	}
-	if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
-		t.Fatal(err)
-	}
 	for _, text := range texts {
 		req := mcpgo.CallToolRequest{}
 		req.Params.Name, req.Params.Arguments = "echo", map[string]any{"text": text}
@@ -143,34 +129,42 @@ func mcpgoEchoSession(t *testing.T, endpoint string, texts ...string) {
 // counted as a refusal under 2026-07-28, and it went unseen. A stateful
 // server's client speaks a session revision and sends the call again in
 // its session: the same finding since 2026-12-05 (before, an
-// unknown_outcome record only).
+// unknown_outcome record only), with go-sdk and with mcp-go.
 func TestNginxReissuedCallReportedOnce(t *testing.T) {
 	nginx, bin := needNginx(t), buildBinary(t)
+	goServer := func(sessions bool) http.Handler {
+		return echoServerWith(&mcp.StreamableHTTPOptions{Stateless: !sessions}, addSlowOnceTool)
+	}
+	goClient := func(hold bool) func(*testing.T, string) {
+		return func(t *testing.T, endpoint string) { reissueCutCall(t, endpoint, hold) }
+	}
 	for _, tc := range []struct {
 		name, host, bind string
-		hold             bool
-		// sessions: a stateful server, so the client falls back to
-		// the session revisions and sends the call again in its
-		// session. Its stream, cut by nginx without an event id (no
-		// event store), is also an unresumable_close (2025-11-25).
-		sessions bool
+		server           http.Handler
+		client           func(t *testing.T, endpoint string) // the application, run against nginx
+		rev              string                              // the revision the client spoke
+		// unresumable: the cut stream of a session revision carried no
+		// event id (no event store): an unresumable_close too.
+		unresumable bool
 	}{
-		{"the client's Host", "$http_host", "", false, false},
-		{"its own Host", "$proxy_host", "", false, false},
-		{"its own Host from another address", "$proxy_host", "127.0.0.3", false, false},
-		{"the client's Host, 504 before any answer", "$http_host", "", true, false},
-		{"a session's call, 504 before any answer", "$http_host", "", true, true},
-		{"a session's call cut", "$proxy_host", "", false, true},
+		{"the client's Host", "$http_host", "", goServer(false), goClient(false), "2026-07-28", false},
+		{"its own Host", "$proxy_host", "", goServer(false), goClient(false), "2026-07-28", false},
+		{"its own Host from another address", "$proxy_host", "127.0.0.3", goServer(false), goClient(false), "2026-07-28", false},
+		{"the client's Host, 504 before any answer", "$http_host", "", goServer(false), goClient(true), "2026-07-28", false},
+		// A stateful server: the client falls back to a session
+		// revision and sends the call again in its session.
+		{"a session's call, 504 before any answer", "$http_host", "", goServer(true), goClient(true), "2025-11-25", false},
+		{"a session's call cut", "$proxy_host", "", goServer(true), goClient(false), "2025-11-25", true},
+		{"mcp-go, a session's call, 504 before any answer", "$http_host", "", mcpgoSlowOnceServer(), mcpgoReissue, "2025-06-18", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "nginx.pcap")
 			var front string
 			recordLegs(t, path, func(record func(backend string) *pcaprec.Proxy) {
-				toServer := record(serveLoopback(t, &http.Server{Handler: echoServerWith(
-					&mcp.StreamableHTTPOptions{Stateless: !tc.sessions}, addSlowOnceTool)}, nil))
+				toServer := record(serveLoopback(t, &http.Server{Handler: tc.server}, nil))
 				toNginx := record(startNginxFrom(t, nginx, toServer.Addr(), tc.host, "1s", tc.bind))
 				front = toNginx.Addr()
-				reissueCutCall(t, toNginx.URL("/mcp"), tc.hold)
+				tc.client(t, toNginx.URL("/mcp"))
 			})
 			code, stdout, stderr := runBin(t, bin, "analyze", "--format", "json", path)
 			if code != 1 { // violations found
@@ -178,13 +172,78 @@ func TestNginxReissuedCallReportedOnce(t *testing.T) {
 			}
 			found := violationKeys(t, stdout, "server")
 			want := []string{"reissued_call_after_break " + front}
-			if tc.sessions && !tc.hold {
+			if tc.unresumable {
 				want = append(want, "unresumable_close "+front)
 			}
 			if !slices.Equal(found, want) {
 				t.Errorf("violations %q, want %q", found, want)
 			}
+			if revs := violationKeys(t, stdout, "protocol_version"); !slices.Contains(revs, "reissued_call_after_break "+tc.rev) {
+				t.Errorf("violations by revision %q, want the re-issue's under %s", revs, tc.rev)
+			}
 		})
+	}
+}
+
+// mcpgoListing connects an mcp-go client named name to endpoint, asking
+// for revision ask ("" for the client's default), requires the server to
+// choose want, and lists the tools. The caller closes the client.
+func mcpgoListing(ctx context.Context, t *testing.T, endpoint, name, ask, want string) *mcpclient.Client {
+	t.Helper()
+	c, err := mcpclient.NewStreamableHttpClient(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	init := mcpgo.InitializeRequest{}
+	init.Params.ClientInfo = mcpgo.Implementation{Name: name, Version: "1.0.0"}
+	init.Params.ProtocolVersion = ask
+	if res, err := c.Initialize(ctx, init); err != nil || res.ProtocolVersion != want {
+		c.Close()
+		t.Fatalf("initialize: %v, want revision %s", err, want)
+	}
+	if _, err := c.ListTools(ctx, mcpgo.ListToolsRequest{}); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mcpgoSlowOnceServer is an mcp-go server whose slow_once sleeps past
+// nginx's 1 s read timeout the first time it is called.
+func mcpgoSlowOnceServer() http.Handler {
+	s := mcpserver.NewMCPServer("mcpgo-slow-server", "1.0.0", mcpserver.WithToolCapabilities(false))
+	var calls atomic.Int32
+	s.AddTool(mcpgo.NewTool("slow_once", mcpgo.WithString("text")),
+		func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(1500 * time.Millisecond)
+			}
+			return mcpgo.NewToolResultText("done"), nil
+		})
+	return mcpserver.NewStreamableHTTPServer(s)
+}
+
+// mcpgoReissue is an mcp-go client speaking 2025-06-18 (a session
+// revision): it lists the tools, gets nginx's 504 for slow_once and, as an
+// application does, calls it again in its session.
+func mcpgoReissue(t *testing.T, endpoint string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := mcpgoListing(ctx, t, endpoint, "mcpgo-reissuing-client", "2025-06-18", "2025-06-18")
+	defer c.Close()
+	req := mcpgo.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = "slow_once", map[string]any{"text": "charge"}
+	if _, err := c.CallTool(ctx, req); err == nil {
+		t.Fatal("the call nginx should answer 504 succeeded")
+	}
+	time.Sleep(time.Second) // the tool's first run ends meanwhile
+	if _, err := c.CallTool(ctx, req); err != nil {
+		t.Fatalf("re-issue: %v", err)
 	}
 }
 
