@@ -16,9 +16,9 @@ var (
 	callBytes    = int64(unsafe.Sizeof(call{})) + 2*int64(unsafe.Sizeof("")+unsafe.Sizeof(uintptr(0)))
 	streamBytes  = int64(unsafe.Sizeof(stream{})) + int64(unsafe.Sizeof(uintptr(0)))
 	entryBytes   = 2 * int64(unsafe.Sizeof("")+unsafe.Sizeof(float64(0)))
-	// brokenCallBytes: how a session's tools/call broke (call.broke),
-	// its strings aside.
-	brokenCallBytes = int64(unsafe.Sizeof(brokenCall{}))
+	// callBreakBytes: how a session's tools/call broke (call.broke), its
+	// strings aside.
+	callBreakBytes = int64(unsafe.Sizeof(callBreak{}))
 )
 
 // charge adds n bytes to what s holds and to the detector's total.

@@ -1514,8 +1514,9 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 			// server's end of the stream may be its answer to that. A
 			// whole answer that was no stream broke nothing either.
 			if c.method == "tools/call" && c.broke == nil && !c.cancelled && !ex.endedWhole(e.How) {
-				c.broke = ex.brokenCall(c.id, o.Time, e.How)
-				d.charge(s, brokenCallBytes+int64(len(c.broke.how)+len(c.broke.request.Detail)+len(c.broke.broke.Detail)))
+				b := ex.callBreak(c.id, o.Time, e.How)
+				c.broke = &b
+				d.charge(s, callBreakBytes+int64(len(b.how)+len(b.request.Detail)+len(b.broke.Detail)))
 			}
 		}
 	}

@@ -19,15 +19,26 @@ import (
 // re-issue is missed, never misjudged), counted as a limit hit.
 const maxBrokenCalls = 10000
 
-// brokenCall is a sessionless tools/call whose request reached the server
-// and whose response stream ended before the JSON-RPC response to it.
-type brokenCall struct {
+// callBreak is how a tools/call's exchange ended without the JSON-RPC
+// response to it: what a reissued_call_after_break says of the first
+// attempt, under every revision.
+type callBreak struct {
 	id       string
 	at       time.Time // the request
 	brokeAt  time.Time
 	how      string // what became of it, in words ("reached the server, and ...")
 	progress int    // progress notifications before the break: the tool had started
-	gap      bool   // the capture lost bytes of it: unverifiable
+	request  Evidence
+	broke    Evidence
+}
+
+// brokenCall is a sessionless tools/call whose request reached the server
+// and whose response stream ended before the JSON-RPC response to it, with
+// what the client's history says of it. (A session's call keeps its
+// callBreak, the rest being the session's: call.broke.)
+type brokenCall struct {
+	callBreak
+	gap bool // the capture lost bytes of it: unverifiable
 	// habitual: the client's identical call had been answered with a
 	// result before this one was sent: it makes the call over and over.
 	habitual bool
@@ -38,8 +49,6 @@ type brokenCall struct {
 	// mayNotHaveReached: a gateway answered it 502 or 503, which it also
 	// answers when no server got the request.
 	mayNotHaveReached bool
-	request           Evidence
-	broke             Evidence
 }
 
 // toolNote is what a tools/list answer of an endpoint said about a tool:
@@ -127,9 +136,8 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		}
 		k := d.brokenKey(ex, m)
 		answered, maybe := d.habits.by(k, ex.start)
-		b := ex.brokenCall(m.ID, o.Time, how)
-		b.habitual, b.startUnseen = answered, !answered && !d.clientHistoryWhole(ex, m)
-		b.mayNotHaveReached = failed && ex.mayNotHaveReached()
+		b := &brokenCall{callBreak: ex.callBreak(m.ID, o.Time, how), habitual: answered,
+			startUnseen: !answered && !d.clientHistoryWhole(ex, m), mayNotHaveReached: failed && ex.mayNotHaveReached()}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "reached the server, and the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -157,11 +165,11 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 	}
 }
 
-// brokenCall describes call id of ex, which ended at t (how) without the
+// callBreak describes call id of ex, which ended at t (how) without the
 // JSON-RPC response to it: with a 5xx status, or with its stream or
 // connection ending first.
-func (ex *exchange) brokenCall(id string, t time.Time, how decode.EndHow) *brokenCall {
-	b := &brokenCall{id: id, at: ex.start, brokeAt: t, progress: ex.progress, request: ex.requestEvidence()}
+func (ex *exchange) callBreak(id string, t time.Time, how decode.EndHow) callBreak {
+	b := callBreak{id: id, at: ex.start, brokeAt: t, progress: ex.progress, request: ex.requestEvidence()}
 	if ex.hasResponse && ex.status >= 500 {
 		b.how = fmt.Sprintf("was answered %d without a JSON-RPC response (a gateway that gave up waiting on the server, or a failing server, answers so after a call ran as well as before)", ex.status)
 		b.broke = ex.evidence(t, "response", fmt.Sprintf("HTTP %d and no response to id %s", ex.status, id))
@@ -258,7 +266,7 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonClientStartNotCaptured, b.id, m.ID)
 			continue
 		}
-		d.raiseReissue(ex, o, o.Time, nil, b, m, note, "the same client (address, Authorization, clientInfo and User-Agent alike)",
+		d.raiseReissue(ex, o, o.Time, nil, &b.callBreak, m, note, "the same client (address, Authorization, clientInfo and User-Agent alike)",
 			fmt.Sprintf("Under revision %s there is no resumption: a client that must not run a call twice needs an "+
 				"idempotency key in its arguments or the tasks extension.", ex.rev))
 	}
@@ -338,7 +346,7 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 // raiseReissue raises reissued_call_after_break: call b, broken, sent again
 // as m (in ex, at sent) by who; note is what the endpoint's tools/list said
 // of the tool (destructive: critical).
-func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, sent time.Time, s *session, b *brokenCall, m *decode.Message, note toolNote, who, advice string) {
+func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, sent time.Time, s *session, b *callBreak, m *decode.Message, note toolNote, who, advice string) {
 	severity, annotated := SeverityHigh, "not annotated read-only or idempotent"
 	if note == decode.ToolDestructive {
 		severity, annotated = SeverityCritical, "annotated destructiveHint"

@@ -102,7 +102,7 @@ type call struct {
 	// broke: how a tools/call's exchange ended without the response (a
 	// cut, a 5xx) when the client had not cancelled it, for the finding
 	// if the client sends it again in the session (checkSessionReissue).
-	broke *brokenCall
+	broke *callBreak
 	// unread: the response to it was under a Content-Encoding, not read:
 	// whether it was answered cannot be told.
 	unread bool
