@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,8 +8,6 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
-
-	"github.com/replaywatch/replaywatch/decode"
 )
 
 // Live capture: its defaults and bounds. See README.md ("Live capture").
@@ -239,18 +236,4 @@ type LiveStats struct {
 	Kernel KernelStats
 	// Sockets has the kernel's counters per worker and interface.
 	Sockets []SocketStats
-}
-
-// Live captures on the interfaces until ctx is cancelled, reassembles the
-// TCP connections it sees and feeds each to a stream from newFactory(worker),
-// as ReadFiles does. On cancellation it closes every connection still open
-// (decode.CloseEOF, or CloseFIN after a FIN) and calls Done on each factory.
-// It returns nil after a cancellation, or the error that stopped it. It is
-// NewLive followed by Run; use those to read Snapshot while it runs.
-func Live(ctx context.Context, cfg LiveConfig, newFactory func(worker int) decode.StreamFactory) (LiveStats, error) {
-	c, err := NewLive(cfg, newFactory)
-	if err != nil {
-		return LiveStats{}, err
-	}
-	return c.Run(ctx)
 }

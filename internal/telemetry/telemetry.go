@@ -61,7 +61,6 @@ type Options struct {
 // Telemetry owns the MeterProvider, the Prometheus registry it is exported
 // to, the heartbeats and the readiness conditions.
 type Telemetry struct {
-	node     string
 	provider *sdkmetric.MeterProvider
 	registry *prometheus.Registry
 	meter    metric.Meter
@@ -119,7 +118,7 @@ func New(o Options) (*Telemetry, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(exp))
 	t := &Telemetry{
-		node: node, provider: mp, registry: reg, meter: mp.Meter(meterName), log: log,
+		provider: mp, registry: reg, meter: mp.Meter(meterName), log: log,
 		hbTimeout: hb, now: time.Now,
 		heartbeats: map[string]*Heartbeat{},
 		conditions: map[string]string{},
@@ -155,9 +154,6 @@ func newResource(o Options, node string) (*resource.Resource, error) {
 	}
 	return res, nil
 }
-
-// Node is the node label's value.
-func (t *Telemetry) Node() string { return t.node }
 
 // MeterProvider is the provider to hand to instrumented packages, e.g.
 // clickhouse.Config.MeterProvider, so their metrics reach /metrics.

@@ -105,7 +105,6 @@ type LossyLink struct {
 	r     *Rig
 	p     *proc
 	stats string
-	imp   Impairment
 }
 
 // LossyLink joins the client to the bridge through lossyfwd with imp (the
@@ -119,7 +118,7 @@ func (r *Rig) LossyLink(ctx context.Context, imp Impairment) (*LossyLink, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &LossyLink{r: r, imp: imp, stats: filepath.Join(r.dir, "lossyfwd-stats.json")}
+	l := &LossyLink{r: r, stats: filepath.Join(r.dir, "lossyfwd-stats.json")}
 	r.mu.Lock()
 	busy := r.link != nil
 	if !busy {
@@ -177,9 +176,6 @@ func (r *Rig) LossyLink(ctx context.Context, imp Impairment) (*LossyLink, error)
 	ok = true
 	return l, nil
 }
-
-// Impairment is the link's.
-func (l *LossyLink) Impairment() Impairment { return l.imp }
 
 // Stop ends lossyfwd (its TAP devices go with it: the client is cut off
 // until the next LossyLink) and returns its counters.
