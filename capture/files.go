@@ -96,7 +96,9 @@ func checkFiles(paths []string) (int64, error) {
 	}
 	var total int64
 	for _, path := range paths {
-		if path == Stdin {
+		if ReadOnce(path) {
+			// Looking at its first bytes would consume them: the reader
+			// checks them when it opens the file.
 			total = -1
 			continue
 		}
@@ -109,6 +111,18 @@ func checkFiles(paths []string) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// ReadOnce says whether path can be read only once: standard input, or a
+// file that is not a regular one (a named pipe, a shell's process
+// substitution such as <(zcat x.pcap.gz), a device), whose bytes a first
+// look would consume.
+func ReadOnce(path string) bool {
+	if path == Stdin {
+		return true
+	}
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && !fi.Mode().IsRegular()
 }
 
 func checkFile(path string) (int64, error) {
@@ -124,12 +138,18 @@ func checkFile(path string) (int64, error) {
 	if fi.IsDir() {
 		return 0, fmt.Errorf("%s: is a directory, %w", path, ErrNotCapture)
 	}
+	if fi.Size() == 0 {
+		return 0, fmt.Errorf("%s: empty file, %w", path, ErrNotCapture)
+	}
 	var magic [4]byte
 	if _, err := io.ReadFull(f, magic[:]); err != nil || formatOf(magic[:]) == formatUnknown {
 		return 0, fmt.Errorf("%s: %w", path, ErrNotCapture)
 	}
 	return fi.Size(), nil
 }
+
+// IsCaptureStart says whether b begins like a pcap or pcapng file.
+func IsCaptureStart(b []byte) bool { return formatOf(b) != formatUnknown }
 
 type fileFormat uint8
 

@@ -258,18 +258,19 @@ func TestNotACapture(t *testing.T) {
 	tests := []struct {
 		name string
 		data []byte
+		what string // said before the error, after the path
 	}{
-		{"text", []byte("this is not a capture\n")},
-		{"empty", nil},
-		{"short", []byte{0xd4, 0xc3}},
-		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}},
+		{"text", []byte("this is not a capture\n"), ""},
+		{"empty", nil, "empty file, "},
+		{"short", []byte{0xd4, 0xc3}, ""},
+		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeTemp(t, "x.pcap", tt.data)
 			rec := &recorder{}
 			_, err := ReadFiles(context.Background(), []string{path}, Config{}, rec.newFactory)
-			if !errors.Is(err, ErrNotCapture) || err.Error() != path+": not a pcap or pcapng file" {
+			if !errors.Is(err, ErrNotCapture) || err.Error() != path+": "+tt.what+"not a pcap or pcapng file" {
 				t.Errorf("err = %v", err)
 			}
 			if len(rec.factories) != 0 {

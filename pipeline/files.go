@@ -319,11 +319,11 @@ func grouped(n uint64) string {
 
 // snapLength is the smallest snap length the input files declare in their
 // headers (pcap file header, first pcapng interface), 0 when none is known
-// (standard input is not read twice).
+// (standard input and pipes are not read twice).
 func snapLength(files []string) int {
 	least := 0
 	for _, path := range files {
-		if path == capture.Stdin {
+		if capture.ReadOnce(path) {
 			continue
 		}
 		if n := fileSnapLength(path); n > 0 && (least == 0 || n < least) {
@@ -378,14 +378,14 @@ func fileSnapLength(path string) int {
 
 // unreadBytes is how many bytes of the damaged input files were never read,
 // and those files' names. Each damaged file is read again up to its damage
-// (capture.RawRead) to learn where reading stopped; standard input cannot
-// be read again and is not counted.
+// (capture.RawRead) to learn where reading stopped; standard input and
+// pipes cannot be read again and are not counted.
 func unreadBytes(ctx context.Context, files []string, damaged []error) (uint64, []string) {
 	var total uint64
 	var names []string
 	for _, e := range damaged {
 		for _, path := range files {
-			if path == capture.Stdin || !strings.HasPrefix(e.Error(), path+": ") {
+			if capture.ReadOnce(path) || !strings.HasPrefix(e.Error(), path+": ") {
 				continue
 			}
 			fi, err := os.Stat(path)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -40,6 +41,8 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 	garbage := filepath.Join(t.TempDir(), "garbage.pcap")
 	os.WriteFile(garbage, []byte("this is not a capture file at all\n"), 0o644)
+	empty := filepath.Join(t.TempDir(), "empty.pcap")
+	os.WriteFile(empty, nil, 0o644)
 	clean := filepath.Join(fixtureDir, "go-correct-resume.pcap")
 
 	tests := []struct {
@@ -62,6 +65,9 @@ func TestBinary(t *testing.T) {
 			wantErr: []string{"/nonexistent.pcap"}},
 		{name: "not a capture", args: []string{"analyze", garbage}, wantCode: 2,
 			wantErr: []string{"garbage.pcap", "not a pcap or pcapng file"}},
+		{name: "empty file", args: []string{"analyze", empty}, wantCode: 2, wantErr: []string{"empty.pcap: empty file, not a pcap or pcapng file"}},
+		{name: "flags after the file", args: []string{"analyze", samplePcap, "--format", "json"}, wantCode: 1,
+			wantOut: []string{`"kind":"session_swap"`}},
 		{name: "no file", args: []string{"analyze"}, wantCode: 2, wantErr: []string{"no capture file"}},
 		{name: "bad format", args: []string{"analyze", "--format", "xml", samplePcap}, wantCode: 2, wantErr: []string{"--format"}},
 		{name: "bad flag", args: []string{"analyze", "--frobnicate", samplePcap}, wantCode: 2},
@@ -69,6 +75,7 @@ func TestBinary(t *testing.T) {
 		{name: "help", args: []string{"--help"}, wantCode: 0, wantOut: []string{"replaywatch analyze"}},
 		{name: "analyze help", args: []string{"analyze", "--help"}, wantCode: 0, wantOut: []string{"-format", "-max-events-per-session", "-keep-query-strings"}},
 		{name: "unknown command", args: []string{"frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
+		{name: "help on an unknown command", args: []string{"help", "frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,6 +111,35 @@ func TestBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBinaryReadsNamedPipe: a named pipe, as a shell's process substitution
+// gives (analyze <(zcat capture.pcap.gz)), is read once, like standard
+// input: looking at its first bytes beforehand would consume them.
+func TestBinaryReadsNamedPipe(t *testing.T) {
+	bin := buildBinary(t)
+	fifo := filepath.Join(t.TempDir(), "capture.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(samplePcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// Opening for writing waits for the reader, the binary.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Write(data)
+			f.Close()
+		}
+	}()
+	out, err := exec.Command(bin, "analyze", "--format", "json", fifo).Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitViolations {
+		t.Fatalf("analyze of a named pipe: %v, want exit %d\n%s", err, exitViolations, out)
+	}
+	if !bytes.Contains(out, []byte(`"kind":"session_swap"`)) {
+		t.Errorf("the sample's session_swap not found through a named pipe:\n%s", out)
 	}
 }
 
