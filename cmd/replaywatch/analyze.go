@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,8 +28,9 @@ import (
 
 const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
 
-Reads pcap or pcapng captures (several files are read in order as one
-capture; "-" reads standard input), rebuilds the HTTP/SSE exchanges of MCP
+Reads pcap or pcapng captures (several files are merged packet by packet
+in time order as one capture; "-" reads standard input; flags may come
+before or after the files, and "--" ends them), rebuilds the HTTP/SSE exchanges of MCP
 Streamable HTTP traffic and reports every resume that broke its contract.
 With --spans it reads OpenTelemetry traces instead: OTLP JSON files, one
 export per line, as the Collector's file exporter writes them (docs/otlp.md).
@@ -131,13 +133,14 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), analyzeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitError
 	}
-	if err := cfg.validate(fs.Args()); err != nil {
+	if err := cfg.validate(files); err != nil {
 		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 		return exitError
 	}
@@ -201,7 +204,7 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if cfg.clickhouse.enabled() {
 		var conn *chsink.Conn
 		var err error
-		store, conn, err = cfg.clickhouse.openSink(ctx, strings.Join(fs.Args(), ","), stderr, nil)
+		store, conn, err = cfg.clickhouse.openSink(ctx, strings.Join(files, ","), stderr, nil)
 		if err != nil {
 			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
 			return exitError
@@ -225,9 +228,9 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var summary *sink.Summary
 	if cfg.spans {
-		summary, err = pipeline.SpanFiles(ctx, fs.Args(), pipeline.SpansConfig{OTLP: otlp.DefaultConfig(), Decode: cfg.run.Decode, Detect: cfg.run.Detect}, out)
+		summary, err = pipeline.SpanFiles(ctx, files, pipeline.SpansConfig{OTLP: otlp.DefaultConfig(), Decode: cfg.run.Decode, Detect: cfg.run.Detect}, out)
 	} else {
-		summary, err = pipeline.Files(ctx, fs.Args(), cfg.run, out)
+		summary, err = pipeline.Files(ctx, files, cfg.run, out)
 	}
 	bar.Done()
 	interrupted := context.Cause(ctx)
@@ -255,7 +258,8 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+		// A decoder's message may quote the input's bytes.
+		fmt.Fprintf(stderr, "replaywatch analyze: %s\n", text.Escape(err.Error()))
 		return exitError
 	}
 	if err := finish(summary); err != nil {
@@ -362,14 +366,23 @@ func validateLimits(cp *capture.Config, dc *decode.Config, dt *detector.Config) 
 			bad = append(bad, name)
 		}
 	}
+	var negative []string
 	if cp.Workers < 0 {
-		bad = append(bad, "--workers")
+		negative = append(negative, "--workers")
 	}
 	if dc.ReorderWindow < 0 {
-		bad = append(bad, "--reorder-window")
+		negative = append(negative, "--reorder-window")
 	}
+	var problems []string
 	if len(bad) > 0 {
-		return fmt.Errorf("these flags must be positive (--workers and --reorder-window: not negative): %s", strings.Join(bad, ", "))
+		slices.Sort(bad) // the maps above have no order
+		problems = append(problems, strings.Join(bad, ", ")+" must be positive")
+	}
+	if len(negative) > 0 {
+		problems = append(problems, strings.Join(negative, ", ")+" must not be negative")
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func (c *clickhouseFlags) registerConnect(fs *flag.FlagSet) {
 // registerSink adds the flags of the sink itself.
 func (c *clickhouseFlags) registerSink(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
-	fs.StringVar(&c.sink.Node, "node", host, "name stored in the node column of every row (default: the host name)")
+	fs.StringVar(&c.sink.Node, "node", host, "name stored in the node column of every row; its default is this host's name")
 	fs.IntVar(&c.sink.BatchRows, "batch-rows", chsink.DefaultBatchRows, "rows per insert (per table)")
 	fs.IntVar(&c.sink.BatchBytes, "batch-bytes", chsink.DefaultBatchBytes, "bytes per insert (per table)")
 	fs.DurationVar(&c.sink.FlushInterval, "flush-interval", chsink.DefaultFlushInterval, "insert what is pending at least this often")

@@ -130,6 +130,26 @@ func fishQuote(s string) string {
 // helpWanted reports whether args ask for help: it then goes to standard
 // output with exit 0, as other command-line tools do, and an error's usage
 // to standard error.
+// parseInterspersed parses fs's flags wherever they are among args, as
+// "analyze capture.pcap --format json" is typed, and returns the other
+// arguments in order. Everything after "--" is an argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, nil
+		}
+		if ended := len(args) - len(left); ended > 0 && args[ended-1] == "--" {
+			return append(rest, left...), nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
+}
+
 func helpWanted(args []string) bool {
 	for _, a := range args {
 		switch a {

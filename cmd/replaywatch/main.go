@@ -78,6 +78,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return runSchema([]string{"--help"}, stdout, stderr)
 			case "completion":
 				return runCompletion([]string{"--help"}, stdout, stderr)
+			default:
+				fmt.Fprintf(stderr, "replaywatch help: unknown command %q\n\n%s", args[1], usage)
+				return exitError
 			}
 		}
 		fmt.Fprint(stdout, usage)
