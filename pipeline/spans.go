@@ -244,6 +244,9 @@ func readSpanFile(ctx context.Context, path string, asm *otlp.Assembler) (int, e
 		}
 		td, err := u.UnmarshalTraces(sc.Bytes())
 		if err != nil {
+			if line == 1 && capture.IsCaptureStart(sc.Bytes()) {
+				return n, fmt.Errorf("%s: a packet capture, not OTLP JSON: analyse it without --spans", path)
+			}
 			return n, fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", path, line, err)
 		}
 		clock = later(clock, newestEnd(td))

@@ -244,6 +244,7 @@ func TestAnalyzeSpans(t *testing.T) {
 		{[]string{"--spans", "-"}, "--spans reads files"},
 		{[]string{"--spans", notSpans}, "not an OTLP JSON trace export"},
 		{[]string{"--spans", filepath.Join(t.TempDir(), "missing.json")}, "no such file"},
+		{[]string{"--spans", samplePcap}, "a packet capture, not OTLP JSON: analyse it without --spans"},
 	} {
 		cmd := exec.Command(bin, append([]string{"analyze", "--hash-key-file", key}, tc.args...)...)
 		var stderr strings.Builder

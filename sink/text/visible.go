@@ -18,7 +18,7 @@ const maxShownBytes = 120
 // \u202e), so a crafted Mcp-Session-Id cannot set a terminal's title or
 // clear its screen; and it is shortened to maxShownBytes.
 func visible(s string) string {
-	s = escape(s)
+	s = Escape(s)
 	if len(s) <= maxShownBytes {
 		return s
 	}
@@ -29,8 +29,9 @@ func visible(s string) string {
 	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
 }
 
-// escape writes what visible escapes, without shortening.
-func escape(s string) string {
+// Escape writes what visible escapes, without shortening: for any text
+// that may quote input, such as a decoder's error message.
+func Escape(s string) string {
 	clean := true
 	for _, r := range s {
 		if needsEscape(r) {
@@ -67,7 +68,7 @@ func needsEscape(r rune) bool {
 // explanation): each word is escaped and shortened on its own, so the
 // prose stays whole.
 func visibleWords(s string) string {
-	words := strings.Fields(escape(s))
+	words := strings.Fields(Escape(s))
 	for i, w := range words {
 		words[i] = visible(w)
 	}
