@@ -189,7 +189,16 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		b.WriteString("\nNothing analysed: the capture holds no packets.\n")
 	case s.AnalysedShare == nil:
 		b.WriteString("\nNothing analysed: the capture holds no TCP payload.\n")
-	case s.Violations == 0:
+	case s.Violations > 0:
+	case s.MCPExchanges == 0 && s.TLSConnections > 0:
+		b.WriteString("\nNo MCP traffic found: no HTTP exchange was MCP Streamable HTTP, and TLS connections were not read.\n")
+	case s.MCPExchanges == 0:
+		b.WriteString("\nNo MCP traffic found: no HTTP exchange was MCP Streamable HTTP.\n")
+	case s.Unverifiable == 1:
+		b.WriteString("\nNo violations found, but 1 check could not be verified from this capture (listed above).\n")
+	case s.Unverifiable > 1:
+		fmt.Fprintf(b, "\nNo violations found, but %d checks could not be verified from this capture (listed above).\n", s.Unverifiable)
+	default:
 		b.WriteString("\nNo violations: every resume seen kept its contract.\n")
 	}
 }

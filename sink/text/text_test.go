@@ -60,11 +60,11 @@ func TestListsAreBounded(t *testing.T) {
 		w.Unverifiable(&detector.Unverifiable{Check: "resume", Reason: "gap"})
 	}
 	all := 1.0
-	w.Finish(&sink.Summary{Packets: 1, PayloadBytes: 1, AnalysedShare: &all})
+	w.Finish(&sink.Summary{Packets: 1, PayloadBytes: 1, MCPExchanges: 1, Unverifiable: MaxListed + 5, AnalysedShare: &all})
 	if !strings.Contains(buf.String(), "5 more records not listed") {
 		t.Errorf("overflow not reported:\n%s", buf.String()[len(buf.String())-200:])
 	}
-	if !strings.Contains(buf.String(), "No violations") {
+	if !strings.Contains(buf.String(), "No violations found, but") {
 		t.Error("clean summary missing")
 	}
 }
@@ -141,7 +141,7 @@ func TestSummaryCoverage(t *testing.T) {
 		want     []string
 		dontWant []string
 	}{
-		{name: "intact", s: sink.Summary{Packets: 10, PayloadBytes: 2048, AnalysedShare: share(1), CaptureStart: &start, CaptureEnd: &end},
+		{name: "intact", s: sink.Summary{Packets: 10, PayloadBytes: 2048, MCPExchanges: 4, AnalysedShare: share(1), CaptureStart: &start, CaptureEnd: &end},
 			want:     []string{"capture 2026-11-30T12:00:00Z .. 2026-11-30T12:00:02Z (2s)", "Analysed           100% of TCP payload bytes (2.0 KiB)", "No violations: every resume"},
 			dontWant: []string{"Incomplete", "Nothing analysed"}},
 		{name: "snap length", s: sink.Summary{Packets: 10, PayloadBytes: 382, CaptureGaps: 8, CaptureGapBytes: 12345, SnaplenBytes: 12345,
@@ -157,6 +157,15 @@ func TestSummaryCoverage(t *testing.T) {
 			dontWant: []string{"0001-01-01", "every resume seen kept its contract"}},
 		{name: "no payload", s: sink.Summary{Packets: 7},
 			want:     []string{"Nothing analysed: the capture holds no TCP payload."},
+			dontWant: []string{"every resume seen kept its contract"}},
+		{name: "no MCP", s: sink.Summary{Packets: 7, PayloadBytes: 900, HTTPExchanges: 3, NonMCPExchanges: 3, AnalysedShare: share(1)},
+			want:     []string{"No MCP traffic found: no HTTP exchange was MCP Streamable HTTP.\n"},
+			dontWant: []string{"every resume seen kept its contract"}},
+		{name: "TLS only", s: sink.Summary{Packets: 7, PayloadBytes: 900, TLSConnections: 1, AnalysedShare: share(1)},
+			want:     []string{"No MCP traffic found: no HTTP exchange was MCP Streamable HTTP, and TLS connections were not read."},
+			dontWant: []string{"every resume seen kept its contract"}},
+		{name: "unverifiable", s: sink.Summary{Packets: 7, PayloadBytes: 900, MCPExchanges: 3, Unverifiable: 2, AnalysedShare: share(1)},
+			want:     []string{"No violations found, but 2 checks could not be verified from this capture (listed above)."},
 			dontWant: []string{"every resume seen kept its contract"}},
 	}
 	for _, tt := range tests {
