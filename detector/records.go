@@ -65,9 +65,10 @@ type Violation struct {
 	Evidence        []Evidence
 	// Confidence is set where the finding rests on an inference, linking a
 	// client across sessions: "certain" (the 404's TCP connection and the
-	// same clientInfo or Authorization), "high", "medium" (the address and
-	// what little else the wire offers), or "same exchange" for a swap; the
-	// explanation names the evidence.
+	// same clientInfo or Authorization), "high" or "medium" (the address and
+	// what little else the wire offers); the explanation names the evidence.
+	// Empty where no link is inferred: a swap is seen on one exchange (its
+	// new session's record says "same exchange").
 	Confidence string
 	// Source is the input the record came from: "pcap", "live" or "otlp"
 	// (set by the pipeline, not by the detector).
