@@ -153,7 +153,11 @@ Flags:
 func runSchema(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && helpWanted(args[:1]) {
+			fs := flag.NewFlagSet("schema", flag.ContinueOnError)
+			registerSchemaFlags(fs, new(clickhouseFlags), new(string), new(int))
+			fs.SetOutput(stdout)
 			fmt.Fprint(stdout, schemaUsage)
+			fs.PrintDefaults()
 			return exitOK
 		}
 		fmt.Fprint(stderr, schemaUsage)
