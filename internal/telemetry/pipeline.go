@@ -238,7 +238,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		skipped = b.counter("replaywatch.capture.skipped_packets", "{packet}", "Packets that carried no usable TCP, by reason: non_tcp, fragment (IP fragments are not reassembled), undecodable")
 	}
 	if src.Kernel != nil {
-		kPackets = b.counter("replaywatch.capture.kernel_packets", "{packet}", "Packets the kernel passed to the capture socket")
+		kPackets = b.counter("replaywatch.capture.kernel_packets", "{packet}", "Packets the capture socket's filter accepted, those the kernel then dropped included")
 		kDrops = b.counter("replaywatch.capture.kernel_drops", "{packet}", "Packets the kernel dropped because the capture ring or buffer was full")
 		dups = b.counter("replaywatch.capture.duplicates", "{packet}", "Packets discarded as a second copy of one already captured")
 	}
@@ -255,7 +255,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 		sessions = b.gauge("replaywatch.detector.sessions", "{session}", "Sessions tracked now")
 		stateBytes = b.gauge("replaywatch.detector.state", "By", "Session state the detector holds, as counted toward MaxStateBytes (its share of the memory limit)")
 		shedBytes = b.counter("replaywatch.detector.shed", "By", "Session state let go at MaxStateBytes: the least recently active sessions, evicted (replaywatch_limit_hits_total{limit=\"detector.MaxStateBytes\"} counts them)")
-		ended = b.counter("replaywatch.detector.sessions.ended", "{session}", "Sessions that ended, by reason: deleted, 404, expired, capture_end")
+		ended = b.counter("replaywatch.detector.sessions.ended", "{session}", "Sessions that ended, by reason: deleted, 404, expired, capture_end, evicted")
 		resumes = b.counter("replaywatch.detector.resumes", "{resume}", "Resume attempts (requests with Last-Event-ID), by outcome")
 		violations = b.counter("replaywatch.detector.violations", "{violation}", "Violations of the resume contract, by kind and severity")
 		unverifiable = b.counter("replaywatch.detector.unverifiable", "{check}", "Checks that could not be made, by reason")
