@@ -30,8 +30,9 @@ const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
 
 Reads pcap or pcapng captures (several files are merged packet by packet
 in time order as one capture; "-" reads standard input; flags may come
-before or after the files, and "--" ends them), rebuilds the HTTP/SSE exchanges of MCP
-Streamable HTTP traffic and reports every resume that broke its contract.
+before or after the files, and "--" ends them), rebuilds the HTTP/SSE
+exchanges of MCP Streamable HTTP traffic and reports every resume that
+broke its contract.
 With --spans it reads OpenTelemetry traces instead: OTLP JSON files, one
 export per line, as the Collector's file exporter writes them (docs/otlp.md).
 

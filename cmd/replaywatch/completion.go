@@ -127,9 +127,6 @@ func fishQuote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-// helpWanted reports whether args ask for help: it then goes to standard
-// output with exit 0, as other command-line tools do, and an error's usage
-// to standard error.
 // parseInterspersed parses fs's flags wherever they are among args, as
 // "analyze capture.pcap --format json" is typed, and returns the other
 // arguments in order. Everything after "--" is an argument.
@@ -150,6 +147,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// helpWanted reports whether args ask for help: it then goes to standard
+// output with exit 0, as other command-line tools do, and an error's usage
+// to standard error.
 func helpWanted(args []string) bool {
 	for _, a := range args {
 		switch a {

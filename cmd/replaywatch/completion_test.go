@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,5 +78,35 @@ func TestCompletion(t *testing.T) {
 		if code := run([]string{"completion", shell}, nil, &out, os.Stderr); code != exitOK || !strings.Contains(out.String(), "shutdown-timeout") {
 			t.Errorf("%s: exit %d\n%.300s", shell, code, out.String())
 		}
+	}
+}
+
+// TestParseInterspersed: flags anywhere among the files, "--" ends them.
+func TestParseInterspersed(t *testing.T) {
+	for _, tt := range []struct {
+		args   []string
+		format string
+		rest   []string
+	}{
+		{[]string{"a.pcap"}, "text", []string{"a.pcap"}},
+		{[]string{"--format", "json", "a.pcap", "b.pcap"}, "json", []string{"a.pcap", "b.pcap"}},
+		{[]string{"a.pcap", "--format", "json", "b.pcap"}, "json", []string{"a.pcap", "b.pcap"}},
+		{[]string{"a.pcap", "b.pcap", "--format=json"}, "json", []string{"a.pcap", "b.pcap"}},
+		{[]string{"-", "--format", "json"}, "json", []string{"-"}},
+		{[]string{"a.pcap", "--", "--format", "json"}, "text", []string{"a.pcap", "--format", "json"}},
+		{[]string{"--", "-x.pcap"}, "text", []string{"-x.pcap"}},
+		{nil, "text", nil},
+	} {
+		fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+		format := fs.String("format", "text", "")
+		rest, err := parseInterspersed(fs, tt.args)
+		if err != nil || *format != tt.format || !slices.Equal(rest, tt.rest) {
+			t.Errorf("%q: format %q, rest %q, err %v; want %q, %q", tt.args, *format, rest, err, tt.format, tt.rest)
+		}
+	}
+	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if _, err := parseInterspersed(fs, []string{"a.pcap", "--bogus"}); err == nil {
+		t.Error("an unknown flag after a file was taken")
 	}
 }
