@@ -644,10 +644,10 @@ func readSoakOutput(t *testing.T, path string) soakOutput {
 }
 
 // tail is the last 8 KiB, for failure messages.
-func (l *syncBuffer) tail() string {
-	s := l.String()
-	if len(s) > 8<<10 {
-		s = "..." + s[len(s)-8<<10:]
+func (s *syncBuffer) tail() string {
+	text := s.String()
+	if len(text) > 8<<10 {
+		text = "..." + text[len(text)-8<<10:]
 	}
-	return s
+	return text
 }
