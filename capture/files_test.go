@@ -32,11 +32,14 @@ func TestLinkTypes(t *testing.T) {
 		{"raw-ipv4", layers.LinkTypeIPv4, raw},
 		{"raw-ipv6", layers.LinkTypeIPv6, raw},
 	}
+	plain := len(links)
+	links = append(links, tunnelLinks...)
 	writers := []struct {
 		name  string
 		write func(testing.TB, layers.LinkType, []packet) []byte
 	}{{"pcap", pcapBytes}, {"pcapng", pcapngBytes}}
-	for _, l := range links {
+	for i, l := range links {
+		var tunnelled uint64 // packets
 		for _, ipv := range []string{"ipv4", "ipv6"} {
 			if (l.type_ == layers.LinkTypeIPv4 && ipv == "ipv6") || (l.type_ == layers.LinkTypeIPv6 && ipv == "ipv4") {
 				continue
@@ -48,6 +51,9 @@ func TestLinkTypes(t *testing.T) {
 			for _, wr := range writers {
 				t.Run(l.name+"/"+ipv+"/"+wr.name, func(t *testing.T) {
 					pkts := frames(t, l, conversation(c, s, 0, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n"))
+					if i >= plain {
+						tunnelled = uint64(len(pkts))
+					}
 					path := writeTemp(t, "c."+wr.name, wr.write(t, l.type_, pkts))
 					rec, st, err := run(t, Config{Workers: 1}, path)
 					if err != nil {
@@ -64,7 +70,7 @@ func TestLinkTypes(t *testing.T) {
 					if g.fromA() != "GET / HTTP/1.1\r\n\r\n" || g.fromB() != "HTTP/1.1 200 OK\r\n\r\n" {
 						t.Errorf("data A=%q B=%q", g.fromA(), g.fromB())
 					}
-					if g.reason != 0 /* CloseFIN */ || st.TCP != uint64(len(pkts)) || st.Undecodable != 0 {
+					if g.reason != 0 /* CloseFIN */ || st.TCP != uint64(len(pkts)) || st.Undecodable != 0 || st.Tunnelled != tunnelled {
 						t.Errorf("close %v, stats %+v", g.reason, st)
 					}
 				})

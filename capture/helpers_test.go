@@ -265,6 +265,63 @@ func null(order binary.AppendByteOrder, v6family uint32) func([]byte) []byte {
 
 func raw(ip []byte) []byte { return ip }
 
+// tunnel frames ip as traffic mirroring or an overlay network delivers it:
+// encap(ip) in an outer IPv4 packet of protocol proto between two tunnel
+// ends, in an Ethernet frame.
+func tunnel(proto layers.IPProtocol, encap func(ip []byte) []byte) func([]byte) []byte {
+	return func(ip []byte) []byte {
+		inner := encap(ip)
+		outer := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, byte(proto), 0, 0, 192, 0, 2, 1, 192, 0, 2, 2}
+		binary.BigEndian.PutUint16(outer[2:], uint16(len(outer)+len(inner)))
+		var sum uint32
+		for i := 0; i < len(outer); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(outer[i:]))
+		}
+		for sum > 0xffff {
+			sum = sum&0xffff + sum>>16
+		}
+		binary.BigEndian.PutUint16(outer[10:], ^uint16(sum))
+		return ethernet()(append(outer, inner...))
+	}
+}
+
+// udpTunnel is a UDP datagram to port whose payload is hdr and the packet
+// in an Ethernet frame (VXLAN, Geneve).
+func udpTunnel(port uint16, hdr ...byte) func([]byte) []byte {
+	return tunnel(layers.IPProtocolUDP, func(ip []byte) []byte {
+		payload := append(append([]byte(nil), hdr...), ethernet()(ip)...)
+		u := binary.BigEndian.AppendUint16(nil, 49152)
+		u = binary.BigEndian.AppendUint16(u, port)
+		u = binary.BigEndian.AppendUint16(u, uint16(8+len(payload)))
+		u = append(u, 0, 0) // no checksum, as IPv4 allows
+		return append(u, payload...)
+	})
+}
+
+// tunnelLinks frame the packets in each tunnel the decoder opens.
+var tunnelLinks = []link{
+	{"vxlan", layers.LinkTypeEthernet, udpTunnel(4789, 0x08, 0, 0, 0, 0, 0, 42, 0)},
+	{"geneve", layers.LinkTypeEthernet, udpTunnel(6081, 0, 0, 0x65, 0x58, 0, 0, 42, 0)},
+	{"gre-ethernet", layers.LinkTypeEthernet, tunnel(layers.IPProtocolGRE, func(ip []byte) []byte {
+		return append([]byte{0, 0, 0x65, 0x58}, ethernet()(ip)...)
+	})},
+	{"gre-ip", layers.LinkTypeEthernet, tunnel(layers.IPProtocolGRE, func(ip []byte) []byte {
+		return append(binary.BigEndian.AppendUint16([]byte{0, 0}, etherType(ip)), ip...)
+	})},
+	{"erspan-ii", layers.LinkTypeEthernet, tunnel(layers.IPProtocolGRE, func(ip []byte) []byte {
+		// GRE with a sequence number, then ERSPAN's version 1 header.
+		h := []byte{0x10, 0, 0x88, 0xbe, 0, 0, 0, 7, 0x10, 42, 0, 1, 0, 0, 0, 0}
+		return append(h, ethernet()(ip)...)
+	})},
+	{"ip-in-ip", layers.LinkTypeEthernet, func(ip []byte) []byte {
+		proto := layers.IPProtocolIPv4
+		if ip[0]>>4 == 6 {
+			proto = layers.IPProtocolIPv6
+		}
+		return tunnel(proto, raw)(ip)
+	}},
+}
+
 var ethernetLink = link{"ethernet", layers.LinkTypeEthernet, ethernet()}
 
 // packet is a frame and its capture time.

@@ -34,6 +34,17 @@ type packetDecoder struct {
 	ip6      layers.IPv6
 	tcp      layers.TCP
 	payload  gopacket.Payload
+	// Tunnels, as traffic mirroring (AWS VPC Traffic Mirroring and Azure
+	// vTAP send VXLAN, switches' SPAN sessions ERSPAN) and overlay networks
+	// (Flannel's VXLAN, Calico's IP in IP, Geneve) deliver captures: the
+	// inner packet is the traffic, and its IP layer, decoded into the same
+	// structs after the outer one, is the flow. UDP is decoded only to reach
+	// VXLAN (port 4789) and Geneve (6081); any other UDP stays non-TCP.
+	udp    layers.UDP
+	vxlan  layers.VXLAN
+	geneve layers.Geneve
+	gre    layers.GRE
+	erspan layers.ERSPANII
 
 	// parsers is indexed by the first layer's type: a slice, because a
 	// map lookup per packet costs more than the rest of the lookup.
@@ -48,6 +59,8 @@ type packetDecoder struct {
 	// did not keep (a snap length shorter than the packet): the IP header
 	// says how long the packet was.
 	cut int
+	// tunnelled says the last TCP segment came out of a tunnel.
+	tunnelled bool
 }
 
 func newPacketDecoder() *packetDecoder {
@@ -63,6 +76,7 @@ func newPacketDecoder() *packetDecoder {
 	var dlc gopacket.DecodingLayerContainer = gopacket.DecodingLayerSparse(nil)
 	for _, l := range []gopacket.DecodingLayer{
 		&d.eth, &d.sll, &d.sll2, &d.loopback, &d.dot1q, &d.ip4, &d.ip6, &d.tcp, &d.payload,
+		&d.udp, &d.vxlan, &d.geneve, &d.gre, &d.erspan,
 	} {
 		dlc = dlc.Put(l)
 	}
@@ -104,7 +118,7 @@ func firstLayer(lt layers.LinkType, data []byte) (gopacket.LayerType, bool) {
 // decode parses one frame. On verdictTCP, d.tcp holds the segment (its
 // Payload aliases data) and net is the IP flow.
 func (d *packetDecoder) decode(data []byte, lt layers.LinkType) (net gopacket.Flow, v packetVerdict) {
-	d.cut = 0
+	d.cut, d.tunnelled = 0, false
 	first, ok := firstLayer(lt, data)
 	if !ok {
 		return net, verdictUndecodable
@@ -167,13 +181,26 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 	var sawIP bool
 	for _, t := range d.decoded {
 		switch t {
+		case layers.LayerTypeVXLAN:
+			if !d.vxlan.ValidIDFlag {
+				// RFC 7348's I flag is always set: without it this is
+				// other UDP that happens to use port 4789.
+				return net, verdictNonTCP
+			}
+			d.tunnelled = true
+		case layers.LayerTypeGeneve, layers.LayerTypeGRE, layers.LayerTypeERSPANII:
+			d.tunnelled = true
 		case layers.LayerTypeIPv4:
+			// An IP layer after another is IP in IP (or in GRE): the
+			// structs now hold the inner one, which the loop reads last.
+			d.tunnelled = d.tunnelled || sawIP
 			sawIP, net = true, d.ip4.NetworkFlow()
 			d.src, d.dst, d.ipID = d.ip4.SrcIP, d.ip4.DstIP, d.ip4.Id
 			// gopacket keeps what a snap length left of a longer
 			// packet; the total length tells what is missing.
 			d.cut = max(0, int(d.ip4.Length)-len(d.ip4.Contents)-len(d.ip4.Payload))
 		case layers.LayerTypeIPv6:
+			d.tunnelled = d.tunnelled || sawIP
 			sawIP, net = true, d.ip6.NetworkFlow()
 			d.src, d.dst, d.ipID = d.ip6.SrcIP, d.ip6.DstIP, 0
 			d.cut = max(0, int(d.ip6.Length)-len(d.ip6.Payload))

@@ -73,8 +73,37 @@ func FuzzPacketDecoder(f *testing.F) {
 		ip := ipPacket(f, s)
 		f.Add(ethernet()(ip), uint16(layers.LinkTypeEthernet))
 		f.Add(ip, uint16(layers.LinkTypeRaw))
+		for _, l := range tunnelLinks {
+			f.Add(l.frame(ip), uint16(l.type_))
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, lt uint16) {
 		sameDecoding(t, data, layers.LinkType(lt))
 	})
+}
+
+// TestTunnelVerdicts: a tunnel's inner TCP is the flow; UDP that only uses a
+// tunnel's port, or any other UDP, stays non-TCP.
+func TestTunnelVerdicts(t *testing.T) {
+	ip := ipPacket(t, conversation(client, server, 0, "x", "y")[0])
+	for _, tt := range []struct {
+		name      string
+		frame     []byte
+		verdict   packetVerdict
+		tunnelled bool
+	}{
+		{"plain", ethernet()(ip), verdictTCP, false},
+		{"vxlan", udpTunnel(4789, 0x08, 0, 0, 0, 0, 0, 42, 0)(ip), verdictTCP, true},
+		{"vxlan port without the I flag", udpTunnel(4789, 0, 0, 0, 0, 0, 0, 42, 0)(ip), verdictNonTCP, false},
+		{"other udp", udpTunnel(53, 0x08, 0, 0, 0, 0, 0, 42, 0)(ip), verdictNonTCP, false},
+	} {
+		d := newPacketDecoder()
+		net, v := d.decode(tt.frame, layers.LinkTypeEthernet)
+		if v != tt.verdict || d.tunnelled != tt.tunnelled {
+			t.Errorf("%s: verdict %v, tunnelled %v; want %v, %v", tt.name, v, d.tunnelled, tt.verdict, tt.tunnelled)
+		}
+		if v == verdictTCP && (net.Src().String() != client.Addr().String() || net.Dst().String() != server.Addr().String()) {
+			t.Errorf("%s: flow %v, want the inner %v -> %v", tt.name, net, client.Addr(), server.Addr())
+		}
+	}
 }

@@ -262,6 +262,9 @@ func (d *packetDecoder) classify(st *Stats, data []byte, lt layers.LinkType) (ne
 	switch v {
 	case verdictTCP:
 		st.TCP++
+		if d.tunnelled {
+			st.Tunnelled++
+		}
 		if d.cut > 0 {
 			// A segment cut by the snap length is lost whole: bytes
 			// after the cut are unknown, and the framing of what was kept

@@ -12,6 +12,7 @@ type Stats struct {
 	NonTCP      uint64 // decodable packets that carried no TCP (ARP, UDP, ICMP, ...)
 	Fragments   uint64 // IP fragments (not reassembled: their TCP is lost)
 	Undecodable uint64 // packets whose headers were damaged or of an unsupported link type
+	Tunnelled   uint64 // of the TCP ones, packets taken out of a tunnel (VXLAN, Geneve, GRE, ERSPAN II, IP in IP)
 
 	Connections           uint64 // streams handed to a StreamFactory
 	ConnectionsWithoutSYN uint64 // of those, connections whose handshake was not captured
@@ -40,6 +41,7 @@ func (s *Stats) add(o Stats) {
 	s.NonTCP += o.NonTCP
 	s.Fragments += o.Fragments
 	s.Undecodable += o.Undecodable
+	s.Tunnelled += o.Tunnelled
 	s.Connections += o.Connections
 	s.ConnectionsWithoutSYN += o.ConnectionsWithoutSYN
 	s.PayloadBytes += o.PayloadBytes

@@ -23,7 +23,7 @@ import (
 // finding, never add one), and with a NAT copy of every packet
 // (damage.ProxyHop, damage.NATCopy).
 func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
-	fixtures, captures := readCrowdCaptures(t)
+	fixtures, captures := readFixtureCaptures(t)
 	var want []finding
 	for _, fx := range fixtures {
 		want = append(want, runDamaged(t, 1, fx).violations...)
@@ -86,7 +86,7 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 // case runs with one worker and with two, which must print the same
 // records. The table it logs (go test -v) is the one in docs/damage.md.
 func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
-	_, captures := readCrowdCaptures(t)
+	_, captures := readFixtureCaptures(t)
 	seeds, sample := 2, 100
 	if testing.Short() {
 		seeds, sample = 1, 10
@@ -133,11 +133,15 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 	t.Log(table)
 }
 
-// readCrowdCaptures reads the suite's SDK captures for damage.Crowd, each with
-// its server implementation: its name's family (go, mcpgo, ts).
-func readCrowdCaptures(t *testing.T) ([]string, []damage.Capture) {
+// readFixtureCaptures reads the suite's SDK captures and their paths, each
+// with its server implementation for damage.Crowd: its name's family (go,
+// mcpgo, ts).
+func readFixtureCaptures(t *testing.T) ([]string, []damage.Capture) {
 	t.Helper()
 	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	if len(fixtures) == 0 {
+		t.Fatal("no fixtures")
+	}
 	var captures []damage.Capture
 	for _, fx := range fixtures {
 		pkts, lt, err := pcaprec.ReadPackets(fx)

@@ -138,7 +138,7 @@ func buildSummary(c capture.Stats, d decode.Stats, det detector.Stats, problems 
 		HTTPExchanges: uint64(d.HTTPExchanges), MCPExchanges: uint64(det.MCPExchanges),
 		NonMCPExchanges: uint64(det.NonMCPExchanges), SSEEvents: uint64(d.SSEEvents),
 		MCPSessions: uint64(det.SessionsSeen), CaptureGaps: c.Gaps, CaptureGapBytes: c.GapBytes,
-		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable,
+		PayloadBytes: c.PayloadBytes, SnaplenBytes: c.SnaplenBytes, UndecodablePackets: c.Undecodable, TunnelledPackets: c.Tunnelled,
 		InflatedBodies: uint64(d.InflatedBodies), EncodedUnreadBodies: uint64(d.EncodedUnread),
 		TLSConnections: uint64(d.TLSConnections), ProxyProtocolHeaders: uint64(d.ProxyHeaders), HTTP2Connections: uint64(d.HTTP2Connections), HTTP2Bytes: uint64(d.HTTP2Bytes),
 		UnknownOutcomes: int(det.UnknownOutcomes), HeaderMismatches: int(det.HeaderMismatches),

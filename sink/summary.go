@@ -52,6 +52,10 @@ type Summary struct {
 	SnaplenBytes       uint64 `json:"snaplen_bytes"`       // payload bytes cut by the capture's snap length
 	UnreadFileBytes    uint64 `json:"unread_file_bytes"`   // bytes of damaged files after the damage, never read
 	UndecodablePackets uint64 `json:"undecodable_packets"` // packets whose headers could not be decoded
+	// TunnelledPackets carried their TCP in a tunnel (VXLAN, Geneve, GRE,
+	// ERSPAN II, IP in IP), as traffic mirroring delivers it: decapsulated
+	// and analysed as the inner packets.
+	TunnelledPackets uint64 `json:"tunnelled_packets"`
 	// InflatedBodies were under Content-Encoding gzip or deflate, inflated
 	// and read; EncodedUnreadBodies under one not read (another coding, a
 	// limit, or data that would not inflate), delimited and counted only.

@@ -119,6 +119,9 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 	if !spans {
 		row("TCP connections", "%d", s.TCPConnections)
 	}
+	if s.TunnelledPackets > 0 {
+		row("Tunnelled", "%d packets taken out of VXLAN, Geneve, GRE, ERSPAN or IP in IP and read as the inner traffic", s.TunnelledPackets)
+	}
 	row("HTTP exchanges", "%d (%d MCP, %d other, ignored)", s.HTTPExchanges, s.MCPExchanges, s.NonMCPExchanges)
 	row("SSE events", "%d", s.SSEEvents)
 	row("MCP sessions", "%d", s.MCPSessions)

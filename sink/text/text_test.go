@@ -158,6 +158,8 @@ func TestSummaryCoverage(t *testing.T) {
 		{name: "no payload", s: sink.Summary{Packets: 7},
 			want:     []string{"Nothing analysed: the capture holds no TCP payload."},
 			dontWant: []string{"every resume seen kept its contract"}},
+		{name: "mirrored", s: sink.Summary{Packets: 7, PayloadBytes: 900, MCPExchanges: 3, TunnelledPackets: 7, AnalysedShare: share(1)},
+			want: []string{"Tunnelled          7 packets taken out of VXLAN, Geneve, GRE, ERSPAN or IP in IP and read as the inner traffic"}},
 		{name: "no MCP", s: sink.Summary{Packets: 7, PayloadBytes: 900, HTTPExchanges: 3, NonMCPExchanges: 3, AnalysedShare: share(1)},
 			want:     []string{"No MCP traffic found: no HTTP exchange was MCP Streamable HTTP.\n"},
 			dontWant: []string{"every resume seen kept its contract"}},
