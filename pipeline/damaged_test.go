@@ -152,23 +152,16 @@ const maxExhaustiveCases = 300
 // No case is excluded. The table it logs (go test -v) is the one in the
 // issue's closing note.
 func TestDamageNeverAddsAViolation(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
-	if len(fixtures) == 0 {
-		t.Fatal("no fixtures")
-	}
+	fixtures, captures := readFixtureCaptures(t)
 	seeds := 3
 	if testing.Short() {
 		seeds = 1
 	}
 	dir := t.TempDir()
 	table := damageTable{}
-	for _, fx := range fixtures {
+	for i, fx := range fixtures {
 		name := strings.TrimSuffix(filepath.Base(fx), ".pcap")
-		pkts, lt, err := pcaprec.ReadPackets(fx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := damage.Capture{Packets: pkts, LinkType: lt}
+		c, lt := captures[i], captures[i].LinkType
 		intact := runDamaged(t, 1, fx)
 		if intact.err != nil {
 			t.Fatalf("%s: analysis failed: %v", name, intact.err)

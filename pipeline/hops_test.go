@@ -26,20 +26,13 @@ import (
 // protocol header (damage.BehindProxyProtocol, versions 1 and 2), which
 // the decoder skips.
 func TestProxyHopsChangeNothing(t *testing.T) {
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
-	if len(fixtures) == 0 {
-		t.Fatal("no fixtures")
-	}
+	fixtures, captures := readFixtureCaptures(t)
 	dir := t.TempDir()
 	total, repeated := 0, 0
-	for _, fx := range fixtures {
-		pkts, lt, err := pcaprec.ReadPackets(fx)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, fx := range fixtures {
+		c, lt := captures[i], captures[i].LinkType
 		name := strings.TrimSuffix(filepath.Base(fx), ".pcap")
 		intact := runDamaged(t, 1, fx)
-		c := damage.Capture{Packets: pkts, LinkType: lt}
 		for _, hop := range []struct {
 			what    string
 			packets []pcaprec.Packet
