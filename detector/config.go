@@ -87,7 +87,8 @@ type Config struct {
 	// ReorderTolerance: observations on different connections may be
 	// merged slightly out of order (decode's reorder window); an event id
 	// that is lower than one seen on another stream less than this long ago
-	// is not called a reset.
+	// is not called a reset. Not a bound: 0 means no tolerance, and New
+	// keeps it (DefaultConfig has DefaultReorderTolerance).
 	ReorderTolerance time.Duration
 }
 
