@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/replaywatch/replaywatch/decode"
+	"github.com/replaywatch/replaywatch/test/inetsum"
 )
 
 // recStream records every call a connection receives, in order.
@@ -273,14 +274,7 @@ func tunnel(proto layers.IPProtocol, encap func(ip []byte) []byte) func([]byte) 
 		inner := encap(ip)
 		outer := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, byte(proto), 0, 0, 192, 0, 2, 1, 192, 0, 2, 2}
 		binary.BigEndian.PutUint16(outer[2:], uint16(len(outer)+len(inner)))
-		var sum uint32
-		for i := 0; i < len(outer); i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(outer[i:]))
-		}
-		for sum > 0xffff {
-			sum = sum&0xffff + sum>>16
-		}
-		binary.BigEndian.PutUint16(outer[10:], ^uint16(sum))
+		binary.BigEndian.PutUint16(outer[10:], inetsum.Checksum(0, outer))
 		return ethernet()(append(outer, inner...))
 	}
 }

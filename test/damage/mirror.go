@@ -3,6 +3,7 @@ package damage
 import (
 	"encoding/binary"
 
+	"github.com/replaywatch/replaywatch/test/inetsum"
 	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
@@ -48,7 +49,7 @@ func (c Capture) Mirrored(how Mirror) []pcaprec.Packet {
 		}
 		ip := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2}
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+len(encap)+len(p.Data)))
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:], inetsum.Checksum(0, ip))
 		eth := []byte{0, 0x16, 0x3e, 0, 0, 2, 0, 0x16, 0x3e, 0, 0, 1, 0x08, 0x00}
 		data := append(append(append(eth, ip...), encap...), p.Data...)
 		ci := p.CI
@@ -57,15 +58,4 @@ func (c Capture) Mirrored(how Mirror) []pcaprec.Packet {
 		out = append(out, pcaprec.Packet{CI: ci, Data: data})
 	}
 	return out
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }
