@@ -96,13 +96,13 @@ func defaultSpoolDir(dsn string) (string, error) {
 // openSink connects, checks the schema and starts the sink. When the server
 // cannot be reached, the sink starts anyway and spools until it can (conn is
 // nil then); a wrong schema or bad credentials are errors.
-// The sink logs to log, or as text on stderr when log is nil.
+// The sink logs to log, or as analyze's own lines on stderr when log is nil.
 func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io.Writer, log *slog.Logger) (*chsink.Sink, *chsink.Conn, error) {
 	cfg := c.sink
 	cfg.Source = source
 	cfg.Logger = log
 	if log == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(newLineHandler(stderr, "replaywatch analyze: "))
 	}
 	if cfg.SpoolDir == "" {
 		dir, err := defaultSpoolDir(c.connect.DSN)
