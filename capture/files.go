@@ -143,10 +143,33 @@ func checkFile(path string) (int64, error) {
 	}
 	var magic [4]byte
 	if _, err := io.ReadFull(f, magic[:]); err != nil || formatOf(magic[:]) == formatUnknown {
-		return 0, fmt.Errorf("%s: %w", path, ErrNotCapture)
+		return 0, notCapture(path, magic[:])
 	}
 	return fi.Size(), nil
 }
+
+// notCapture is ErrNotCapture for the file named name, which starts with
+// magic; a compressed capture is named as such, with what reads it.
+func notCapture(name string, magic []byte) error {
+	var what string
+	switch {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		what = "gzip"
+	case len(magic) >= 4 && binary.LittleEndian.Uint32(magic) == 0xfd2fb528:
+		what = "zstd"
+	case len(magic) >= 3 && string(magic[:3]) == "BZh":
+		what = "bzip2"
+	case len(magic) >= 4 && string(magic[:4]) == "\xfd7zX":
+		what = "xz"
+	default:
+		return fmt.Errorf("%s: %w", name, ErrNotCapture)
+	}
+	return fmt.Errorf("%s: %w: it is %s-compressed; decompress it on the way in, e.g. replaywatch analyze <(%scat FILE) or %scat FILE | replaywatch analyze -",
+		name, ErrNotCapture, what, catPrefix[what], catPrefix[what])
+}
+
+// catPrefix names each compressor's cat command (zcat, zstdcat, bzcat, xzcat).
+var catPrefix = map[string]string{"gzip": "z", "zstd": "zstd", "bzip2": "bz", "xz": "xz"}
 
 // IsCaptureStart says whether b begins like a pcap or pcapng file.
 func IsCaptureStart(b []byte) bool { return formatOf(b) != formatUnknown }
@@ -277,7 +300,7 @@ func openSource(ctx context.Context, path string, cr *countingReader) (*source, 
 		}
 	default:
 		closeFn()
-		return nil, fmt.Errorf("%s: %w", name, ErrNotCapture)
+		return nil, notCapture(name, magic)
 	}
 	return s, nil
 }

@@ -262,21 +262,24 @@ func TestTruncatedFileThenNext(t *testing.T) {
 
 func TestNotACapture(t *testing.T) {
 	tests := []struct {
-		name string
-		data []byte
-		what string // said before the error, after the path
+		name  string
+		data  []byte
+		what  string // said before the error, after the path
+		after string // said after the error
 	}{
-		{"text", []byte("this is not a capture\n"), ""},
-		{"empty", nil, "empty file, "},
-		{"short", []byte{0xd4, 0xc3}, ""},
-		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, ""},
+		{"text", []byte("this is not a capture\n"), "", ""},
+		{"empty", nil, "empty file, ", ""},
+		{"short", []byte{0xd4, 0xc3}, "", ""},
+		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, "",
+			": it is gzip-compressed; decompress it on the way in, e.g. replaywatch analyze <(zcat FILE) or zcat FILE | replaywatch analyze -"},
+		{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "", ": it is zstd-compressed; decompress it on the way in, e.g. replaywatch analyze <(zstdcat FILE) or zstdcat FILE | replaywatch analyze -"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeTemp(t, "x.pcap", tt.data)
 			rec := &recorder{}
 			_, err := ReadFiles(context.Background(), []string{path}, Config{}, rec.newFactory)
-			if !errors.Is(err, ErrNotCapture) || err.Error() != path+": "+tt.what+"not a pcap or pcapng file" {
+			if !errors.Is(err, ErrNotCapture) || err.Error() != path+": "+tt.what+"not a pcap or pcapng file"+tt.after {
 				t.Errorf("err = %v", err)
 			}
 			if len(rec.factories) != 0 {

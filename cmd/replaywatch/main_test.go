@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -43,6 +44,13 @@ func TestBinary(t *testing.T) {
 	os.WriteFile(garbage, []byte("this is not a capture file at all\n"), 0o644)
 	empty := filepath.Join(t.TempDir(), "empty.pcap")
 	os.WriteFile(empty, nil, 0o644)
+	gzipped := filepath.Join(t.TempDir(), "capture.pcap.gz")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	sample, _ := os.ReadFile(samplePcap)
+	zw.Write(sample)
+	zw.Close()
+	os.WriteFile(gzipped, gz.Bytes(), 0o644)
 	clean := filepath.Join(fixtureDir, "go-correct-resume.pcap")
 
 	tests := []struct {
@@ -65,6 +73,8 @@ func TestBinary(t *testing.T) {
 			wantErr: []string{"/nonexistent.pcap"}},
 		{name: "not a capture", args: []string{"analyze", garbage}, wantCode: 2,
 			wantErr: []string{"garbage.pcap", "not a pcap or pcapng file"}},
+		{name: "compressed file", args: []string{"analyze", gzipped}, wantCode: 2, wantErr: []string{"it is gzip-compressed", "<(zcat FILE)"}},
+		{name: "compressed standard input", args: []string{"analyze", "-"}, stdin: gzipped, wantCode: 2, wantErr: []string{"stdin: not a pcap or pcapng file: it is gzip-compressed"}},
 		{name: "empty file", args: []string{"analyze", empty}, wantCode: 2, wantErr: []string{"empty.pcap: empty file, not a pcap or pcapng file"}},
 		{name: "flags after the file", args: []string{"analyze", samplePcap, "--format", "json"}, wantCode: 1,
 			wantOut: []string{`"kind":"session_swap"`}},
