@@ -185,6 +185,8 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		if s.Violations == 0 {
 			b.WriteString("No violations in the part that could be analysed.\n")
 		}
+	case spans && s.Violations == 0 && s.Unverifiable > 0:
+		fmt.Fprintf(b, "\nNo violations in the spans, but %s could not be verified from them (listed above).\n", checks(s.Unverifiable))
 	case spans && s.Violations == 0:
 		b.WriteString("\nNo violations in the spans: every resume they show kept its contract.\n")
 	case spans:
@@ -197,13 +199,19 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		b.WriteString("\nNo MCP traffic found: no HTTP exchange was MCP Streamable HTTP, and TLS connections were not read.\n")
 	case s.MCPExchanges == 0:
 		b.WriteString("\nNo MCP traffic found: no HTTP exchange was MCP Streamable HTTP.\n")
-	case s.Unverifiable == 1:
-		b.WriteString("\nNo violations found, but 1 check could not be verified from this capture (listed above).\n")
-	case s.Unverifiable > 1:
-		fmt.Fprintf(b, "\nNo violations found, but %d checks could not be verified from this capture (listed above).\n", s.Unverifiable)
+	case s.Unverifiable > 0:
+		fmt.Fprintf(b, "\nNo violations found, but %s could not be verified from this capture (listed above).\n", checks(s.Unverifiable))
 	default:
 		b.WriteString("\nNo violations: every resume seen kept its contract.\n")
 	}
+}
+
+// checks counts n checks in words: "1 check", "2 checks".
+func checks(n int) string {
+	if n == 1 {
+		return "1 check"
+	}
+	return fmt.Sprintf("%d checks", n)
 }
 
 // writeViolation prints one finding; number is its place ("3/7", or "3"

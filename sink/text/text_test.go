@@ -160,6 +160,11 @@ func TestSummaryCoverage(t *testing.T) {
 			dontWant: []string{"every resume seen kept its contract"}},
 		{name: "mirrored", s: sink.Summary{Packets: 7, PayloadBytes: 900, MCPExchanges: 3, TunnelledPackets: 7, AnalysedShare: share(1)},
 			want: []string{"Tunnelled          7 packets taken out of VXLAN, Geneve, GRE, ERSPAN or IP in IP and read as the inner traffic"}},
+		{name: "spans, unverifiable", s: sink.Summary{Spans: 40, MCPExchanges: 3, Unverifiable: 2},
+			want:     []string{"No violations in the spans, but 2 checks could not be verified from them (listed above)."},
+			dontWant: []string{"kept its contract"}},
+		{name: "spans", s: sink.Summary{Spans: 40, MCPExchanges: 3},
+			want: []string{"No violations in the spans: every resume they show kept its contract."}},
 		{name: "no MCP", s: sink.Summary{Packets: 7, PayloadBytes: 900, HTTPExchanges: 3, NonMCPExchanges: 3, AnalysedShare: share(1)},
 			want:     []string{"No MCP traffic found: no HTTP exchange was MCP Streamable HTTP.\n"},
 			dontWant: []string{"every resume seen kept its contract"}},
@@ -169,6 +174,8 @@ func TestSummaryCoverage(t *testing.T) {
 		{name: "unverifiable", s: sink.Summary{Packets: 7, PayloadBytes: 900, MCPExchanges: 3, Unverifiable: 2, AnalysedShare: share(1)},
 			want:     []string{"No violations found, but 2 checks could not be verified from this capture (listed above)."},
 			dontWant: []string{"every resume seen kept its contract"}},
+		{name: "one unverifiable", s: sink.Summary{Packets: 7, PayloadBytes: 900, MCPExchanges: 3, Unverifiable: 1, AnalysedShare: share(1)},
+			want: []string{"No violations found, but 1 check could not be verified from this capture (listed above)."}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
