@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -142,10 +143,44 @@ func checkFile(path string) (int64, error) {
 		return 0, fmt.Errorf("%s: empty file, %w", path, ErrNotCapture)
 	}
 	var magic [4]byte
-	if _, err := io.ReadFull(f, magic[:]); err != nil || formatOf(magic[:]) == formatUnknown {
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return 0, notCapture(path, magic[:])
+	}
+	if isGzip(magic[:]) {
+		// Look inside: the capture's own magic comes first.
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return 0, err
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w: gzip: %v", path, ErrNotCapture, err)
+		}
+		if _, err := io.ReadFull(zr, magic[:]); err != nil {
+			return 0, fmt.Errorf("%s: %w: its gzip data ends before the capture's header (%v)", path, ErrTruncated, err)
+		}
+		if formatOf(magic[:]) == formatUnknown {
+			return 0, fmt.Errorf("%s: %w inside its gzip compression", path, ErrNotCapture)
+		}
+	}
+	if formatOf(magic[:]) == formatUnknown {
 		return 0, notCapture(path, magic[:])
 	}
 	return fi.Size(), nil
+}
+
+func isGzip(magic []byte) bool { return len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b }
+
+// Compressed says whether the file at path is gzip-compressed: read through
+// its decompression, its offsets are not the file's.
+func Compressed(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [2]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && isGzip(magic[:])
 }
 
 // notCapture is ErrNotCapture for the file named name, which starts with
@@ -153,8 +188,6 @@ func checkFile(path string) (int64, error) {
 func notCapture(name string, magic []byte) error {
 	var what string
 	switch {
-	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
-		what = "gzip"
 	case len(magic) >= 4 && binary.LittleEndian.Uint32(magic) == 0xfd2fb528:
 		what = "zstd"
 	case len(magic) >= 3 && string(magic[:3]) == "BZh":
@@ -168,8 +201,8 @@ func notCapture(name string, magic []byte) error {
 		name, ErrNotCapture, what, catPrefix[what], catPrefix[what])
 }
 
-// catPrefix names each compressor's cat command (zcat, zstdcat, bzcat, xzcat).
-var catPrefix = map[string]string{"gzip": "z", "zstd": "zstd", "bzip2": "bz", "xz": "xz"}
+// catPrefix names each compressor's cat command (zstdcat, bzcat, xzcat).
+var catPrefix = map[string]string{"zstd": "zstd", "bzip2": "bz", "xz": "xz"}
 
 // IsCaptureStart says whether b begins like a pcap or pcapng file.
 func IsCaptureStart(b []byte) bool { return formatOf(b) != formatUnknown }
@@ -266,6 +299,28 @@ func openSource(ctx context.Context, path string, cr *countingReader) (*source, 
 	}
 	br := bufio.NewReaderSize(cr.reader(src), readBufferBytes)
 	magic, _ := br.Peek(4)
+	if isGzip(magic) {
+		// tcpdump -w - | gzip, and rotated captures, are kept so; the
+		// progress still counts the file's own, compressed, bytes.
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			closeFn()
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return nil, fmt.Errorf("%s: %w: gzip: %v", name, ErrNotCapture, err)
+		}
+		br = bufio.NewReaderSize(zr, readBufferBytes)
+		var err2 error
+		if magic, err2 = br.Peek(4); len(magic) < 4 && err2 != nil && ctx.Err() == nil {
+			closeFn()
+			return nil, fmt.Errorf("%s: %w: its gzip data ends before the capture's header (%v)", name, ErrTruncated, err2)
+		}
+		if formatOf(magic) == formatUnknown {
+			closeFn()
+			return nil, fmt.Errorf("%s: %w inside its gzip compression", name, ErrNotCapture)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		closeFn()
 		return nil, err

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -37,7 +38,9 @@ func TestLinkTypes(t *testing.T) {
 	writers := []struct {
 		name  string
 		write func(testing.TB, layers.LinkType, []packet) []byte
-	}{{"pcap", pcapBytes}, {"pcapng", pcapngBytes}}
+	}{{"pcap", pcapBytes}, {"pcapng", pcapngBytes}, {"pcap.gz", func(t testing.TB, lt layers.LinkType, pkts []packet) []byte {
+		return gzipped(pcapBytes(t, lt, pkts))
+	}}}
 	for i, l := range links {
 		var tunnelled uint64 // packets
 		for _, ipv := range []string{"ipv4", "ipv6"} {
@@ -248,6 +251,32 @@ func TestTruncatedFile(t *testing.T) {
 	}
 }
 
+// TestTruncatedGzipFile: a gzip-compressed capture cut short is truncated
+// like a plain one: what decompressed before the cut is read.
+func TestTruncatedGzipFile(t *testing.T) {
+	segs := conversation(client, server, 0, "hello", "world")
+	plain := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs))
+	half := len(pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, segs[:4])))
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write(plain[:half])
+	zw.Flush() // a sync point: what comes before it decompresses without the rest
+	synced := b.Len()
+	zw.Write(plain[half:])
+	zw.Close()
+	for _, cut := range []int{synced + 1, (synced + b.Len()) / 2, b.Len() - 1} {
+		path := writeTemp(t, "cut.pcap.gz", b.Bytes()[:cut])
+		_, st, err := run(t, Config{Workers: 1}, path)
+		if !errors.Is(err, ErrTruncated) || st.TruncatedFiles != 1 || st.Packets < 4 {
+			t.Errorf("cut at %d of %d: err %v, stats %+v; want ErrTruncated after at least 4 packets", cut, b.Len(), err, st)
+		}
+	}
+	path := writeTemp(t, "head.pcap.gz", b.Bytes()[:12])
+	if _, _, err := run(t, Config{Workers: 1}, path); !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), "gzip") {
+		t.Errorf("cut inside the first block: err %v, want ErrTruncated naming gzip", err)
+	}
+}
+
 // TestTruncatedFileThenNext: reading goes on with the next file.
 func TestTruncatedFileThenNext(t *testing.T) {
 	a := pcapBytes(t, layers.LinkTypeEthernet, frames(t, ethernetLink, conversation(client, server, 0, "one")))
@@ -270,8 +299,8 @@ func TestNotACapture(t *testing.T) {
 		{"text", []byte("this is not a capture\n"), "", ""},
 		{"empty", nil, "empty file, ", ""},
 		{"short", []byte{0xd4, 0xc3}, "", ""},
-		{"gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, "",
-			": it is gzip-compressed; decompress it on the way in, e.g. replaywatch analyze <(zcat FILE) or zcat FILE | replaywatch analyze -"},
+		{"damaged gzip", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}, "", ": gzip: unexpected EOF"},
+		{"gzip of text", gzipped([]byte("this is not a capture\n")), "", " inside its gzip compression"},
 		{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0}, "", ": it is zstd-compressed; decompress it on the way in, e.g. replaywatch analyze <(zstdcat FILE) or zstdcat FILE | replaywatch analyze -"},
 	}
 	for _, tt := range tests {

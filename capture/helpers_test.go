@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -334,6 +335,15 @@ func frames(t testing.TB, l link, segs []seg) []packet {
 }
 
 // pcapBytes writes packets as a classic pcap file.
+// gzipped is data compressed as gzip writes it.
+func gzipped(data []byte) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write(data)
+	zw.Close()
+	return b.Bytes()
+}
+
 func pcapBytes(t testing.TB, lt layers.LinkType, pkts []packet) []byte {
 	t.Helper()
 	var b bytes.Buffer

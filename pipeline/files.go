@@ -379,13 +379,14 @@ func fileSnapLength(path string) int {
 // unreadBytes is how many bytes of the damaged input files were never read,
 // and those files' names. Each damaged file is read again up to its damage
 // (capture.RawRead) to learn where reading stopped; standard input and
-// pipes cannot be read again and are not counted.
+// pipes cannot be read again, and a compressed file's offsets are not its
+// decompressed ones: they are not counted.
 func unreadBytes(ctx context.Context, files []string, damaged []error) (uint64, []string) {
 	var total uint64
 	var names []string
 	for _, e := range damaged {
 		for _, path := range files {
-			if capture.ReadOnce(path) || !strings.HasPrefix(e.Error(), path+": ") {
+			if capture.ReadOnce(path) || capture.Compressed(path) || !strings.HasPrefix(e.Error(), path+": ") {
 				continue
 			}
 			fi, err := os.Stat(path)

@@ -28,11 +28,11 @@ import (
 
 const analyzeUsage = `Usage: replaywatch analyze [flags] FILE...
 
-Reads pcap or pcapng captures (several files are merged packet by packet
-in time order as one capture; "-" reads standard input; flags may come
-before or after the files, and "--" ends them), rebuilds the HTTP/SSE
-exchanges of MCP Streamable HTTP traffic and reports every resume that
-broke its contract.
+Reads pcap or pcapng captures, gzip-compressed or not (several files are
+merged packet by packet in time order as one capture; "-" reads standard
+input; flags may come before or after the files, and "--" ends them),
+rebuilds the HTTP/SSE exchanges of MCP Streamable HTTP traffic and
+reports every resume that broke its contract.
 With --spans it reads OpenTelemetry traces instead: OTLP JSON files, one
 export per line, as the Collector's file exporter writes them (docs/otlp.md).
 
@@ -56,8 +56,8 @@ reason is on standard error; with --allow-partial the exit code is 0 or 1 as
 usual and the reason is a warning. A capture with no packets, or no TCP
 payload at all, lost nothing: it exits 0 with a warning. TCP payload that is
 not HTTP counts as analysed; HTTP/2 (h2c), recognised but not decoded, does
-not. The unread part of a damaged standard input is
-not known and not counted.
+not. The unread part of a damaged standard input or gzip file is not
+known and not counted.
 
 Flags:
 `
