@@ -151,16 +151,10 @@ func checkFile(path string) (int64, error) {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return 0, err
 		}
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w: gzip: %v", path, ErrNotCapture, err)
+		if _, err := throughGzip(path, f); err != nil {
+			return 0, err
 		}
-		if _, err := io.ReadFull(zr, magic[:]); err != nil {
-			return 0, fmt.Errorf("%s: %w: its gzip data ends before the capture's header (%v)", path, ErrTruncated, err)
-		}
-		if formatOf(magic[:]) == formatUnknown {
-			return 0, fmt.Errorf("%s: %w inside its gzip compression", path, ErrNotCapture)
-		}
+		return fi.Size(), nil
 	}
 	if formatOf(magic[:]) == formatUnknown {
 		return 0, notCapture(path, magic[:])
@@ -169,6 +163,25 @@ func checkFile(path string) (int64, error) {
 }
 
 func isGzip(magic []byte) bool { return len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b }
+
+// throughGzip reads r, gzip-compressed, as a capture file named name: what
+// it decompresses to must start like one, and a stream cut before that is
+// truncated.
+func throughGzip(name string, r io.Reader) (*bufio.Reader, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: gzip: %v", name, ErrNotCapture, err)
+	}
+	br := bufio.NewReaderSize(zr, readBufferBytes)
+	magic, err := br.Peek(4)
+	if len(magic) < 4 && err != nil {
+		return nil, fmt.Errorf("%s: %w: its gzip data ends before the capture's header (%v)", name, ErrTruncated, err)
+	}
+	if formatOf(magic) == formatUnknown {
+		return nil, fmt.Errorf("%s: %w inside its gzip compression", name, ErrNotCapture)
+	}
+	return br, nil
+}
 
 // Compressed says whether the file at path is gzip-compressed: read through
 // its decompression, its offsets are not the file's.
@@ -302,24 +315,16 @@ func openSource(ctx context.Context, path string, cr *countingReader) (*source, 
 	if isGzip(magic) {
 		// tcpdump -w - | gzip, and rotated captures, are kept so; the
 		// progress still counts the file's own, compressed, bytes.
-		zr, err := gzip.NewReader(br)
+		gz, err := throughGzip(name, br)
 		if err != nil {
 			closeFn()
 			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, ctxErr
+				return nil, ctxErr // stopped, not damaged
 			}
-			return nil, fmt.Errorf("%s: %w: gzip: %v", name, ErrNotCapture, err)
+			return nil, err
 		}
-		br = bufio.NewReaderSize(zr, readBufferBytes)
-		var err2 error
-		if magic, err2 = br.Peek(4); len(magic) < 4 && err2 != nil && ctx.Err() == nil {
-			closeFn()
-			return nil, fmt.Errorf("%s: %w: its gzip data ends before the capture's header (%v)", name, ErrTruncated, err2)
-		}
-		if formatOf(magic) == formatUnknown {
-			closeFn()
-			return nil, fmt.Errorf("%s: %w inside its gzip compression", name, ErrNotCapture)
-		}
+		br = gz
+		magic, _ = br.Peek(4)
 	}
 	if err := ctx.Err(); err != nil {
 		closeFn()
