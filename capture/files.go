@@ -197,25 +197,23 @@ func Compressed(path string) bool {
 }
 
 // notCapture is ErrNotCapture for the file named name, which starts with
-// magic; a compressed capture is named as such, with what reads it.
+// magic; a capture compressed otherwise than gzip is named as such, with
+// the command that reads it.
 func notCapture(name string, magic []byte) error {
-	var what string
+	var what, cat string
 	switch {
 	case len(magic) >= 4 && binary.LittleEndian.Uint32(magic) == 0xfd2fb528:
-		what = "zstd"
+		what, cat = "zstd", "zstdcat"
 	case len(magic) >= 3 && string(magic[:3]) == "BZh":
-		what = "bzip2"
+		what, cat = "bzip2", "bzcat"
 	case len(magic) >= 4 && string(magic[:4]) == "\xfd7zX":
-		what = "xz"
+		what, cat = "xz", "xzcat"
 	default:
 		return fmt.Errorf("%s: %w", name, ErrNotCapture)
 	}
-	return fmt.Errorf("%s: %w: it is %s-compressed; decompress it on the way in, e.g. replaywatch analyze <(%scat FILE) or %scat FILE | replaywatch analyze -",
-		name, ErrNotCapture, what, catPrefix[what], catPrefix[what])
+	return fmt.Errorf("%s: %w: it is %s-compressed; decompress it on the way in, e.g. replaywatch analyze <(%s FILE) or %s FILE | replaywatch analyze -",
+		name, ErrNotCapture, what, cat, cat)
 }
-
-// catPrefix names each compressor's cat command (zstdcat, bzcat, xzcat).
-var catPrefix = map[string]string{"zstd": "zstd", "bzip2": "bz", "xz": "xz"}
 
 // IsCaptureStart says whether b begins like a pcap or pcapng file.
 func IsCaptureStart(b []byte) bool { return formatOf(b) != formatUnknown }

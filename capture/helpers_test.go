@@ -19,7 +19,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/replaywatch/replaywatch/decode"
-	"github.com/replaywatch/replaywatch/test/inetsum"
+	"github.com/replaywatch/replaywatch/test/damage"
 )
 
 // recStream records every call a connection receives, in order.
@@ -271,13 +271,7 @@ func raw(ip []byte) []byte { return ip }
 // encap(ip) in an outer IPv4 packet of protocol proto between two tunnel
 // ends, in an Ethernet frame.
 func tunnel(proto layers.IPProtocol, encap func(ip []byte) []byte) func([]byte) []byte {
-	return func(ip []byte) []byte {
-		inner := encap(ip)
-		outer := []byte{0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, byte(proto), 0, 0, 192, 0, 2, 1, 192, 0, 2, 2}
-		binary.BigEndian.PutUint16(outer[2:], uint16(len(outer)+len(inner)))
-		binary.BigEndian.PutUint16(outer[10:], inetsum.Checksum(0, outer))
-		return ethernet()(append(outer, inner...))
-	}
+	return func(ip []byte) []byte { return damage.TunnelFrame(proto, encap(ip)) }
 }
 
 // udpTunnel is a UDP datagram to port whose payload is hdr and the packet
