@@ -36,7 +36,7 @@ type packetDecoder struct {
 	payload  gopacket.Payload
 	// Tunnels, as traffic mirroring (AWS VPC Traffic Mirroring and Azure
 	// vTAP send VXLAN, switches' SPAN sessions ERSPAN) and overlay networks
-	// (Flannel's VXLAN, Calico's IP in IP, Geneve) deliver captures: the
+	// (Calico's VXLAN and IP in IP, Geneve) deliver captures: the
 	// inner packet is the traffic, and its IP layer, decoded into the same
 	// structs after the outer one, is the flow. UDP is decoded only to reach
 	// VXLAN (port 4789) and Geneve (6081); any other UDP stays non-TCP.
