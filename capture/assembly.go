@@ -198,6 +198,10 @@ type workerLimits struct {
 	// (retransmissions, data in flight when an RST came) would otherwise
 	// open a ghost connection decoded from the middle of a stream.
 	closedTTL time.Duration
+	// endedTTL is how long an ended connection's handshake and sequence
+	// numbers are remembered, to know another capture point's copy of it
+	// (endedCopy): the connection idle timeout.
+	endedTTL time.Duration
 }
 
 func limitsFor(cfg Config) workerLimits {
@@ -209,6 +213,7 @@ func limitsFor(cfg Config) workerLimits {
 		proveAtOnce:    cfg.LossProofDelay <= DefaultLossProofDelay,
 		flushEvery:     min(cfg.IdleTimeout, cfg.ReorderTimeout) / 4,
 		closedTTL:      cfg.ReorderTimeout,
+		endedTTL:       max(cfg.IdleTimeout, cfg.ReorderTimeout),
 	}
 }
 
@@ -259,9 +264,10 @@ type worker struct {
 	synthTCP    layers.TCP // a synthetic segment (handOver, finishReset)
 	synthBuf    [20]byte
 	seen        []time.Time // scratch for eviction
-	// closed holds recently ended connections (see closedTTL), at most
+	// closed holds recently ended connections (rememberEnded), at most
 	// limits.maxConns of them.
-	closed map[flowKey]time.Time
+	closed         map[flowKey]closedConn
+	nextEndedSweep time.Time // clock before which rememberEnded does not sweep closed
 	// proving holds the connections with a proven hole waiting to be
 	// reported (conn.proofAt).
 	proving []*conn
@@ -279,7 +285,7 @@ func newWorker(cfg Config, factory decode.StreamFactory) *worker {
 		noProofs:    cfg.noLossProofs,
 		closeReason: decode.CloseFIN,
 		byKey:       make(map[flowKey]*conn),
-		closed:      make(map[flowKey]time.Time),
+		closed:      make(map[flowKey]closedConn),
 	}
 	w.asm = reassembly.NewAssembler(reassembly.NewStreamPool(w))
 	w.asm.MaxBufferedPagesPerConnection = cfg.MaxBufferedPagesPerConnection
@@ -341,6 +347,11 @@ func (w *worker) handleSeg(s *tcpSeg) {
 		}
 		w.last = c
 	}
+	if s.flags&flagSYN != 0 {
+		if i := senderIndex(s.fromLo); !c.syn[i] {
+			c.syn[i], c.synSeq[i] = true, s.seq
+		}
+	}
 	if !w.noProofs {
 		w.proveLoss(c, s)
 	}
@@ -367,10 +378,13 @@ func (w *worker) open(s *tcpSeg) *conn {
 			// closed.
 			return nil
 		}
-		if w.recentlyClosed(s.key) {
+		if w.endedCopy(s) {
 			return nil
 		}
 	} else {
+		if w.endedCopy(s) {
+			return nil
+		}
 		// A new connection on the ports: what follows is its, even
 		// without SYN after an eviction, not a straggler of the old one.
 		delete(w.closed, s.key)
@@ -446,7 +460,7 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 	end := start + uint32(len(s.payload))
 	if !c.known[d] {
 		c.known[d] = true
-		c.seen[d], c.proof[d] = start, start
+		c.first[d], c.seen[d], c.proof[d] = start, start, start
 	}
 	if len(s.payload) > 0 || f&flagSYN != 0 {
 		c.seen[d] = latest(c.seen[d], end)
@@ -793,11 +807,7 @@ func (w *worker) checkTimeouts() {
 		T:  w.clock.Add(-w.limits.reorderTimeout),
 		TC: w.clock.Add(-w.limits.idleTimeout),
 	})
-	for k, at := range w.closed {
-		if w.clock.Sub(at) > w.limits.closedTTL {
-			delete(w.closed, k)
-		}
-	}
+	w.forgetEnded(w.limits.endedTTL)
 }
 
 func (w *worker) flush(reason decode.CloseReason, opt reassembly.FlushOptions) {
@@ -912,12 +922,95 @@ func (w *worker) New(_, _ gopacket.Flow, _ *layers.TCP, _ reassembly.AssemblerCo
 	return w.handingOver
 }
 
-func (w *worker) recentlyClosed(k flowKey) bool {
+// closedConn is what a worker remembers of a connection that ended with FIN
+// or RST, for endedTTL: when, and per sender (senderIndex) the sequence
+// number of its SYN (syn) and the sequence numbers the capture held, first
+// to end (held).
+type closedConn struct {
+	at         time.Time
+	synSeq     [2]uint32
+	first, end [2]uint32
+	syn, held  [2]bool
+}
+
+// copySlack is how far past the last byte an ended connection's capture held
+// a later segment may start and still be taken for a copy of it: the copy
+// may hold bytes the first capture lost at its end.
+const copySlack = 1 << 16
+
+// endedCopy reports whether a segment that would open a connection belongs
+// to one that already ended on its ports: a straggler within closedTTL, or
+// a second copy of the connection read later. Copies come when captures of
+// the client's host and of the server's are analysed together: each end's
+// clock, and the link's latency, put its copy of a packet at another time,
+// and the sending host's checksum offload makes the copies differ, so they
+// are no duplicates to drop. Decoding a copy would show every request and
+// response of the connection twice. It is known by its SYN (a new
+// connection on the same ports draws a new random initial sequence number,
+// RFC 6528) or, for endedTTL, by sequence numbers inside what the ended
+// connection carried.
+func (w *worker) endedCopy(s *tcpSeg) bool {
 	if len(w.closed) == 0 {
 		return false
 	}
-	at, ok := w.closed[k]
-	return ok && w.clock.Sub(at) <= w.limits.closedTTL
+	cc, ok := w.closed[s.key]
+	if !ok {
+		return false
+	}
+	age, i := w.clock.Sub(cc.at), senderIndex(s.fromLo)
+	switch {
+	case age > w.limits.endedTTL:
+		return false
+	case s.flags&flagSYN != 0:
+		if !cc.syn[i] || cc.synSeq[i] != s.seq {
+			return false
+		}
+		if s.flags&flagACK == 0 || !cc.syn[1-i] {
+			w.stats.ReplayedConnections++ // once, at the client's SYN
+		}
+		return true
+	case age <= w.limits.closedTTL:
+		return true
+	}
+	return cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack
+}
+
+// rememberEnded keeps what endedCopy needs of a connection that ended with
+// FIN or RST. At most limits.maxConns are kept: when full, those past
+// closedTTL give way (at most once per flushEvery, since that scans them all).
+func (w *worker) rememberEnded(c *conn) {
+	if len(w.closed) >= w.limits.maxConns && !w.clock.Before(w.nextEndedSweep) {
+		w.nextEndedSweep = w.clock.Add(w.limits.flushEvery)
+		w.forgetEnded(w.limits.closedTTL)
+	}
+	if len(w.closed) >= w.limits.maxConns {
+		return
+	}
+	cc := closedConn{at: w.clock, synSeq: c.synSeq, syn: c.syn}
+	for d := range 2 {
+		if i := senderIndex((d == 0) == c.lo0); c.known[d] {
+			cc.held[i], cc.first[i], cc.end[i] = true, c.first[d], c.seen[d]
+		}
+	}
+	w.closed[c.key] = cc
+}
+
+// forgetEnded forgets the ended connections older than ttl.
+func (w *worker) forgetEnded(ttl time.Duration) {
+	for k, cc := range w.closed {
+		if w.clock.Sub(cc.at) > ttl {
+			delete(w.closed, k)
+		}
+	}
+}
+
+// senderIndex is the index, in per-sender arrays of a flowKey's connection,
+// of the side a segment came from.
+func senderIndex(fromLo bool) int {
+	if fromLo {
+		return 0
+	}
+	return 1
 }
 
 func addrOf(b []byte) netip.Addr {
@@ -947,10 +1040,10 @@ type conn struct {
 	// For proveLoss, per direction, once known (any segment seen): the
 	// sequence number after the last byte the capture holds, and after the
 	// last byte the traffic proves was sent.
-	known       [2]bool
-	seen, proof [2]uint32
-	proofAt     [2]time.Time // when a proven hole is reported (zero: none pending)
-	finAt       [2]uint32    // the sequence number of a FIN that came past the bytes seen (0: none)
+	known              [2]bool
+	first, seen, proof [2]uint32    // first: the first sequence number held
+	proofAt            [2]time.Time // when a proven hole is reported (zero: none pending)
+	finAt              [2]uint32    // the sequence number of a FIN that came past the bytes seen (0: none)
 	// sentTo is the furthest sequence number a FIN or RST said was sent,
 	// seen at sentAt: a hole before it that no retransmission filled by
 	// the time the connection closed was lost by the capture.
@@ -969,8 +1062,12 @@ type conn struct {
 	heldOverflow [2]bool
 	fin          [2]bool // per direction
 	rst          bool
-	closed       bool // Close was called on the stream
-	removed      bool // complete: the connection is forgotten
+	// synSeq holds the sequence number of each sender's first SYN (syn),
+	// by sender (senderIndex), for endedCopy once the connection ends.
+	synSeq  [2]uint32
+	syn     [2]bool
+	closed  bool // Close was called on the stream
+	removed bool // complete: the connection is forgotten
 }
 
 func (c *conn) dirOf(fromLo bool) int {
@@ -1160,9 +1257,7 @@ func (c *conn) close(reason decode.CloseReason) {
 		if reason == decode.CloseReset {
 			c.w.stats.Resets++
 		}
-		if len(c.w.closed) < c.w.limits.maxConns {
-			c.w.closed[c.key] = c.w.clock
-		}
+		c.w.rememberEnded(c)
 	case decode.CloseIdle:
 		c.w.stats.IdleFlushes++
 	case decode.CloseEvicted:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,6 +313,56 @@ func TestReusedPortsEvictedThenResumed(t *testing.T) {
 	want := []string{"one/fin/syn=true", "two/evicted/syn=true", "three/eof/syn=false"}
 	if !reflect.DeepEqual(got, want) || st.Evictions == 0 {
 		t.Errorf("connections on the reused ports: %v, want %v (evictions %d)", got, want, st.Evictions)
+	}
+}
+
+// TestEndedConnectionCopy: a connection read again after it ended, with
+// its handshake (the same initial sequence numbers) or without it (its
+// sequence numbers inside what the first copy carried), is a second capture
+// point's copy of it and is ignored for the connection idle timeout; a new
+// connection on the same ports (a new initial sequence number, or data far
+// from the old) is not.
+func TestEndedConnectionCopy(t *testing.T) {
+	first := conversation(client, server, 0, "GET", "200")
+	shifted := func(segs []seg, by time.Duration, seqBy uint32) []seg {
+		out := make([]seg, len(segs))
+		for i, s := range segs {
+			s.at += by
+			s.seq += seqBy
+			if s.flags != "S" {
+				s.ack += seqBy
+			}
+			out[i] = s
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		again    []seg
+		streams  []string
+		replayed uint64
+	}{
+		{"copy a second later", shifted(first, time.Second, 0), []string{"GET/200"}, 1},
+		{"copy thirty seconds later", shifted(first, 30*time.Second, 0), []string{"GET/200"}, 1},
+		{"copy without its handshake", shifted(first, 30*time.Second, 0)[3:], []string{"GET/200"}, 0},
+		{"new connection on the ports", shifted(first, 30*time.Second, 1<<20), []string{"GET/200", "GET/200"}, 0},
+		{"new connection without its handshake", shifted(first, 30*time.Second, 1<<20)[3:], []string{"GET/200", "GET/200"}, 0},
+		{"copy past the idle timeout", shifted(first, 2*time.Minute, 0), []string{"GET/200", "GET/200"}, 0},
+	}
+	for _, tt := range tests {
+		for _, workers := range []int{1, 2} {
+			rec, st, err := run(t, Config{Workers: workers, IdleTimeout: time.Minute}, capFile(t, append(slices.Clone(first), tt.again...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range rec.streams() {
+				got = append(got, s.fromA()+"/"+s.fromB())
+			}
+			if !reflect.DeepEqual(got, tt.streams) || st.ReplayedConnections != tt.replayed {
+				t.Errorf("%s, %d workers: streams %q, replayed %d; want %q, %d", tt.name, workers, got, st.ReplayedConnections, tt.streams, tt.replayed)
+			}
+		}
 	}
 }
 

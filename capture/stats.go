@@ -27,7 +27,11 @@ type Stats struct {
 	PageLimitHits         uint64 // gaps forced by a buffered-pages limit rather than by a timeout
 
 	DuplicatePackets uint64 // packets identical to one read just before from another file (dropped)
-	OverlappingFiles int    // input files whose time range overlaps another's (merged in time order)
+	// ReplayedConnections counts handshakes of a connection that had
+	// already ended (another capture point's copy of it), whose segments
+	// were ignored.
+	ReplayedConnections uint64
+	OverlappingFiles    int // input files whose time range overlaps another's (merged in time order)
 
 	TruncatedFiles int // files cut mid-record (the packets before the cut were used)
 	CorruptFiles   int // files with a damaged record (the packets before it were used)
@@ -54,6 +58,7 @@ func (s *Stats) add(o Stats) {
 	s.Evictions += o.Evictions
 	s.PageLimitHits += o.PageLimitHits
 	s.DuplicatePackets += o.DuplicatePackets
+	s.ReplayedConnections += o.ReplayedConnections
 	s.OverlappingFiles += o.OverlappingFiles
 	s.TruncatedFiles += o.TruncatedFiles
 	s.CorruptFiles += o.CorruptFiles
@@ -67,6 +72,9 @@ func (s Stats) Warnings() []string {
 		out = append(out, fmt.Sprintf("%d of the %d input files overlap in time: they were merged packet by packet in time order, %d packets held twice were counted once", s.OverlappingFiles, s.Files, s.DuplicatePackets))
 	} else if s.DuplicatePackets > 0 {
 		out = append(out, fmt.Sprintf("%d packets were held twice in the input and counted once", s.DuplicatePackets))
+	}
+	if s.ReplayedConnections > 0 {
+		out = append(out, fmt.Sprintf("%d TCP connections were read again after they had ended, with the same handshake: another capture point's copy of them (the other end's capture, say), read once", s.ReplayedConnections))
 	}
 	return out
 }
