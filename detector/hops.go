@@ -31,7 +31,7 @@ const (
 	// a proxy forwards a request within milliseconds.
 	hopWindow = time.Second
 	// maxHopRequests bounds the requests remembered in a generation of
-	// hopWindow (hopMemory; each about 330 bytes: an entry by print, and
+	// hopWindow (hopMemory; each about 350 bytes: an entry by print, and
 	// smaller ones by print, socket and endpoint and by print and
 	// endpoint; two generations are kept): past it, new requests are not
 	// remembered until the next generation, so a second hop may be judged
@@ -84,10 +84,12 @@ type hopSeen struct {
 }
 
 // copySeen is when a request was first seen from its client socket, or at
-// its endpoint, and to which server socket and address (hashes of them):
-// all a NAT copy, or the hop of a proxy on the client's host, is told by.
+// its endpoint, from which client address and to which server socket and
+// address (hashes of them): all a NAT copy, or the hop of a proxy on the
+// client's host, is told by.
 type copySeen struct {
 	at         int64
+	client     uint64
 	server     uint64
 	serverAddr uint64
 }
@@ -207,8 +209,9 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		}
 		// From the address the same request was sent to, to another
 		// server, at its endpoint: a proxy on the client's host that
-		// keeps the Host.
-		if c, ok := lastSeen(&d.hopGens, localOf, localKey, now); ok && c.server != req.server && c.serverAddr == req.client {
+		// keeps the Host; or, the two seen the other way round, the
+		// client's leg to that proxy (clientsLeg).
+		if c, ok := lastSeen(&d.hopGens, localOf, localKey, now); ok && c.server != req.server && (c.serverAddr == req.client || clientsLeg(c.client, req)) {
 			return d.setAside(ex)
 		}
 	}
@@ -223,7 +226,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		return false
 	}
 	cur.hops[print] = req
-	seen := copySeen{at: now, server: req.server, serverAddr: req.serverAddr}
+	seen := copySeen{at: now, client: req.client, server: req.server, serverAddr: req.serverAddr}
 	cur.copies[copyKey] = seen
 	cur.local[localKey] = seen
 	return false
@@ -259,8 +262,28 @@ func (d *Detector) proxyHop(h, req hopSeen, ex *exchange, addr netip.Addr) bool 
 		return true
 	case h.serverAddr == req.client && h.endpoint != req.endpoint:
 		return d.localProxyHop(h, req, ex)
+	case clientsLeg(h.client, req) && len(ex.reqSession) >= minRelaySessionIDBytes:
+		return true
 	}
 	return false
+}
+
+// clientsLeg says whether req, which repeats a request sent from the
+// address whose hash is first to another server, is the client's leg of a
+// proxy on the client's host that was seen after the proxy's own hop: sent
+// from that address to that address (the proxy listens where its clients
+// are). A capture on one host never shows the proxy's hop first, since the
+// proxy forwards what it has received; captures of two hosts read
+// together do, when the server's host's clock is behind the client's by
+// more than the proxy takes: the hop's first copy is then the server
+// host's. The hop was judged; the client's leg is set aside, at its own
+// endpoint too (a proxy with a Host of its own) without the answers'
+// proof localProxyHop waits for, which the hop's answer, come and gone
+// before, can no longer give. What a client of two servers on its host
+// sends the second, when it sent the first from its address to another
+// host's, is set aside then: findings lost, never gained.
+func clientsLeg(first uint64, req hopSeen) bool {
+	return first == req.client && req.serverAddr == req.client
 }
 
 // hopProbe is a request (hop) from the address another (the first) was

@@ -76,3 +76,50 @@ func TestTwoEndsFindTheSame(t *testing.T) {
 	}
 	t.Log(table)
 }
+
+// TestTwoEndsWithAProxyFindTheSame reads every fixture behind a reverse
+// proxy as two hosts' captures read together show it: the host with the
+// proxy holds both legs (damage.ProxyHop), the other host the leg it is
+// on, as its own capture (its clock apart by skew, its sent checksums
+// offloaded): the proxy's upstream leg for a proxy on the clients' host,
+// the clients' leg for one beside the server. Either leg's copy may then
+// come first. The findings may be lost, never added, against those of the
+// proxy's host alone.
+func TestTwoEndsWithAProxyFindTheSame(t *testing.T) {
+	fixtures, captures := readFixtureCaptures(t)
+	dir := t.TempDir()
+	table := damageTable{}
+	for i, fx := range fixtures {
+		name, c := strings.TrimSuffix(filepath.Base(fx), ".pcap"), captures[i]
+		for _, p := range []struct {
+			what       string
+			kind       damage.HopKind
+			onUpstream bool // the other host holds the upstream leg
+		}{
+			{"a proxy on the clients' host", damage.HopOnClientHost, true},
+			{"a proxy on the clients' host with its own Host", damage.HopOnClientHostOwnHost, true},
+			{"an ingress beside the server", damage.HopKeepsHost, false},
+			{"an nginx in the server's pod", damage.HopInPod, false},
+			{"a relay", damage.HopRelay, false},
+		} {
+			hop := c.ProxyHop(time.Millisecond, p.kind)
+			proxyHost := filepath.Join(dir, name+"-proxy-host.pcap")
+			writePackets(t, proxyHost, c.LinkType, hop)
+			base := runDamaged(t, 1, proxyHost)
+			leg, upstream := damage.HopLegs(hop)
+			if p.onUpstream {
+				leg = upstream
+			}
+			for _, skew := range []time.Duration{-900 * time.Millisecond, -5 * time.Millisecond, 5 * time.Millisecond, 1500 * time.Millisecond} {
+				_, other := damage.Capture{Packets: leg, LinkType: c.LinkType}.TwoEnds(skew)
+				otherHost := filepath.Join(dir, name+"-other-host.pcap")
+				writePackets(t, otherHost, c.LinkType, other)
+				label := fmt.Sprintf("two hosts %v apart, %s", skew, p.what)
+				if got, lost := checkDamaged(t, name+" "+label, base, nil, proxyHost, otherHost); got.err == nil {
+					table.add(name, label, base, got, lost)
+				}
+			}
+		}
+	}
+	t.Log(table)
+}

@@ -356,6 +356,22 @@ func (c Capture) ProxyHop(delay time.Duration, kind HopKind) []pcaprec.Packet {
 	})
 }
 
+// HopLegs splits what ProxyHop made into the clients' leg (with the
+// packets that are no IPv4 TCP) and the proxy's leg to the upstream
+// server: what a capture on the other host sees of them, the one the proxy
+// does not run on.
+func HopLegs(hop []pcaprec.Packet) (clients, upstream []pcaprec.Packet) {
+	for _, p := range hop {
+		d := p.Data
+		if len(d) >= 14+20 && d[12] == 0x08 && d[13] == 0x00 && (bytes.Equal(d[14+12:14+16], upstreamAddr[:]) || bytes.Equal(d[14+16:14+20], upstreamAddr[:])) {
+			upstream = append(upstream, p)
+		} else {
+			clients = append(clients, p)
+		}
+	}
+	return clients, upstream
+}
+
 // serviceAddr is NATCopy's Service address, in 203.0.113.0/24 (TEST-NET-3).
 var serviceAddr = [4]byte{203, 0, 113, 10}
 
