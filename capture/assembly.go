@@ -378,26 +378,30 @@ func (w *worker) open(s *tcpSeg) *conn {
 			// closed.
 			return nil
 		}
-		if w.endedCopy(s) {
-			return nil
-		}
-	} else {
-		if w.endedCopy(s) {
-			return nil
-		}
-		// A new connection on the ports: what follows is its, even
-		// without SYN after an eviction, not a straggler of the old one.
-		delete(w.closed, s.key)
 	}
+	copied, cont := w.endedCopy(s)
+	if copied {
+		return nil
+	}
+	// A new connection on the ports, or the rest of one cut: what follows
+	// is its, not a straggler of the old one.
+	delete(w.closed, s.key)
 	src, dst := s.key.endpoints(s.fromLo)
 	id := s.ord
 	if w.ids != nil {
 		id = w.ids.Add(1)
 	}
 	meta := decode.ConnMeta{ID: id, A: src, B: dst, Start: s.ts, SawSYN: syn}
+	if cont != nil {
+		// The rest of a connection the worker stopped following: what
+		// the decoder skips to find its place again was carried, not
+		// missed by the capture (decode.ConnMeta.PickedUpAfter).
+		meta.PickedUpAfter = cont.cutBy
+	}
 	// A SYN-ACK first means the client's SYN was missed: A is still the
-	// client, the receiver of this packet.
-	swapped := syn && s.flags&flagACK != 0
+	// client, the receiver of this packet. So is it when the rest of a
+	// connection begins with the server's bytes.
+	swapped := syn && s.flags&flagACK != 0 || cont != nil && cont.clientLo != s.fromLo
 	if swapped {
 		meta.A, meta.B = dst, src
 	}
@@ -923,14 +927,19 @@ func (w *worker) New(_, _ gopacket.Flow, _ *layers.TCP, _ reassembly.AssemblerCo
 }
 
 // closedConn is what a worker remembers of a connection that ended with FIN
-// or RST, for endedTTL: when, and per sender (senderIndex) the sequence
-// number of its SYN (syn) and the sequence numbers the capture held, first
-// to end (held).
+// or RST, or that it stopped following (cut), for endedTTL: when, and per
+// sender (senderIndex) the sequence number of its SYN (syn) and the sequence
+// numbers the capture held, first to end (held).
 type closedConn struct {
 	at         time.Time
 	synSeq     [2]uint32
 	first, end [2]uint32
 	syn, held  [2]bool
+	// cutBy names the limit that made the worker stop following the
+	// connection while it was open ("" when it ended); clientLo: its A
+	// was the key's lo endpoint.
+	cutBy    string
+	clientLo bool
 }
 
 // copySlack is how far past the last byte an ended connection's capture held
@@ -949,36 +958,48 @@ const copySlack = 1 << 16
 // connection on the same ports draws a new random initial sequence number,
 // RFC 6528) or, for endedTTL, by sequence numbers inside what the ended
 // connection carried.
-func (w *worker) endedCopy(s *tcpSeg) bool {
+//
+// A connection the worker stopped following while it was open (idle for
+// IdleTimeout, or evicted) did not end: its later data continues it, and
+// cont returns what was kept of it (openContinued). Only bytes it had
+// already carried are a copy to ignore.
+func (w *worker) endedCopy(s *tcpSeg) (copied bool, cont *closedConn) {
 	if len(w.closed) == 0 {
-		return false
+		return false, nil
 	}
 	cc, ok := w.closed[s.key]
 	if !ok {
-		return false
+		return false, nil
 	}
 	age, i := w.clock.Sub(cc.at), senderIndex(s.fromLo)
 	switch {
 	case age > w.limits.endedTTL:
-		return false
+		return false, nil
 	case s.flags&flagSYN != 0:
 		if !cc.syn[i] || cc.synSeq[i] != s.seq {
-			return false
+			return false, nil
 		}
 		if s.flags&flagACK == 0 || !cc.syn[1-i] {
 			w.stats.ReplayedConnections++ // once, at the client's SYN
 		}
-		return true
+		return true, nil
+	case cc.cutBy != "":
+		if cc.held[i] && s.seq-cc.first[i] < cc.end[i]-cc.first[i] {
+			return true, nil
+		}
+		return false, &cc
 	case age <= w.limits.closedTTL:
-		return true
+		return true, nil
 	}
-	return cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack
+	return cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack, nil
 }
 
 // rememberEnded keeps what endedCopy needs of a connection that ended with
-// FIN or RST. At most limits.maxConns are kept: when full, those past
-// closedTTL give way (at most once per flushEvery, since that scans them all).
-func (w *worker) rememberEnded(c *conn) {
+// FIN or RST or that the worker stopped following while it was open, for
+// the limit cutBy.
+// At most limits.maxConns are kept: when full, those past closedTTL give
+// way (at most once per flushEvery, since that scans them all).
+func (w *worker) rememberEnded(c *conn, cutBy string) {
 	if len(w.closed) >= w.limits.maxConns && !w.clock.Before(w.nextEndedSweep) {
 		w.nextEndedSweep = w.clock.Add(w.limits.flushEvery)
 		w.forgetEnded(w.limits.closedTTL)
@@ -986,7 +1007,7 @@ func (w *worker) rememberEnded(c *conn) {
 	if len(w.closed) >= w.limits.maxConns {
 		return
 	}
-	cc := closedConn{at: w.clock, synSeq: c.synSeq, syn: c.syn}
+	cc := closedConn{at: w.clock, synSeq: c.synSeq, syn: c.syn, cutBy: cutBy, clientLo: c.lo0 != c.swapped}
 	for d := range 2 {
 		if i := senderIndex((d == 0) == c.lo0); c.known[d] {
 			cc.held[i], cc.first[i], cc.end[i] = true, c.first[d], c.seen[d]
@@ -1257,11 +1278,13 @@ func (c *conn) close(reason decode.CloseReason) {
 		if reason == decode.CloseReset {
 			c.w.stats.Resets++
 		}
-		c.w.rememberEnded(c)
+		c.w.rememberEnded(c, "")
 	case decode.CloseIdle:
 		c.w.stats.IdleFlushes++
+		c.w.rememberEnded(c, "capture.IdleTimeout")
 	case decode.CloseEvicted:
 		c.w.stats.Evictions++
+		c.w.rememberEnded(c, "capture.MaxConnections")
 	}
 	c.stream.Close(reason, c.w.now)
 	// The decoder reuses a closed stream for its next connection: a late

@@ -311,6 +311,11 @@ func TestReusedPortsEvictedThenResumed(t *testing.T) {
 		}
 	}
 	want := []string{"one/fin/syn=true", "two/evicted/syn=true", "three/eof/syn=false"}
+	for _, s := range rec.streams() {
+		if s.fromA() == "three" && s.meta.PickedUpAfter != "capture.MaxConnections" {
+			t.Errorf("the evicted connection picked up again says %q", s.meta.PickedUpAfter)
+		}
+	}
 	if !reflect.DeepEqual(got, want) || st.Evictions == 0 {
 		t.Errorf("connections on the reused ports: %v, want %v (evictions %d)", got, want, st.Evictions)
 	}
@@ -362,6 +367,37 @@ func TestEndedConnectionCopy(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.streams) || st.ReplayedConnections != tt.replayed {
 				t.Errorf("%s, %d workers: streams %q, replayed %d; want %q, %d", tt.name, workers, got, st.ReplayedConnections, tt.streams, tt.replayed)
 			}
+		}
+	}
+}
+
+// TestIdleConnectionPickedUp: a connection quiet for longer than
+// IdleTimeout is let go while open; its next bytes continue it. They open a
+// connection without SYN that says which limit let it go
+// (decode.ConnMeta.PickedUpAfter) and keeps its client as A, even when the
+// server speaks first; bytes it had already carried are a copy, ignored.
+func TestIdleConnectionPickedUp(t *testing.T) {
+	quiet := []seg{syn, synAck, c2s(1001, "GET", time.Millisecond), s2c(5001, "200 part1", 2*time.Millisecond)}
+	later := []seg{
+		s2c(5001, "200 part1", 2*time.Minute), // a copy of what it carried
+		s2c(5010, " part2", 2*time.Minute+time.Millisecond),
+		c2s(1004, "GET again", 2*time.Minute+2*time.Millisecond),
+	}
+	for _, workers := range []int{1, 2} {
+		rec, st, err := run(t, Config{Workers: workers, IdleTimeout: time.Minute}, capFile(t, append(quiet, later...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range rec.streams() {
+			got = append(got, fmt.Sprintf("%s A=%v %q/%q syn=%v after=%q", s.reason, s.meta.A, s.fromA(), s.fromB(), s.meta.SawSYN, s.meta.PickedUpAfter))
+		}
+		want := []string{
+			fmt.Sprintf(`idle A=%v "GET"/"200 part1" syn=true after=""`, client),
+			fmt.Sprintf(`eof A=%v "GET again"/" part2" syn=false after="capture.IdleTimeout"`, client),
+		}
+		if !reflect.DeepEqual(got, want) || st.IdleFlushes != 1 {
+			t.Errorf("workers %d: streams\n%s\nwant\n%s (idle flushes %d)", workers, strings.Join(got, "\n"), strings.Join(want, "\n"), st.IdleFlushes)
 		}
 	}
 }

@@ -94,6 +94,9 @@ type conn struct {
 	// proxiedClient is the client a PROXY protocol header named (the zero
 	// AddrPort when none did): Conn.Client once roles are known.
 	proxiedClient netip.AddrPort
+	// pickedUpGap: the connection, picked up again after a capture limit
+	// let it go (ConnMeta.PickedUpAfter), reported what it could not read.
+	pickedUpGap bool
 	// values holds the header values last seen on this connection, by
 	// header (see value).
 	values [numValueSlots]string
@@ -371,6 +374,19 @@ func (c *conn) stopReading() {
 	c.dead = true
 	for i := range c.dirs {
 		c.dirs[i].buf = nil
+	}
+}
+
+// pickedUpUnread reports, once, that a connection picked up again after a
+// capture limit let it go (ConnMeta.PickedUpAfter) carried what the decoder
+// cannot read, at the time of fromA's side: bytes skipped to find its place
+// again, or an answer whose request came before the let-go (unpaired, so
+// the call it answers shows no outcome). Checks between its endpoints
+// cannot rest on what came before.
+func (c *conn) pickedUpUnread(d *dir) {
+	if limit := c.meta.PickedUpAfter; limit != "" && !c.pickedUpGap {
+		c.pickedUpGap = true
+		c.emit(&Observation{Kind: KindGap, Time: d.ts, Gap: &Gap{FromClient: d.fromA, Lost: -1, Limit: limit, Momentary: true}})
 	}
 }
 

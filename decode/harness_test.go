@@ -19,6 +19,8 @@ var update = flag.Bool("update", false, "rewrite decode/testdata/golden from the
 //
 //	# comment
 //	nosyn               the capture missed the handshake (first line, optional)
+//	pickedup LIMIT      the same, for a connection picked up again after a
+//	                    capture limit let it go (ConnMeta.PickedUpAfter)
 //	C> text             client bytes: text with escapes, then CRLF
 //	c> text             client bytes: text with escapes, nothing added
 //	S> text / s> text   the same from the server
@@ -39,9 +41,10 @@ type step struct {
 }
 
 type script struct {
-	syn   bool
-	cfg   Config
-	steps []step
+	syn      bool
+	pickedUp string // ConnMeta.PickedUpAfter
+	cfg      Config
+	steps    []step
 }
 
 func parseScript(t testing.TB, text string) script {
@@ -71,6 +74,8 @@ func parseScript(t testing.TB, text string) script {
 		}
 		f := strings.Fields(l)
 		switch {
+		case f[0] == "pickedup" && len(f) == 2:
+			sc.syn, sc.pickedUp = false, f[1]
 		case f[0] == "gap" && len(f) == 3:
 			n, err := strconv.Atoi(f[2])
 			if err != nil {
@@ -180,7 +185,7 @@ func run(t testing.TB, cfg Config, split splitter, scripts ...script) ([]*Observ
 	p := NewPipeline(cfg, 1, func(o *Observation) { got = append(got, o) })
 	f := p.Factory(0)
 	for i, sc := range scripts {
-		meta := ConnMeta{ID: uint64(i + 1), A: testClient, B: testServer, Start: testBase, SawSYN: sc.syn}
+		meta := ConnMeta{ID: uint64(i + 1), A: testClient, B: testServer, Start: testBase, SawSYN: sc.syn, PickedUpAfter: sc.pickedUp}
 		s := f.NewStream(meta)
 		closed := false
 		for j, st := range sc.steps {

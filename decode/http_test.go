@@ -219,6 +219,49 @@ func TestNonHTTPConnectionsGivenUpCheaply(t *testing.T) {
 	}
 }
 
+// TestPickedUpConnectionReportsWhatItCannotRead: a connection capture picks
+// up again after a limit let it go reports, once, a momentary gap naming
+// the limit when it must skip bytes to find its place (the rest of an event
+// stream) or when an answer comes whose request was sent before the let-go;
+// one that goes on with a new request reads it and reports nothing. A
+// connection first seen mid-stream (nosyn) reports nothing either: the
+// capture began after it, and nothing before it was judged whole.
+func TestPickedUpConnectionReportsWhatItCannotRead(t *testing.T) {
+	stream := "s> id: s_3\\ndata: {}\\n\\nid: s_4\\ndata: {}\\n\\n\n"
+	request := "C> POST /mcp HTTP/1.1\nC> Content-Length: 0\nC>\n"
+	answer := "S> HTTP/1.1 200 OK\nS> Content-Length: 0\nS>\n"
+	tests := []struct {
+		name, script string
+		gaps         []string
+	}{
+		{"the rest of an event stream", "pickedup capture.IdleTimeout\n" + stream + stream, []string{"capture.IdleTimeout from server"}},
+		{"an answer to a request sent before", "pickedup capture.MaxConnections\n" + answer + request + answer, []string{"capture.MaxConnections from server"}},
+		{"a new request", "pickedup capture.IdleTimeout\n" + request + answer, nil},
+		{"mid-stream from the capture's start", "nosyn\n" + stream + answer, nil},
+	}
+	for _, tt := range tests {
+		for _, split := range []splitter{whole, byteByByte} {
+			obs, _ := run(t, DefaultConfig(), split, parseScript(t, tt.script))
+			var gaps []string
+			for _, o := range obs {
+				if o.Kind == KindGap {
+					from := "server"
+					if o.Gap.FromClient {
+						from = "client"
+					}
+					if !o.Gap.Momentary {
+						from += " not momentary"
+					}
+					gaps = append(gaps, o.Gap.Limit+" from "+from)
+				}
+			}
+			if !slices.Equal(gaps, tt.gaps) {
+				t.Errorf("%s: gaps %q, want %q", tt.name, gaps, tt.gaps)
+			}
+		}
+	}
+}
+
 // refHeaderLines is the callback walk headerIter replaced, kept as the
 // reference it must agree with.
 func refHeaderLines(head []byte, fn func(name, value []byte)) bool {

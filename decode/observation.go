@@ -22,6 +22,14 @@ type ConnMeta struct {
 	A, B   netip.AddrPort
 	Start  time.Time
 	SawSYN bool // the handshake was captured: the connection's start is known
+	// PickedUpAfter names the capture limit ("capture.IdleTimeout",
+	// "capture.MaxConnections") that had made capture stop following the
+	// connection while it was open; it picks it up again here, A still
+	// its client. What the decoder skips to find its place again was
+	// carried on the wire and never read: the limit's gap in the evidence
+	// (a connection first seen mid-stream because the capture began after
+	// it leaves none: nothing before it was judged whole).
+	PickedUpAfter string
 }
 
 // CloseReason says why capture stopped following a connection.

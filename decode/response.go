@@ -85,6 +85,12 @@ func (d *dir) responseHead() {
 		return
 	}
 	ex := d.c.popExchange(d.ts)
+	if ex.method == "" {
+		// No request head was seen for it (popExchange): on a
+		// connection picked up again, its request came before the
+		// let-go.
+		d.c.pickedUpUnread(d)
+	}
 	d.ex, d.resp = ex, ro
 	d.resetBody()
 	noBody := ex.method == "HEAD" || status == 204 || status == 304

@@ -42,6 +42,7 @@ func (d *dir) skipped(a, b []byte) {
 	if d.c.synced {
 		return
 	}
+	d.c.pickedUpUnread(d)
 	if !d.sawBinary {
 		d.sawBinary = isBinary(a) || isBinary(b)
 	}

@@ -1482,15 +1482,18 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How == decode.EndGap && s != nil {
 		s.gap = true
 	}
-	if e.HasPartialID && e.PartialID != "" && (e.How == decode.EndTruncated || e.How == decode.EndReset) {
+	// A stream let go open (the capture's idle timeout or eviction, or its
+	// end) may have completed the event unseen: its id may have reached
+	// the client.
+	if e.HasPartialID && e.PartialID != "" && (e.How == decode.EndTruncated || e.How == decode.EndReset || e.How == decode.EndUnknown) {
 		if s.partial == nil {
-			s.partial = map[string]struct{}{}
+			s.partial = map[string]bool{}
 		}
 		if len(s.partial) < maxPartialIDsPerSession {
 			if _, ok := s.partial[e.PartialID]; !ok {
 				d.charge(s, entryBytes+int64(len(e.PartialID)))
 			}
-			s.partial[e.PartialID] = struct{}{}
+			s.partial[e.PartialID] = s.partial[e.PartialID] || e.How == decode.EndUnknown
 		} else if _, ok := s.partial[e.PartialID]; !ok {
 			// A resume from this id would look like one from an id
 			// never issued.

@@ -321,6 +321,11 @@ const (
 	// ReasonCutMidEvent: the connection ended inside an event whose id
 	// line, if any, would have come after the cut.
 	ReasonCutMidEvent = "stream cut inside an event whose id line may have followed"
+	// ReasonLetGoMidEvent: the capture stopped following a stream (its
+	// idle timeout, an eviction) inside an event whose id line it had
+	// seen: the event may have completed unseen, and its id reached the
+	// client.
+	ReasonLetGoMidEvent = "stream let go inside an event that may have completed unseen"
 	// ReasonSessionFateUnseen: a stream ended without a cursor, and no
 	// later answer of the session showed whether the session outlived it
 	// (a server that ends a session ends its streams with it).

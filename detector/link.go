@@ -559,6 +559,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 		}
 		if !c.reissueFlagged {
 			c.reissueFlagged = true
+			// A limit that cut the lost session's history, which the
+			// violation's evidence does not reach back to, may have hidden
+			// an identical call answered there (a habit).
+			historyLimit := d.limitOn(l.firstSeen, addrKey{l.client.Addr(), l.server})
 			switch {
 			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
 			case c.answered && c.habitual:
@@ -589,6 +593,8 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// or idempotent, or another client's lost session holding
 				// the same call, may be in the lost bytes.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form2", c.id)
+			case historyLimit != "":
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", limitReason(historyLimit), "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
 			}

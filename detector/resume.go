@@ -142,11 +142,13 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		return
 	}
 	ref, known := s.events.get(ex.cursor)
-	if _, cut := s.partial[ex.cursor]; cut && !known {
+	if letGo, cut := s.partial[ex.cursor]; cut && !known {
 		// A replay that delivered the event whole, and so gave the client
 		// its id, may be in the lost bytes, or on a lost span.
 		reason := ""
 		switch {
+		case letGo:
+			reason = ReasonLetGoMidEvent
 		case d.historyMayBeHidden(ex, s, s.firstSeen):
 			reason = ReasonCaptureGap
 		case d.cfg.PartialHistory:

@@ -243,9 +243,12 @@ type sessionState struct {
 	streams        []*stream
 	streamByPrefix smallMap[string, int32]
 	events         eventIndex // nil until the first id
-	partial        map[string]struct{}
-	calls          smallMap[string, *call]  // JSON-RPC id -> call
-	toolCalls      smallMap[toolKey, *call] // last call of each tool and params
+	// partial: ids of events a stream ended inside (truncated_resume);
+	// true when it was let go open (decode.EndUnknown), so the event may
+	// have completed unseen.
+	partial   map[string]bool
+	calls     smallMap[string, *call]  // JSON-RPC id -> call
+	toolCalls smallMap[toolKey, *call] // last call of each tool and params
 	// repeatable are the tools a tools/list result in this session
 	// annotated read-only or idempotent (decode.Message.Tools).
 	repeatable map[string]struct{}

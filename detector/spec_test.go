@@ -457,11 +457,14 @@ func (r *specRun) end(args []string) error {
 	return nil
 }
 
-// gap CONN [client] [notice=SECONDS]: notice= makes it the decoder's early
-// notice of a gap proven SECONDS later (Gap.Notice); the gap itself is a
-// separate line.
+// gap CONN [client] [notice=SECONDS] [limit=NAME]: notice= makes it the
+// decoder's early notice of a gap proven SECONDS later (Gap.Notice); the
+// gap itself is a separate line. limit= makes it a limit's momentary gap
+// (Gap.Limit, Gap.Momentary): the decoder let go of what it held, or a
+// connection picked up again after a capture limit carried what it could
+// not read.
 func (r *specRun) gap(args []string) error {
-	c, err := r.target(args, 1, "gap CONN [client] [notice=SECONDS]")
+	c, err := r.target(args, 1, "gap CONN [client] [notice=SECONDS] [limit=NAME]")
 	if err != nil {
 		return err
 	}
@@ -473,6 +476,9 @@ func (r *specRun) gap(args []string) error {
 	o := r.emit(c, x, decode.KindGap)
 	_, fromClient := m["client"]
 	o.Gap = &decode.Gap{FromClient: fromClient, Lost: -1}
+	if v, ok := m["limit"]; ok {
+		o.Gap.Limit, o.Gap.Momentary = v, true
+	}
 	if v, ok := m["notice"]; ok {
 		sec, err := strconv.ParseFloat(v, 64)
 		if err != nil {

@@ -42,9 +42,15 @@ type damageRun struct {
 
 func runDamaged(t *testing.T, workers int, files ...string) damageRun {
 	t.Helper()
-	var stdout bytes.Buffer
 	cfg := DefaultConfig()
 	cfg.Capture.Workers = workers
+	return runWith(t, cfg, files...)
+}
+
+// runWith is runDamaged with a configuration of its own.
+func runWith(t *testing.T, cfg Config, files ...string) damageRun {
+	t.Helper()
+	var stdout bytes.Buffer
 	w := jsonl.New(&stdout)
 	s, err := Files(context.Background(), files, cfg, w)
 	r := damageRun{err: err, explain: map[finding]string{}}
