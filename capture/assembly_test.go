@@ -402,6 +402,42 @@ func TestIdleConnectionPickedUp(t *testing.T) {
 	}
 }
 
+// TestClockStepBack: a file whose packet times go back by more than
+// MaxClockStepBack (the capturing host's clock stepped) is read in its own
+// order with the rest of its times shifted, so data keeps the order it was
+// captured in and times never go back; a smaller step back is the
+// capture's own reordering and is left as it is. Read alone or merged with
+// another file.
+func TestClockStepBack(t *testing.T) {
+	step := func(back time.Duration) []seg {
+		segs := conversation(client, server, 0, "GET", "200")
+		for i := 4; i < len(segs); i++ { // from the response on
+			segs[i].at -= back
+		}
+		return segs
+	}
+	other := conversation(netip.MustParseAddrPort("10.0.0.3:40001"), server, time.Hour, "GET", "200")
+	for _, tt := range []struct {
+		back  time.Duration
+		steps int
+	}{{30 * time.Second, 1}, {2 * MaxClockStepBack, 1}, {MaxClockStepBack / 2, 0}} {
+		for _, files := range [][]string{{capFile(t, step(tt.back))}, {capFile(t, step(tt.back)), capFile(t, other)}} {
+			rec, st, err := run(t, Config{Workers: 1}, files...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := rec.streams()[0]
+			var back bool
+			for i := 1; i < len(s.times); i++ {
+				back = back || s.times[i].Before(s.times[i-1])
+			}
+			if st.ClockSteps != tt.steps || s.fromA() != "GET" || s.fromB() != "200" || back != (tt.steps == 0) || len(st.Warnings()) != tt.steps {
+				t.Errorf("back %v, %d files: steps %d (want %d), data %q/%q, times %v, warnings %q", tt.back, len(files), st.ClockSteps, tt.steps, s.fromA(), s.fromB(), s.times, st.Warnings())
+			}
+		}
+	}
+}
+
 func sortByTime(segs []seg) {
 	for i := 1; i < len(segs); i++ {
 		for j := i; j > 0 && segs[j].at < segs[j-1].at; j-- {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -62,7 +63,7 @@ func ReadFiles(ctx context.Context, paths []string, cfg Config, newFactory func(
 	st, readErr := readFiles(ctx, paths, total, cfg.Progress, p.handlePacket)
 	wst := p.close()
 	wst.Files, wst.TruncatedFiles, wst.CorruptFiles = st.Files, st.TruncatedFiles, st.CorruptFiles
-	wst.DuplicatePackets, wst.OverlappingFiles = st.DuplicatePackets, st.OverlappingFiles
+	wst.DuplicatePackets, wst.OverlappingFiles, wst.ClockSteps = st.DuplicatePackets, st.OverlappingFiles, st.ClockSteps
 	return wst, readErr
 }
 
@@ -258,7 +259,7 @@ func readFiles(ctx context.Context, paths []string, total int64, progress func(r
 			errs = append(errs, err)
 			break
 		}
-		err := readOne(ctx, path, cr, handle)
+		err := readOne(ctx, path, cr, &st, handle)
 		st.Files++
 		switch {
 		case errors.Is(err, ErrTruncated):
@@ -291,6 +292,44 @@ type source struct {
 	rd       zeroCopyReader
 	linkType func(gopacket.CaptureInfo) layers.LinkType
 	close    func() error
+	clock    *steadyClock // rd, its time kept from going back
+}
+
+// MaxClockStepBack is how far a packet's time may be behind the latest one
+// read before it in the same file before it is taken for the capturing
+// host's clock stepped back (NTP stepping it, a virtual machine resumed):
+// a file holds packets in the order they were captured, so the rest of the
+// file is shifted by the step and its time goes on from where it was. A
+// capture's own reordering (several queues, interfaces or rings) is far
+// smaller. Left as it was, a step back put later packets before earlier
+// ones, and later exchanges and events were judged as if they came first.
+const MaxClockStepBack = 100 * time.Millisecond
+
+// steadyClock keeps a file's packet times from going back by more than
+// MaxClockStepBack: it counts each such step and shifts what follows.
+type steadyClock struct {
+	zeroCopyReader
+	latest time.Time
+	shift  time.Duration
+	steps  int
+}
+
+func (c *steadyClock) ZeroCopyReadPacketData() ([]byte, gopacket.CaptureInfo, error) {
+	data, ci, err := c.zeroCopyReader.ZeroCopyReadPacketData()
+	if err != nil {
+		return data, ci, err
+	}
+	if c.shift != 0 {
+		ci.Timestamp = ci.Timestamp.Add(c.shift)
+	}
+	if !ci.Timestamp.Before(c.latest) {
+		c.latest = ci.Timestamp // the usual case
+	} else if back := c.latest.Sub(ci.Timestamp); back > MaxClockStepBack {
+		c.steps++
+		c.shift += back
+		ci.Timestamp = c.latest
+	}
+	return data, ci, nil
 }
 
 // openSource opens a capture file (or standard input) and reads its header.
@@ -360,15 +399,18 @@ func openSource(ctx context.Context, path string, cr *countingReader) (*source, 
 		closeFn()
 		return nil, notCapture(name, magic)
 	}
+	s.clock = &steadyClock{zeroCopyReader: s.rd}
+	s.rd = s.clock
 	return s, nil
 }
 
-func readOne(ctx context.Context, path string, cr *countingReader, handle packetHandler) error {
+func readOne(ctx context.Context, path string, cr *countingReader, st *Stats, handle packetHandler) error {
 	src, err := openSource(ctx, path, cr)
 	if err != nil {
 		return err
 	}
 	defer src.close()
+	defer func() { st.ClockSteps += src.clock.steps }()
 	var n uint64
 	for {
 		if err := ctx.Err(); err != nil {

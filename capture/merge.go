@@ -90,6 +90,9 @@ func readMerged(ctx context.Context, paths []string, cr *countingReader, handle 
 		}
 	}
 	st.OverlappingFiles = overlapping(ins)
+	for _, in := range ins {
+		st.ClockSteps += in.src.clock.steps
+	}
 	cr.report()
 	return st, errors.Join(errs...)
 }

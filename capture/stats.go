@@ -33,6 +33,7 @@ type Stats struct {
 	ReplayedConnections uint64
 	OverlappingFiles    int // input files whose time range overlaps another's (merged in time order)
 
+	ClockSteps     int // times a file's packet times went back by more than MaxClockStepBack (the rest of the file was shifted)
 	TruncatedFiles int // files cut mid-record (the packets before the cut were used)
 	CorruptFiles   int // files with a damaged record (the packets before it were used)
 }
@@ -60,6 +61,7 @@ func (s *Stats) add(o Stats) {
 	s.DuplicatePackets += o.DuplicatePackets
 	s.ReplayedConnections += o.ReplayedConnections
 	s.OverlappingFiles += o.OverlappingFiles
+	s.ClockSteps += o.ClockSteps
 	s.TruncatedFiles += o.TruncatedFiles
 	s.CorruptFiles += o.CorruptFiles
 }
@@ -72,6 +74,9 @@ func (s Stats) Warnings() []string {
 		out = append(out, fmt.Sprintf("%d of the %d input files overlap in time: they were merged packet by packet in time order, %d packets held twice were counted once", s.OverlappingFiles, s.Files, s.DuplicatePackets))
 	} else if s.DuplicatePackets > 0 {
 		out = append(out, fmt.Sprintf("%d packets were held twice in the input and counted once", s.DuplicatePackets))
+	}
+	if s.ClockSteps > 0 {
+		out = append(out, fmt.Sprintf("the capture's clock went back %d times by more than %v (stepped by NTP, or a virtual machine resumed): the packets after each step were shifted to keep capture order", s.ClockSteps, MaxClockStepBack))
 	}
 	if s.ReplayedConnections > 0 {
 		out = append(out, fmt.Sprintf("%d TCP connections were read again after they had ended, with the same handshake: another capture point's copy of them (the other end's capture, say), read once", s.ReplayedConnections))
