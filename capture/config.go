@@ -39,8 +39,13 @@ const (
 	DefaultMaxConnections = 65536
 	// DefaultIdleTimeout is how long, in capture time, a connection may go
 	// without a packet before it is flushed and closed (decode.CloseIdle).
-	// Long because MCP's standalone SSE streams can be quiet for minutes.
-	DefaultIdleTimeout = 5 * time.Minute
+	// As long as the detector keeps a quiet session (its
+	// DefaultSessionIdleTimeout): an MCP server's standalone SSE stream may
+	// carry nothing for that long, and a connection let go while open and
+	// picked up again (decode.ConnMeta.PickedUpAfter) makes the checks
+	// whose evidence it may hold unverifiable. It was 5 minutes until
+	// 2026-12-05. MaxConnections bounds what lingers meanwhile.
+	DefaultIdleTimeout = 30 * time.Minute
 	// DefaultReorderTimeout is how long, in capture time, out-of-order data
 	// waits for a missing segment before it is delivered after a gap. A
 	// segment the capture lost never arrives, so waiting longer only delays
