@@ -927,9 +927,9 @@ func (w *worker) New(_, _ gopacket.Flow, _ *layers.TCP, _ reassembly.AssemblerCo
 }
 
 // closedConn is what a worker remembers of a connection that ended with FIN
-// or RST, or that it stopped following (cut), for endedTTL: when, and per
-// sender (senderIndex) the sequence number of its SYN (syn) and the sequence
-// numbers the capture held, first to end (held).
+// or RST, or that it stopped following while it was open (cutBy), for
+// endedTTL: when, and per sender (senderIndex) the sequence number of its SYN
+// (syn) and the sequence numbers the capture held, first to end (held).
 type closedConn struct {
 	at         time.Time
 	synSeq     [2]uint32
@@ -961,8 +961,9 @@ const copySlack = 1 << 16
 //
 // A connection the worker stopped following while it was open (idle for
 // IdleTimeout, or evicted) did not end: its later data continues it, and
-// cont returns what was kept of it (openContinued). Only bytes it had
-// already carried are a copy to ignore.
+// cont returns what was kept of it (open passes its cutBy on as
+// decode.ConnMeta.PickedUpAfter). Only bytes it had already carried are a
+// copy to ignore.
 func (w *worker) endedCopy(s *tcpSeg) (copied bool, cont *closedConn) {
 	if len(w.closed) == 0 {
 		return false, nil
@@ -995,10 +996,10 @@ func (w *worker) endedCopy(s *tcpSeg) (copied bool, cont *closedConn) {
 }
 
 // rememberEnded keeps what endedCopy needs of a connection that ended with
-// FIN or RST or that the worker stopped following while it was open, for
-// the limit cutBy.
-// At most limits.maxConns are kept: when full, those past closedTTL give
-// way (at most once per flushEvery, since that scans them all).
+// FIN or RST, or that the worker stopped following while it was open for
+// the limit cutBy. At most limits.maxConns are kept: when full, those past
+// closedTTL give way (at most once per flushEvery, since that scans them
+// all).
 func (w *worker) rememberEnded(c *conn, cutBy string) {
 	if len(w.closed) >= w.limits.maxConns && !w.clock.Before(w.nextEndedSweep) {
 		w.nextEndedSweep = w.clock.Add(w.limits.flushEvery)

@@ -27,9 +27,9 @@ type Stats struct {
 	PageLimitHits         uint64 // gaps forced by a buffered-pages limit rather than by a timeout
 
 	DuplicatePackets uint64 // packets identical to one read just before from another file (dropped)
-	// ReplayedConnections counts handshakes of a connection that had
-	// already ended (another capture point's copy of it), whose segments
-	// were ignored.
+	// ReplayedConnections counts connections whose handshake came again
+	// after they had ended (another capture point's copy of them, read
+	// later): the copy's segments were ignored.
 	ReplayedConnections uint64
 	OverlappingFiles    int // input files whose time range overlaps another's (merged in time order)
 
@@ -76,7 +76,11 @@ func (s Stats) Warnings() []string {
 		out = append(out, fmt.Sprintf("%d packets were held twice in the input and counted once", s.DuplicatePackets))
 	}
 	if s.ClockSteps > 0 {
-		out = append(out, fmt.Sprintf("the capture's clock went back %d times by more than %v (stepped by NTP, or a virtual machine resumed): the packets after each step were shifted to keep capture order", s.ClockSteps, MaxClockStepBack))
+		where := fmt.Sprintf("at %d places", s.ClockSteps)
+		if s.ClockSteps == 1 {
+			where = "once"
+		}
+		out = append(out, fmt.Sprintf("the capture's clock went back by more than %v %s (stepped by NTP, or a virtual machine resumed): the packets after each step were shifted to keep capture order", MaxClockStepBack, where))
 	}
 	if s.ReplayedConnections > 0 {
 		out = append(out, fmt.Sprintf("%d TCP connections were read again after they had ended, with the same handshake: another capture point's copy of them (the other end's capture, say), read once", s.ReplayedConnections))

@@ -276,12 +276,14 @@ func (d *Detector) proxyHop(h, req hopSeen, ex *exchange, addr netip.Addr) bool 
 // proxy forwards what it has received; captures of two hosts read
 // together do, when the server's host's clock is behind the client's by
 // more than the proxy takes: the hop's first copy is then the server
-// host's. The hop was judged; the client's leg is set aside, at its own
-// endpoint too (a proxy with a Host of its own) without the answers'
-// proof localProxyHop waits for, which the hop's answer, come and gone
-// before, can no longer give. What a client of two servers on its host
-// sends the second, when it sent the first from its address to another
-// host's, is set aside then: findings lost, never gained.
+// host's. The hop was judged; the client's leg is set aside, at the hop's
+// endpoint (a proxy that keeps the Host), or at its own when it carries a
+// long session id, which a client sends to one server only: the answers'
+// proof localProxyHop waits for cannot be had once the hop's answer came
+// first, so a request without one (an initialize) is judged as the
+// client's own. What a client of two servers on its host sends the second,
+// when it sent the first from its address to another host's, is set aside
+// then: findings lost, never gained.
 func clientsLeg(first uint64, req hopSeen) bool {
 	return first == req.client && req.serverAddr == req.client
 }
