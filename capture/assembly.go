@@ -241,6 +241,7 @@ type worker struct {
 	// workers, unlike now, which is the latest of this worker's share.
 	readNow   time.Time
 	nextFlush time.Time // clock at which the timeouts are checked next
+	nextIdle  time.Time // clock before which closeIdle does nothing
 
 	conns []*conn // every connection not yet complete, whoever follows it
 	byKey map[flowKey]*conn
@@ -798,8 +799,7 @@ func (w *worker) tick(now time.Time) {
 }
 
 // checkTimeouts delivers data held longer than the reorder timeout (after a
-// gap) and closes connections idle longer than the idle timeout, when a
-// check is due.
+// gap), when a check is due. Idle connections are closed apart (closeIdle).
 func (w *worker) checkTimeouts() {
 	// Before, not Sub: this runs for every packet, and Sub's overflow
 	// handling costs more than the comparison.
@@ -807,11 +807,23 @@ func (w *worker) checkTimeouts() {
 		return
 	}
 	w.nextFlush = w.clock.Add(w.limits.flushEvery)
+	w.flush(decode.CloseIdle, reassembly.FlushOptions{T: w.clock.Add(-w.limits.reorderTimeout)})
+	w.forgetEnded(w.limits.endedTTL)
+}
+
+// closeIdle closes the connections idle longer than the idle timeout, at
+// most once per flushEvery: a check scans every connection. A file's reader
+// has every worker do it at the same points of the capture
+// (pipeline.idleCheck), Live at its ticks.
+func (w *worker) closeIdle() {
+	if w.clock.Before(w.nextIdle) {
+		return
+	}
+	w.nextIdle = w.clock.Add(w.limits.flushEvery)
 	w.flush(decode.CloseIdle, reassembly.FlushOptions{
 		T:  w.clock.Add(-w.limits.reorderTimeout),
 		TC: w.clock.Add(-w.limits.idleTimeout),
 	})
-	w.forgetEnded(w.limits.endedTTL)
 }
 
 func (w *worker) flush(reason decode.CloseReason, opt reassembly.FlushOptions) {

@@ -498,6 +498,7 @@ func (lw *liveWorker) ran() {
 			return
 		}
 		lw.w.tick(lw.claim)
+		lw.w.closeIdle()
 	}
 	lw.stake()
 }
@@ -509,6 +510,7 @@ func (lw *liveWorker) stake() {
 	lw.claim = lw.clocks.floor()
 	if lw.owed = len(lw.q); lw.owed == 0 {
 		lw.w.tick(lw.claim)
+		lw.w.closeIdle()
 	}
 }
 

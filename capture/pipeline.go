@@ -61,6 +61,9 @@ type batch struct {
 	times []time.Time   // segment times that sec and nsec cannot rebuild
 	now   time.Time     // the reader's capture time when the batch was sent
 	home  chan<- *batch // the free pool the batch goes back to once handled
+	// idle: after the batch, the worker closes its idle connections
+	// (pipeline.idleCheck).
+	idle bool
 }
 
 func newBatch(home chan<- *batch) *batch {
@@ -91,7 +94,7 @@ func (b *batch) time(s *segment) time.Time {
 }
 
 func (b *batch) reset() {
-	b.segs, b.arena = b.segs[:0], b.arena[:0]
+	b.segs, b.arena, b.idle = b.segs[:0], b.arena[:0], false
 	clear(b.times)
 	b.times = b.times[:0]
 }
@@ -222,10 +225,15 @@ type pipeline struct {
 	feed      *feeder
 	sinceSync int
 	wg        sync.WaitGroup
+	// idleEvery is how much capture time passes between the points where
+	// every worker closes its idle connections (idleCheck); lastIdle is
+	// the last of them.
+	idleEvery time.Duration
+	lastIdle  time.Time
 }
 
 func newPipeline(cfg Config, newFactory func(worker int) decode.StreamFactory) *pipeline {
-	p := &pipeline{dec: newPacketDecoder()}
+	p := &pipeline{dec: newPacketDecoder(), idleEvery: limitsFor(cfg).flushEvery}
 	for i := range cfg.Workers {
 		p.workers = append(p.workers, newWorker(cfg, newFactory(i)))
 	}
@@ -248,6 +256,9 @@ func (p *pipeline) run(w *worker, q <-chan *batch) {
 	for b := range q {
 		w.runBatch(b, nil)
 		w.tick(b.now)
+		if b.idle {
+			w.closeIdle()
+		}
 		b.release()
 	}
 	w.finish()
@@ -294,6 +305,10 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 		if p.feed != nil {
 			p.feed.now = p.now
 		}
+	}
+	if p.now.Sub(p.lastIdle) >= p.idleEvery {
+		p.lastIdle = p.now
+		p.idleCheck()
 	}
 	if _, ok := p.dec.classify(&p.stats, data, lt); ok {
 		p.dispatch(&p.dec.tcp, ci.Timestamp)
@@ -343,6 +358,23 @@ func contiguous(head, tail []byte) ([]byte, bool) {
 func (p *pipeline) sync() {
 	p.sinceSync = 0
 	p.feed.sync()
+}
+
+// idleCheck has every worker close its idle connections, at the reader's
+// time, once the packets before it are handled. Each worker deciding on
+// its own, at its own next packet, let a connection go at another time
+// with one worker than with two: the times of what the let-go ended
+// differed with the number of workers.
+func (p *pipeline) idleCheck() {
+	if len(p.workers) == 1 {
+		p.workers[0].tick(p.now)
+		p.workers[0].closeIdle()
+		return
+	}
+	for i := range p.feed.queues {
+		p.feed.batchFor(i).idle = true
+	}
+	p.sync()
 }
 
 // close delivers what is pending, closes every connection still open and
