@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/replaywatch/replaywatch/capture"
-	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // TestQuietSpellsAddNothing puts a quiet spell in every fixture (all
@@ -21,7 +20,8 @@ import (
 // once skipped unseen while the session's history counted as whole (a
 // resume from an event id they carried was unknown_last_event_id_accepted),
 // and an event cut open by the let-go was taken for one never issued. The
-// spell may cost findings, never add one.
+// spell may cost findings, never add one, and one worker and two must give
+// the very same records.
 func TestQuietSpellsAddNothing(t *testing.T) {
 	fixtures, captures := readFixtureCaptures(t)
 	dir := t.TempDir()
@@ -35,7 +35,7 @@ func TestQuietSpellsAddNothing(t *testing.T) {
 		intact := runWith(t, cfg, fx)
 		for _, at := range thirds(len(c.Packets)) {
 			path := filepath.Join(dir, name+"-quiet.pcap")
-			writePackets(t, path, c.LinkType, shiftedFrom(c.Packets, at, spell))
+			writePackets(t, path, c.LinkType, c.ShiftedFrom(at, spell))
 			label := fmt.Sprintf("quiet %v at packet %d of %d", spell, at, len(c.Packets))
 			got := runWith(t, cfg, path)
 			if got.err != nil {
@@ -73,7 +73,7 @@ func TestClockStepsBackAddNothing(t *testing.T) {
 		for _, back := range []time.Duration{200 * time.Millisecond, time.Second, 30 * time.Second} {
 			for _, at := range thirds(len(c.Packets)) {
 				path := filepath.Join(dir, name+"-stepped.pcap")
-				writePackets(t, path, c.LinkType, shiftedFrom(c.Packets, at, -back))
+				writePackets(t, path, c.LinkType, c.ShiftedFrom(at, -back))
 				got := runDamaged(t, 2, path)
 				if got.err != nil {
 					t.Fatalf("%s: %v", name, got.err)
@@ -94,15 +94,3 @@ func TestClockStepsBackAddNothing(t *testing.T) {
 
 // thirds are the places a third, half and two thirds into n packets.
 func thirds(n int) []int { return []int{n / 3, n / 2, 2 * n / 3} }
-
-// shiftedFrom is pkts with the times of those from index at on moved by d.
-func shiftedFrom(pkts []pcaprec.Packet, at int, d time.Duration) []pcaprec.Packet {
-	out := make([]pcaprec.Packet, len(pkts))
-	for j, p := range pkts {
-		if j >= at {
-			p.CI.Timestamp = p.CI.Timestamp.Add(d)
-		}
-		out[j] = p
-	}
-	return out
-}

@@ -177,6 +177,17 @@ func (c Capture) Window(skip, cut time.Duration) []pcaprec.Packet {
 	return out
 }
 
+// ShiftedFrom is the capture with the times of the packets from index at on
+// moved by d: a quiet spell in all traffic (d > 0), or the capturing host's
+// clock stepped back (d < 0).
+func (c Capture) ShiftedFrom(at int, d time.Duration) []pcaprec.Packet {
+	out := slices.Clone(c.Packets)
+	for j := at; j < len(out); j++ {
+		out[j].CI.Timestamp = out[j].CI.Timestamp.Add(d)
+	}
+	return out
+}
+
 // Duration is the time from the capture's first packet to its last.
 func (c Capture) Duration() time.Duration {
 	if len(c.Packets) == 0 {
