@@ -328,7 +328,6 @@ func frames(t testing.TB, l link, segs []seg) []packet {
 	return out
 }
 
-// pcapBytes writes packets as a classic pcap file.
 // gzipped is data compressed as gzip writes it.
 func gzipped(data []byte) []byte {
 	var b bytes.Buffer
@@ -338,6 +337,7 @@ func gzipped(data []byte) []byte {
 	return b.Bytes()
 }
 
+// pcapBytes writes packets as a classic pcap file.
 func pcapBytes(t testing.TB, lt layers.LinkType, pkts []packet) []byte {
 	t.Helper()
 	var b bytes.Buffer

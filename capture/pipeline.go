@@ -226,10 +226,10 @@ type pipeline struct {
 	sinceSync int
 	wg        sync.WaitGroup
 	// idleEvery is how much capture time passes between the points where
-	// every worker closes its idle connections (idleCheck); lastIdle is
-	// the last of them.
+	// every worker closes its idle connections (idleCheck); nextIdle is
+	// the reader's time of the next.
 	idleEvery time.Duration
-	lastIdle  time.Time
+	nextIdle  time.Time
 }
 
 func newPipeline(cfg Config, newFactory func(worker int) decode.StreamFactory) *pipeline {
@@ -306,8 +306,9 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 			p.feed.now = p.now
 		}
 	}
-	if p.now.Sub(p.lastIdle) >= p.idleEvery {
-		p.lastIdle = p.now
+	// Before, not Sub: this runs for every packet.
+	if !p.now.Before(p.nextIdle) {
+		p.nextIdle = p.now.Add(p.idleEvery)
 		p.idleCheck()
 	}
 	if _, ok := p.dec.classify(&p.stats, data, lt); ok {
