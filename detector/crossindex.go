@@ -96,6 +96,16 @@ func (d *Detector) idsShared(endpoint string) bool {
 	return ok
 }
 
+// sentByAnother says whether another session of ex's endpoint sent the id
+// ex resumes from, an id no two sessions mint (drawnAtRandom, and the
+// endpoint's ids were not seen shared): where the cursor came from is then
+// on the wire (a client that carried its old session's cursor into a new
+// one), even if s's own streams were not all captured.
+func (d *Detector) sentByAnother(ex *exchange, s *session) bool {
+	e, ok := d.serverEvents[d.serverEventKey(ex.endpoint, ex.cursor)]
+	return ok && e.sessionKey != s.key && !e.shared && !d.idsShared(ex.endpoint) && drawnAtRandom(ex.cursor)
+}
+
 // checkCrossSession judges an event a resume of s delivers whose id s never
 // sent: if another session first sent that very event (same id, same data)
 // and the endpoint's ids are unique across its sessions, the server replayed another session's

@@ -1507,6 +1507,16 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 		d.resumeEnd(ex, o)
 	}
 	d.checkUnresumableClose(ex, o)
+	if ex.stream != nil {
+		broken := ex.method == "GET"
+		for range unansweredCalls(s, ex) {
+			broken = true
+			break
+		}
+		if broken {
+			s.brokenStreams++
+		}
+	}
 	// Requests whose stream ended without their response: if no later
 	// resume delivers it, the client cannot know whether it ran.
 	if e.How != decode.EndUnknown {

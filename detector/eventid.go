@@ -129,3 +129,30 @@ func (s *session) orderProven() bool {
 
 // hasStreamPrefix says whether ids of this shape name their stream.
 func (s idShape) hasStreamPrefix() bool { return s == shapeGoSDK || s == shapeTS }
+
+// An id at least minDrawnIDBytes long with at least minDrawnIDSymbols
+// distinct bytes is taken to hold a part drawn at random (a UUID, go-sdk's
+// 26-character stream names): two sessions do not mint the same one,
+// whatever the server. Counters (mcp-go's decimal ids, a go-sdk stream's
+// _0, _1, ... in older releases) repeat across sessions and server
+// processes, so one of them seen in one session may be another's own.
+const (
+	minDrawnIDBytes   = 16
+	minDrawnIDSymbols = 10
+)
+
+// drawnAtRandom says whether id looks drawn at random (see minDrawnIDBytes).
+func drawnAtRandom(id string) bool {
+	if len(id) < minDrawnIDBytes {
+		return false
+	}
+	var seen [256]bool
+	n := 0
+	for i := 0; i < len(id); i++ {
+		if !seen[id[i]] {
+			seen[id[i]] = true
+			n++
+		}
+	}
+	return n >= minDrawnIDSymbols
+}

@@ -232,6 +232,9 @@ func (d *Detector) newEvent(ex *exchange, s *session, o *decode.Observation, dat
 	}
 	if ex.stream == nil {
 		ex.stream = st
+		for c := range unansweredCalls(s, ex) {
+			c.stream = st.idx + 1
+		}
 	}
 	if ex.gap {
 		st.gap = true
@@ -490,10 +493,25 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonLimitPrefix+"MaxResponsesPerSession", m.ProgressToken)
 			return
 		}
-		if tokenHolders(s, m.ProgressToken) > 1 {
-			// Each call's progress counts on its own, and either's
-			// value may arrive late: the values interleave.
-			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), ReasonSharedProgressToken, m.ProgressToken)
+		holder, n := tokenHolder(s, m.ProgressToken)
+		reason := ""
+		switch {
+		case n > 1:
+			// Each call's progress counts on its own, and either's value
+			// may arrive late: the values interleave.
+			reason = ReasonSharedProgressToken
+		case n == 0:
+			// The calls that carry the token went on connections the
+			// capture did not see, a second re-using it perhaps.
+			reason = ReasonTokenRequestNotSeen
+		case !holder.carries(ex):
+			// A stream that carries any call's progress (the standalone
+			// GET) would carry a second call's re-using the token, sent
+			// on a connection the capture did not see.
+			reason = ReasonProgressOffItsStream
+		}
+		if reason != "" {
+			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), reason, m.ProgressToken)
 			return
 		}
 		if ex.once(onceProgress) {
@@ -517,21 +535,30 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 	s.progress.set(m.ProgressToken, progressMark{m.Progress, progressStream(ex)})
 }
 
-// tokenHolders counts the calls of s that carried token, answered or not.
-// Two of them make a repeated or lower value no proof of a replay, whenever
-// they ran: a value may be late, as one call's progress can come on another
-// call's stream or in a resumed backlog after its own answer (mcp-go, see
-// progressStream), and a cancelled call's server may send progress already
-// under way (the TypeScript SDK's tools run on). It walks every call, so it
-// runs only where a violation would otherwise be raised.
-func tokenHolders(s *session, token string) int {
-	n := 0
+// tokenHolder finds the calls of s that carried token, answered or not:
+// how many, and one of them. Two make a repeated or lower value no proof of
+// a replay, whenever they ran: a value may be late, as one call's progress
+// can come on another call's stream or in a resumed backlog after its own
+// answer (mcp-go, see progressStream), and a cancelled call's server may
+// send progress already under way (the TypeScript SDK's tools run on). It
+// walks every call, so it runs only where a violation would otherwise be
+// raised.
+func tokenHolder(s *session, token string) (holder *call, n int) {
 	for _, c := range s.calls.all() {
 		if c.token == token {
+			holder = c
 			n++
 		}
 	}
-	return n
+	return holder, n
+}
+
+// carries says whether ex is c's own stream: its request's answer, or a
+// resume of the stream that answer opened. Only a server that sends
+// another call's progress on it (mcp-go, see progressStream) puts a second
+// holder's values there.
+func (c *call) carries(ex *exchange) bool {
+	return ex.serial == c.ex || c.stream != 0 && ex.stream != nil && ex.stream.idx+1 == c.stream
 }
 
 // forgetProgress drops what s remembers of token's progress: the request

@@ -305,14 +305,21 @@ const (
 	ReasonClientStartNotCaptured = "client start not captured"
 	// ReasonPartialHistory: the input may miss whole exchanges
 	// (Config.PartialHistory) and the check rests on one not being seen.
-	ReasonPartialHistory  = "input may miss whole exchanges"
-	ReasonCaptureEnded    = "capture ended with the stream open"
-	ReasonStreamCut       = "stream cut before the outcome was shown"
-	ReasonOwedNotReplayed = "stream closed before the owed events were replayed"
-	ReasonLimitPrefix     = "limit hit: "
-	ReasonSessionEvicted  = "session evicted (limit hit: MaxSessions)"
-	ReasonStateEvicted    = "session evicted (limit hit: MaxStateBytes)"
-	ReasonSessionDeleted  = "session deleted before the request"
+	ReasonPartialHistory = "input may miss whole exchanges"
+	// ReasonResumedStreamNotSeen: a resume from an id the session never
+	// sent came before any stream of the session was seen to break, and
+	// no other session sent the id: the stream it resumes, with the ids
+	// it carried, was on a connection the capture did not see (a load
+	// balancer spreads a session's connections over nodes, and a node's
+	// agent sees only its own).
+	ReasonResumedStreamNotSeen = "the stream it resumes was not captured"
+	ReasonCaptureEnded         = "capture ended with the stream open"
+	ReasonStreamCut            = "stream cut before the outcome was shown"
+	ReasonOwedNotReplayed      = "stream closed before the owed events were replayed"
+	ReasonLimitPrefix          = "limit hit: "
+	ReasonSessionEvicted       = "session evicted (limit hit: MaxSessions)"
+	ReasonStateEvicted         = "session evicted (limit hit: MaxStateBytes)"
+	ReasonSessionDeleted       = "session deleted before the request"
 	// ReasonRevisionNotSeen: an initialize's stream ended before its
 	// result, so the revision is the one the client asked for; the server
 	// may have chosen an older one (a server that does not speak the
@@ -335,6 +342,17 @@ const (
 	// server that runs without sessions (2025-11-25 allows one) sends such
 	// requests, and its initialize may have come before the capture.
 	ReasonOtherConnection = "request without a session id on another connection than the 404"
+	// ReasonTokenRequestNotSeen: progress went back for a token no
+	// request of the session seen carried, though the session's start was
+	// seen: its requests went on connections the capture did not see (a
+	// load balancer spreading the session over nodes), and one of them may
+	// have re-used the token.
+	ReasonTokenRequestNotSeen = "no request carrying the progress token was captured"
+	// ReasonProgressOffItsStream: progress went back on a stream that is
+	// not its call's own (the standalone GET), which would also carry the
+	// progress of a second call re-using the token, sent on a connection
+	// the capture did not see.
+	ReasonProgressOffItsStream = "progress went back outside its call's stream"
 	// ReasonSharedProgressToken: two calls of the session carried one
 	// progress token, and a value may be either's: their progress
 	// interleaves, and either's may come late.

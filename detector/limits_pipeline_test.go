@@ -200,9 +200,10 @@ const (
 )
 
 // resumeAfterUnread is the scenario of the tests of unread connections:
-// session S1 starts on c0 (10.0.0.1:5000), c1 carries unread (c1's start
-// not captured when midstream), and the client resumes from _1 on c2, which
-// only c1 may have shown issued.
+// session S1 starts on c0 (10.0.0.1:5000), whose standalone GET stream
+// then breaks after an event (so a stream the client resumes was seen), c1
+// carries unread (c1's start not captured when midstream), and the client
+// resumes from _1 on c2, which only c1 may have shown issued.
 func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, []wireStep) {
 	ms := time.Millisecond
 	conns := []decode.ConnMeta{
@@ -215,6 +216,9 @@ func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, [
 	steps := []wireStep{
 		{conn: 0, client: true, data: init, at: 1 * ms},
 		{conn: 0, data: initOK, at: 2 * ms},
+		{conn: 0, client: true, data: "GET /mcp HTTP/1.1\n" + wireS1 + "\n", at: 3 * ms},
+		{conn: 0, data: wireSSEHead + "id: s0\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n", at: 4 * ms},
+		{conn: 0, close: true, at: 900 * ms},
 	}
 	steps = append(steps, unread...)
 	return conns, append(steps,

@@ -705,6 +705,13 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form1")
 		return
 	}
+	if s.brokenStreams == 0 && !drawnAtRandom(ex.cursor) {
+		// No stream of S2 was seen to break: the one it resumes went on a
+		// connection the capture did not see, and may have issued the
+		// cursor, an id S1 minted too.
+		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonResumedStreamNotSeen, "form1")
+		return
+	}
 	severity, answer := SeverityCritical, "the server accepted it"
 	if !ex.ok2xx() {
 		severity, answer = SeverityHigh, fmt.Sprintf("this server rejected it with %d, but the client is wrong all the same", ex.status)

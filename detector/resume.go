@@ -98,7 +98,8 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
-		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream:
+		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream,
+		ReasonPartialHistory, ReasonResumedStreamNotSeen:
 		return reason
 	}
 	if contentUnread(reason) {
@@ -206,6 +207,8 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = "resume answered without a stream"
 	case d.cfg.PartialHistory:
 		rs.unverifiable = ReasonPartialHistory
+	case s.brokenStreams == 0 && !d.sentByAnother(ex, s):
+		rs.unverifiable = ReasonResumedStreamNotSeen
 	default:
 		d.violation(&Violation{
 			Kind: KindUnknownLastEventIDAccepted, Time: o.Time, LastEventID: ex.cursor,

@@ -92,6 +92,9 @@ type call struct {
 	args                                string // arguments in clear: only on opt-in (decode.Config.KeepToolArguments)
 	at                                  time.Time
 	ex                                  uint64 // exchange.serial of the request
+	// stream is the logical stream its request's answer opened (index+1),
+	// once that answer sent an event id; 0 before, or with none.
+	stream int32
 	// Where the request was seen, for evidence.
 	client, server netip.AddrPort
 	exNum          int
@@ -174,6 +177,13 @@ type session struct {
 	// it, or an unpaired answer to a lost request of it was a 404: the
 	// server may have answered 404 unseen (pairGaps.mayBeLost).
 	mayBeLostAt time.Time
+	// brokenStreams counts the streams of it seen to end where a client
+	// resumes (a GET stream, or a POST stream before its answer) after
+	// carrying an event id. A resume from an id the session never sent,
+	// with none such before it, resumes a stream the capture did not see:
+	// its connection went another way (a load balancer spreading the
+	// session over nodes), so its ids are not a whole history's.
+	brokenStreams int
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
