@@ -93,6 +93,7 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 		fs.Set("node", n)
 	}
 	registerLimits(fs, &c.live.Config, &c.decode, &c.detect)
+	registerPartialHistory(fs, &c.detect)
 	c.mem.register(fs)
 }
 

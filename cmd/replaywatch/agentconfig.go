@@ -37,6 +37,8 @@ type agentFile struct {
 	// HashKeyFile: the key itself is better given by a Secret in the
 	// environment (REPLAYWATCH_HASH_KEY).
 	HashKeyFile *string `yaml:"hash_key_file"`
+	// PartialHistory: this node sees only some of a session's connections.
+	PartialHistory *bool `yaml:"partial_history"`
 
 	ClickHouse struct {
 		DSN           *string        `yaml:"dsn"`
@@ -117,7 +119,7 @@ func applyFile(fs *flag.FlagSet, f *agentFile) error {
 		for name, v := range map[string]any{
 			"interface": f.Interfaces, "ports": f.Ports, "filter": f.Filter, "workers": f.Workers, "ring-blocks": f.RingBlocks, "ring-block-size": f.RingBlock, "listen": f.Listen,
 			"otlp-grpc": f.OTLPGRPC, "otlp-http": f.OTLPHTTP,
-			"format": f.Format, "node": f.Node, "log-level": f.LogLevel, "hash-key-file": f.HashKeyFile,
+			"format": f.Format, "node": f.Node, "log-level": f.LogLevel, "hash-key-file": f.HashKeyFile, "partial-history": f.PartialHistory,
 			"clickhouse": c.DSN, "clickhouse-password-file": c.PasswordFile, "clickhouse-cluster": c.Cluster,
 			"apply-schema": c.ApplySchema, "retention-days": c.RetentionDays, "spool-dir": c.SpoolDir,
 			"max-spool-bytes": c.MaxSpoolBytes, "batch-rows": c.BatchRows, "flush-interval": c.FlushInterval,

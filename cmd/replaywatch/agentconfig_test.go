@@ -73,6 +73,12 @@ func TestAgentConfigPrecedence(t *testing.T) {
 	if strings.Join(cfg.live.Interfaces, ",") != "eth0" || len(cfg.live.Ports) != 2 || cfg.live.Ports[0] != 3000 {
 		t.Errorf("file, then flags: interfaces %v ports %v", cfg.live.Interfaces, cfg.live.Ports)
 	}
+	if cfg.detect.PartialHistory {
+		t.Error("partial_history is on by default")
+	}
+	if cfg, err := configFrom(t, writeFile(t, "partial_history: true\n")); err != nil || !cfg.detect.PartialHistory {
+		t.Errorf("partial_history: true in the file: %v, %v", err, err == nil && cfg.detect.PartialHistory)
+	}
 	if cfg.detect.MaxSessions != 88 || cfg.detect.SessionIdleTimeout != 90*time.Second || cfg.clickhouse.sink.FlushInterval != 2*time.Second {
 		t.Errorf("environment over file: max_sessions %d, idle %v, flush %v", cfg.detect.MaxSessions, cfg.detect.SessionIdleTimeout, cfg.clickhouse.sink.FlushInterval)
 	}

@@ -97,7 +97,14 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "once reading stops (end of input, SIGINT or SIGTERM), how long sending the last rows to ClickHouse may take; what is not sent by then is spooled")
 	registerPrivacy(fs, &c.hashKeyFile, &c.run.Decode)
 	registerLimits(fs, &c.run.Capture, &c.run.Decode, &c.run.Detect)
+	registerPartialHistory(fs, &c.run.Detect)
 	c.mem.register(fs)
+}
+
+// registerPartialHistory adds --partial-history, shared by analyze and
+// agent: a capture point that sees only some of a session's connections.
+func registerPartialHistory(fs *flag.FlagSet, dt *detector.Config) {
+	fs.BoolVar(&dt.PartialHistory, "partial-history", dt.PartialHistory, "this capture may miss whole connections of a session (a server's node behind a load balancer without session affinity: each connection may go to another node): checks that rest on something not being seen are unverifiable (docs/catalogue.md, \"A session may be spread over capture points\")")
 }
 
 // registerLimits adds the memory bounds and timeouts shared by analyze and

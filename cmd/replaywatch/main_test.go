@@ -52,6 +52,7 @@ func TestBinary(t *testing.T) {
 	zw.Close()
 	os.WriteFile(gzipped, gz.Bytes(), 0o644)
 	clean := filepath.Join(fixtureDir, "go-correct-resume.pcap")
+	unknownCursor := filepath.Join(fixtureDir, "ts-unknown-id-accepted.pcap")
 
 	tests := []struct {
 		name     string
@@ -78,6 +79,10 @@ func TestBinary(t *testing.T) {
 		{name: "empty file", args: []string{"analyze", empty}, wantCode: 2, wantErr: []string{"empty.pcap: empty file, not a pcap or pcapng file"}},
 		{name: "flags after the file", args: []string{"analyze", samplePcap, "--format", "json"}, wantCode: 1,
 			wantOut: []string{`"kind":"session_swap"`}},
+		{name: "unknown cursor", args: []string{"analyze", "--format", "json", unknownCursor}, wantCode: 1,
+			wantOut: []string{`"kind":"unknown_last_event_id_accepted"`}},
+		{name: "unknown cursor, partial history", args: []string{"analyze", "--format", "json", "--partial-history", unknownCursor}, wantCode: 0,
+			wantOut: []string{`"check":"resume","reason":"input may miss whole exchanges"`}},
 		{name: "no file", args: []string{"analyze"}, wantCode: 2, wantErr: []string{"no capture file"}},
 		{name: "bad format", args: []string{"analyze", "--format", "xml", samplePcap}, wantCode: 2, wantErr: []string{"--format"}},
 		{name: "bad flag", args: []string{"analyze", "--frobnicate", samplePcap}, wantCode: 2},
