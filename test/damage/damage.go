@@ -2,7 +2,8 @@
 // segments lost (one at a time or at random), duplicated, reordered, cut by a
 // snap length, a capture that starts late or stops early, a reverse proxy's
 // second hop of every exchange (ProxyHop), a load balancer's PROXY protocol
-// header on every connection (BehindProxyProtocol). The suite runs every
+// header on every connection (BehindProxyProtocol), a session's connections
+// spread over nodes (ConnectionsElsewhere, OnNodes). The suite runs every
 // real SDK capture through these and requires that damage can lose a finding
 // but never add a violation (cmd/replaywatch damaged_test.go).
 //
