@@ -392,7 +392,7 @@ func violationsOf(rec *recorder) []any {
 
 // knownElsewhereGains are the violations a capture point that sees only
 // some of a session's connections is known to add, by case and violation,
-// with the reason (docs/catalogue.md, "A session spread over nodes", says
+// with the reason (docs/catalogue.md, "A session may be spread over capture points", says
 // the same). Each rests on a connection that went to another node, where
 // the evidence that held the finding back was: with
 // detector.Config.PartialHistory (--partial-history) all but the first
