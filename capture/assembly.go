@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -352,6 +353,10 @@ func (w *worker) handleSeg(s *tcpSeg) {
 		if i := senderIndex(s.fromLo); !c.syn[i] {
 			c.syn[i], c.synSeq[i] = true, s.seq
 		}
+	} else if len(s.payload) > 0 {
+		if i := senderIndex(s.fromLo); c.syn[i] && c.head[i].n == 0 && s.seq == c.synSeq[i]+1 {
+			c.head[i] = headOf(s.payload)
+		}
 	}
 	if !w.noProofs {
 		w.proveLoss(c, s)
@@ -380,10 +385,11 @@ func (w *worker) open(s *tcpSeg) *conn {
 			return nil
 		}
 	}
-	copied, cont := w.endedCopy(s)
+	copied, prev := w.endedCopy(s)
 	if copied {
 		return nil
 	}
+	reborn := prev != nil && (prev.synAgain[0] || prev.synAgain[1])
 	// A new connection on the ports, or the rest of one cut: what follows
 	// is its, not a straggler of the old one.
 	delete(w.closed, s.key)
@@ -393,20 +399,28 @@ func (w *worker) open(s *tcpSeg) *conn {
 		id = w.ids.Add(1)
 	}
 	meta := decode.ConnMeta{ID: id, A: src, B: dst, Start: s.ts, SawSYN: syn}
-	if cont != nil {
+	switch {
+	case reborn:
+		// Its SYN repeated the ended connection's and was held back:
+		// it began there, with that connection's client.
+		meta.SawSYN, meta.Start = true, prev.synAgainAt
+	case prev != nil:
 		// The rest of a connection the worker stopped following: what
 		// the decoder skips to find its place again was carried, not
 		// missed by the capture (decode.ConnMeta.PickedUpAfter).
-		meta.PickedUpAfter = cont.cutBy
+		meta.PickedUpAfter = prev.cutBy
 	}
 	// A SYN-ACK first means the client's SYN was missed: A is still the
 	// client, the receiver of this packet. So is it when the rest of a
 	// connection begins with the server's bytes.
-	swapped := syn && s.flags&flagACK != 0 || cont != nil && cont.clientLo != s.fromLo
+	swapped := syn && s.flags&flagACK != 0 || prev != nil && prev.clientLo != s.fromLo
 	if swapped {
 		meta.A, meta.B = dst, src
 	}
 	c := &conn{w: w, key: s.key, lo0: s.fromLo, swapped: swapped, stream: w.factory.NewStream(meta)}
+	if reborn {
+		c.syn, c.synSeq = prev.synAgain, prev.synSeq
+	}
 	w.byKey[s.key] = c
 	w.track(c)
 	w.stats.Connections++
@@ -947,11 +961,74 @@ type closedConn struct {
 	synSeq     [2]uint32
 	first, end [2]uint32
 	syn, held  [2]bool
+	head       [2]streamHead
+	// synAgain: a SYN with the ended connection's sequence number came
+	// (when), so the first bytes after it decide whether it is a copy
+	// (counted: in Stats.ReplayedConnections, and decided for the whole
+	// connection) or a new connection that drew the same number.
+	synAgain   [2]bool
+	synAgainAt time.Time
+	counted    bool
 	// cutBy names the limit that made the worker stop following the
 	// connection while it was open ("" when it ended); clientLo: its A
 	// was the key's lo endpoint.
 	cutBy    string
 	clientLo bool
+}
+
+// streamHead fingerprints the first bytes a sender sent after its SYN: what
+// tells a copy of an ended connection from a new one that drew the same
+// initial sequence number.
+type streamHead struct {
+	n uint16 // bytes of the first segment hashed, at most headBytes; 0: none seen
+	// hash holds the hashes of its first headCuts bytes (those it has), then
+	// of its first n: 32 bits each, as it is kept for every connection (a
+	// collision could only take a new connection for a copy).
+	hash [len(headCuts) + 1]uint32
+}
+
+// headBytes is how much of a sender's first segment streamHead hashes: an
+// HTTP request's line and headers, which differ between two requests where
+// their first few dozen bytes do not.
+const headBytes = 512
+
+// headCuts are the shorter prefixes streamHead also hashes: a copy's first
+// segment may be cut elsewhere than the original's (segmentation offload on
+// the sending host, receive offload on the other), and is compared over
+// as much as both hold.
+var headCuts = [...]int{64, 96, 128, 192, 256, 384}
+
+var headSeed = maphash.MakeSeed()
+
+func headOf(payload []byte) streamHead {
+	h := streamHead{n: uint16(min(len(payload), headBytes))}
+	for i, cut := range headCuts {
+		if len(payload) >= cut {
+			h.hash[i] = hash32(payload[:cut])
+		}
+	}
+	h.hash[len(headCuts)] = hash32(payload[:h.n])
+	return h
+}
+
+func hash32(b []byte) uint32 { return uint32(maphash.Bytes(headSeed, b)) }
+
+// sameHead says whether payload, the first segment after a SYN, begins with
+// the bytes h fingerprints, over as many as both hold; known is false when
+// that is fewer than the shortest cut.
+func (h streamHead) sameHead(payload []byte) (same, known bool) {
+	if h.n == 0 {
+		return false, false
+	}
+	if len(payload) >= int(h.n) {
+		return hash32(payload[:h.n]) == h.hash[len(headCuts)], true
+	}
+	for i := len(headCuts) - 1; i >= 0; i-- {
+		if cut := headCuts[i]; len(payload) >= cut && int(h.n) > cut {
+			return hash32(payload[:cut]) == h.hash[i], true
+		}
+	}
+	return false, false
 }
 
 // copySlack is how far past the last byte an ended connection's capture held
@@ -968,15 +1045,20 @@ const copySlack = 1 << 16
 // are no duplicates to drop. Decoding a copy would show every request and
 // response of the connection twice. It is known by its SYN (a new
 // connection on the same ports draws a new random initial sequence number,
-// RFC 6528) or, for endedTTL, by sequence numbers inside what the ended
+// RFC 6528) and, where the ended connection's first bytes were seen, by
+// those bytes again: a recorder that writes its own TCP headers may give a
+// reused port the same initial sequence number every time (the suite's
+// pcaprec does), and only the data tells that new connection from a copy.
+// Else, for endedTTL, it is known by sequence numbers inside what the ended
 // connection carried.
 //
 // A connection the worker stopped following while it was open (idle for
 // IdleTimeout, or evicted) did not end: its later data continues it, and
-// cont returns what was kept of it (open passes its cutBy on as
+// prev returns what was kept of it (open passes its cutBy on as
 // decode.ConnMeta.PickedUpAfter). Only bytes it had already carried are a
-// copy to ignore.
-func (w *worker) endedCopy(s *tcpSeg) (copied bool, cont *closedConn) {
+// copy to ignore. prev is also the ended connection whose SYN a new one
+// repeated (synAgain), for open to begin that one at its SYN.
+func (w *worker) endedCopy(s *tcpSeg) (copied bool, prev *closedConn) {
 	if len(w.closed) == 0 {
 		return false, nil
 	}
@@ -992,10 +1074,25 @@ func (w *worker) endedCopy(s *tcpSeg) (copied bool, cont *closedConn) {
 		if !cc.syn[i] || cc.synSeq[i] != s.seq {
 			return false, nil
 		}
-		if s.flags&flagACK == 0 || !cc.syn[1-i] {
-			w.stats.ReplayedConnections++ // once, at the client's SYN
+		if !cc.synAgain[0] && !cc.synAgain[1] {
+			cc.synAgainAt = s.ts
 		}
+		cc.synAgain[i] = true
+		w.closed[s.key] = cc
 		return true, nil
+	case cc.synAgain[i] && !cc.counted && s.seq == cc.synSeq[i]+1 && len(s.payload) > 0:
+		if same, known := cc.head[i].sameHead(s.payload); known && !same {
+			// A new connection its SYN began: open takes it from there.
+			return false, &cc
+		}
+	}
+	if (cc.synAgain[0] || cc.synAgain[1]) && !cc.counted {
+		cc.counted = true
+		w.closed[s.key] = cc
+		w.stats.ReplayedConnections++
+		return true, nil
+	}
+	switch {
 	case cc.cutBy != "":
 		if cc.held[i] && s.seq-cc.first[i] < cc.end[i]-cc.first[i] {
 			return true, nil
@@ -1020,7 +1117,7 @@ func (w *worker) rememberEnded(c *conn, cutBy string) {
 	if len(w.closed) >= w.limits.maxConns {
 		return
 	}
-	cc := closedConn{at: w.clock, synSeq: c.synSeq, syn: c.syn, cutBy: cutBy, clientLo: c.lo0 != c.swapped}
+	cc := closedConn{at: w.clock, synSeq: c.synSeq, syn: c.syn, head: c.head, cutBy: cutBy, clientLo: c.lo0 != c.swapped}
 	for d := range 2 {
 		if i := senderIndex((d == 0) == c.lo0); c.known[d] {
 			cc.held[i], cc.first[i], cc.end[i] = true, c.first[d], c.seen[d]
@@ -1097,9 +1194,11 @@ type conn struct {
 	fin          [2]bool // per direction
 	rst          bool
 	// synSeq holds the sequence number of each sender's first SYN (syn),
-	// by sender (senderIndex), for endedCopy once the connection ends.
+	// by sender (senderIndex), for endedCopy once the connection ends;
+	// so does head, each sender's first bytes after its SYN.
 	synSeq  [2]uint32
 	syn     [2]bool
+	head    [2]streamHead
 	closed  bool // Close was called on the stream
 	removed bool // complete: the connection is forgotten
 }

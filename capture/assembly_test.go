@@ -351,21 +351,80 @@ func TestEndedConnectionCopy(t *testing.T) {
 		{"copy thirty seconds later", shifted(first, 30*time.Second, 0), []string{"GET/200"}, 1},
 		{"copy without its handshake", shifted(first, 30*time.Second, 0)[3:], []string{"GET/200"}, 0},
 		{"new connection on the ports", shifted(first, 30*time.Second, 1<<20), []string{"GET/200", "GET/200"}, 0},
-		{"new connection without its handshake", shifted(first, 30*time.Second, 1<<20)[3:], []string{"GET/200", "GET/200"}, 0},
+		{"new connection without its handshake", shifted(first, 30*time.Second, 1<<20)[3:], []string{"GET/200", "(no SYN) GET/200"}, 0},
 		{"copy past the idle timeout", shifted(first, 2*time.Minute, 0), []string{"GET/200", "GET/200"}, 0},
 	}
 	for _, tt := range tests {
 		for _, workers := range []int{1, 2} {
-			rec, st, err := run(t, Config{Workers: workers, IdleTimeout: time.Minute}, capFile(t, append(slices.Clone(first), tt.again...)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, s := range rec.streams() {
-				got = append(got, s.fromA()+"/"+s.fromB())
-			}
+			got, st := readAgain(t, workers, first, tt.again)
 			if !reflect.DeepEqual(got, tt.streams) || st.ReplayedConnections != tt.replayed {
 				t.Errorf("%s, %d workers: streams %q, replayed %d; want %q, %d", tt.name, workers, got, st.ReplayedConnections, tt.streams, tt.replayed)
+			}
+		}
+	}
+}
+
+// readAgain reads a capture of first, then again, with a one-minute idle
+// timeout: each stream read, as what A sent / what B sent, and the stats.
+// A stream begun without its SYN has "(no SYN) " before it.
+func readAgain(t *testing.T, workers int, first, again []seg) ([]string, Stats) {
+	t.Helper()
+	rec, st, err := run(t, Config{Workers: workers, IdleTimeout: time.Minute}, capFile(t, append(slices.Clone(first), again...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range rec.streams() {
+		prefix := ""
+		if !s.meta.SawSYN {
+			prefix = "(no SYN) "
+		}
+		got = append(got, prefix+s.fromA()+"/"+s.fromB())
+	}
+	return got, st
+}
+
+// TestPortReusedWithTheSameISN: a recorder that writes its own TCP headers
+// may give every connection on a pair of ports the same initial sequence
+// numbers (the suite's pcaprec derives them from the ports), and a client
+// on loopback reuses a port within seconds. Such a connection repeats an
+// ended one's handshake; only its first bytes tell it from a copy of that
+// connection (another capture point's, which carries the same bytes,
+// perhaps cut into segments elsewhere). Before, it was taken for a copy and
+// never read.
+func TestPortReusedWithTheSameISN(t *testing.T) {
+	request := func(session string, n int) string {
+		r := "POST /mcp HTTP/1.1\r\nHost: 10.0.0.2:8080\r\nContent-Type: application/json\r\nMcp-Session-Id: " + session + "\r\n"
+		return r + strings.Repeat("x", n-len(r))
+	}
+	reqA, reqB, reqC := request("A", 300), request("B", 300), request("C", 200)
+	first := conversation(client, server, 0, reqA, "200")
+	later := func(req, resp string) []seg { return conversation(client, server, 30*time.Second, req, resp) }
+	// The copy, its first request cut in two: the other end's segments.
+	cut := later(reqA, "200")
+	head := cut[3]
+	head.payload = reqA[:100]
+	tail := head
+	tail.seq, tail.payload, tail.at = head.seq+100, reqA[100:], head.at+time.Microsecond
+	cut = slices.Concat(cut[:3], []seg{head, tail}, cut[4:])
+	tests := []struct {
+		name     string
+		again    []seg
+		streams  []string
+		replayed uint64
+	}{
+		{"another first request", later(reqB, "201"), []string{reqA + "/200", reqB + "/201"}, 0},
+		{"a shorter first request", later(reqC, "201"), []string{reqA + "/200", reqC + "/201"}, 0},
+		{"the copy, cut elsewhere", cut, []string{reqA + "/200"}, 1},
+		// The very same first bytes and sequence numbers: nothing tells
+		// it from a copy.
+		{"the very same first request", later(reqA, "201"), []string{reqA + "/200"}, 1},
+	}
+	for _, tt := range tests {
+		for _, workers := range []int{1, 2} {
+			got, st := readAgain(t, workers, first, tt.again)
+			if !reflect.DeepEqual(got, tt.streams) || st.ReplayedConnections != tt.replayed {
+				t.Errorf("%s, %d workers: %d streams, replayed %d; want %d, %d", tt.name, workers, len(got), st.ReplayedConnections, len(tt.streams), tt.replayed)
 			}
 		}
 	}
