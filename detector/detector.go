@@ -1507,15 +1507,8 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 		d.resumeEnd(ex, o)
 	}
 	d.checkUnresumableClose(ex, o)
-	if ex.stream != nil {
-		broken := ex.method == "GET"
-		for range unansweredCalls(s, ex) {
-			broken = true
-			break
-		}
-		if broken {
-			s.brokenStreams++
-		}
+	if ex.stream != nil && !e.ClientClosed && s.streamBroke(ex) {
+		s.brokenStreams++
 	}
 	// Requests whose stream ended without their response: if no later
 	// resume delivers it, the client cannot know whether it ran.
@@ -1553,6 +1546,7 @@ func (d *Detector) Close(now time.Time) {
 	for _, k := range keys {
 		ex := d.exchanges[k]
 		if ex.resume != nil && !ex.resume.emitted {
+			d.heldUnknownCursor(ex, d.now, false)
 			reason := ReasonCaptureEnded
 			switch {
 			case !ex.hasResponse:

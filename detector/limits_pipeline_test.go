@@ -203,7 +203,9 @@ const (
 // session S1 starts on c0 (10.0.0.1:5000), whose standalone GET stream
 // then breaks after an event (so a stream the client resumes was seen), c1
 // carries unread (c1's start not captured when midstream), and the client
-// resumes from _1 on c2, which only c1 may have shown issued.
+// resumes from _1 on c2, which only c1 may have shown issued; the answer
+// carries only a priming event (a new event after the cursor would show
+// the server knew it).
 func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, []wireStep) {
 	ms := time.Millisecond
 	conns := []decode.ConnMeta{
@@ -223,7 +225,7 @@ func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, [
 	steps = append(steps, unread...)
 	return conns, append(steps,
 		wireStep{conn: 2, client: true, data: "GET /mcp HTTP/1.1\n" + wireS1 + "Last-Event-ID: _1\n\n", at: 1000 * ms},
-		wireStep{conn: 2, data: wireSSEHead + "id: _2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n", at: 1010 * ms},
+		wireStep{conn: 2, data: wireSSEHead + "id: _2\ndata:\n\n", at: 1010 * ms},
 		wireStep{conn: 2, close: true, at: 1100 * ms},
 		wireStep{conn: 1, close: true, at: 1200 * ms})
 }

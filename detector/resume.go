@@ -41,6 +41,11 @@ type resumeState struct {
 	// limitHidden: a violation against this resume was made Unverifiable
 	// with this reason (limitOnEvidence).
 	limitHidden string
+	// heldUnknown is an unknown_last_event_id_accepted waiting for the
+	// stream (heldUnknownCursor); heldBreaks the session's brokenStreams
+	// then.
+	heldUnknown *Violation
+	heldBreaks  int
 }
 
 func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
@@ -169,6 +174,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.goPrefix, rs.goCursor, rs.goNext, rs.goOK = p.prefix, int64(p.num), int64(p.num)+1, true
 	}
 	if known {
+		s.resumedStreams++
 		st := s.streams[ref.stream]
 		rs.stream, rs.pos = ref.stream, ref.pos
 		rs.owedMax, rs.maxGot = st.next-1, ref.pos
@@ -207,10 +213,10 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = "resume answered without a stream"
 	case d.cfg.PartialHistory:
 		rs.unverifiable = ReasonPartialHistory
-	case s.brokenStreams == 0 && !d.sentByAnother(ex, s):
+	case s.brokenStreams <= s.resumedStreams && !d.sentByAnother(ex, s):
 		rs.unverifiable = ReasonResumedStreamNotSeen
 	default:
-		d.violation(&Violation{
+		v := &Violation{
 			Kind: KindUnknownLastEventIDAccepted, Time: o.Time, LastEventID: ex.cursor,
 			Explanation: fmt.Sprintf("The client resumed session %s from event id %s, which this session never issued "+
 				"(its whole history was captured), and the server answered %d with a stream instead of rejecting it. The "+
@@ -219,8 +225,54 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 				"when it cannot replay.", s.id, ex.cursor, ex.status),
 			Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
 				ex.evidence(o.Time, "event index", fmt.Sprintf("%d event ids indexed for session %s since its initialize; %s is not among them", len(s.events), s.id, ex.cursor))},
-		}, ex, s)
+		}
+		if d.sentByAnother(ex, s) {
+			d.violation(v, ex, s)
+			return
+		}
+		rs.heldUnknown, rs.heldBreaks = v, s.brokenStreams
 	}
+}
+
+// heldUnknownCursor settles an unknown_last_event_id_accepted held for the
+// stream of ex, a resume from an id the session never sent: the stream
+// ended, or the capture did, or its first event had no new id (newID
+// false), so the server accepted a cursor it could not continue from; or
+// one came (newID), so the server went on after the cursor: it knew the
+// id, from a stream of the session the capture did not see (a connection
+// another node's agent saw). So it is too when every stream of the session
+// seen to break before the resume has since been resumed from an id it
+// sent: the resume was none of theirs. Until 2026-12-05 the finding was
+// raised at the answer's head. It reports whether a pipeline limit on the
+// evidence made the finding unverifiable (limitOnEvidence): the resume's
+// outcome then names it.
+func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID bool) (hidden bool) {
+	rs, s := ex.resume, ex.sess
+	v := rs.heldUnknown
+	if v == nil || s == nil || s.removed {
+		return false
+	}
+	rs.heldUnknown = nil
+	reason := ReasonResumedStreamNotSeen
+	switch {
+	case newID, rs.heldBreaks <= s.resumedStreams:
+	case ex.gap:
+		// The lost bytes may hold the new event.
+		reason = ReasonCaptureGap
+	case rs.delivered == 0 && strings.HasPrefix(ex.cursor, tsGetStreamPrefix):
+		// The TypeScript example store answers every resume of its
+		// standalone stream so, from an id it sent or not (resumeEnd).
+		reason = ReasonTSGetStream
+	default:
+		before := rs.limitHidden
+		d.violation(v, ex, s)
+		return rs.limitHidden != before
+	}
+	d.unverifiable(t, s, ex, string(KindUnknownLastEventIDAccepted), reason, ex.cursor)
+	if rs.unverifiable == "" {
+		rs.unverifiable = reason
+	}
+	return false
 }
 
 func (d *Detector) truncatedResume(ex *exchange, s *session, o *decode.Observation) {
@@ -242,6 +294,9 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	rs, s, ev := ex.resume, ex.sess, o.Event
 	if !rs.emitted {
 		rs.delivered++
+	}
+	if rs.heldUnknown != nil && ev.HasID && !known && !reused {
+		d.heldUnknownCursor(ex, o.Time, true)
 	}
 	if !rs.sawFirst {
 		rs.sawFirst = true
@@ -403,6 +458,9 @@ func describeEvent(o *decode.Observation) string {
 
 func (d *Detector) finishResume(ex *exchange, t time.Time) {
 	rs := ex.resume
+	// An event with no new id ended the replay of a cursor the session
+	// never sent: the server did not go on from it.
+	d.heldUnknownCursor(ex, t, false)
 	switch {
 	case rs.unverifiable != "" && len(rs.violations) == 0:
 		d.resolveResume(ex, t, ResumeUnverifiable, rs.unverifiable)
@@ -414,6 +472,13 @@ func (d *Detector) finishResume(ex *exchange, t time.Time) {
 // resumeEnd resolves a resume whose stream ended before its outcome showed.
 func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 	rs := ex.resume
+	// An event cut after its id line came: the server went on too.
+	_, known := ex.sess.events.get(o.End.PartialID)
+	wentOn := o.End.HasPartialID && o.End.PartialID != "" && !known
+	if d.heldUnknownCursor(ex, o.Time, wentOn) {
+		d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.limitHidden)
+		return
+	}
 	if !rs.active {
 		reason := ReasonStreamCut
 		if !ex.hasResponse {

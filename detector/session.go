@@ -179,11 +179,13 @@ type session struct {
 	mayBeLostAt time.Time
 	// brokenStreams counts the streams of it seen to end where a client
 	// resumes (a GET stream, or a POST stream before its answer) after
-	// carrying an event id. A resume from an id the session never sent,
-	// with none such before it, resumes a stream the capture did not see:
-	// its connection went another way (a load balancer spreading the
-	// session over nodes), so its ids are not a whole history's.
-	brokenStreams int
+	// carrying an event id; resumedStreams the resumes from an id it sent,
+	// each of which resumed one of them. A resume from an id the session
+	// never sent, with no broken stream left unresumed before it, resumes a
+	// stream the capture did not see: its connection went another way (a
+	// load balancer spreading the session over nodes), so its ids are not
+	// a whole history's.
+	brokenStreams, resumedStreams int
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
@@ -661,4 +663,21 @@ func (d *Detector) newStream(s *session, prefix string, hasPrefix, standalone bo
 		d.charge(s, entryBytes+int64(len(prefix)))
 	}
 	return st
+}
+
+// streamBroke says whether ex, a stream of s that carried an event id and
+// has just ended (its client had not closed it: a client resumes no stream
+// it gave up), ended where its client resumes it: the standalone stream
+// whenever it ends, a call's stream (its request's answer, or a resume of
+// it) while a call it carries is unanswered and not cancelled.
+func (s *session) streamBroke(ex *exchange) bool {
+	if ex.stream.standalone {
+		return true
+	}
+	for _, c := range s.calls.all() {
+		if !c.answered && !c.cancelled && (c.ex == ex.serial || c.stream == ex.stream.idx+1) {
+			return true
+		}
+	}
+	return false
 }

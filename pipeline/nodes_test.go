@@ -2,13 +2,17 @@ package pipeline
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/replaywatch/replaywatch/test/damage"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
 )
 
 // TestSpreadOverNodesAddsNothing: a load balancer without session affinity
@@ -19,10 +23,11 @@ import (
 // connections gone in turn (at most maxExhaustiveCases of them, evenly
 // spaced), and spread at random over two and three nodes (each node's part
 // judged alone, with one worker and with two, which must print the same
-// records); so is the crowd of every fixture. Each may lose violations and
-// never add one. Before, a resume of a stream another node saw was
-// unknown_last_event_id_accepted (high), and progress that another node's
-// request restarted was progress_replay.
+// records); so are the crowd of every fixture and the probe captures
+// (testdata/probes: random correct traffic, many streams cut and resumed).
+// Each may lose violations and never add one. Before, a resume of a stream
+// another node saw was unknown_last_event_id_accepted (high), and progress
+// that another node's request restarted was progress_replay.
 func TestSpreadOverNodesAddsNothing(t *testing.T) {
 	fixtures, captures := readFixtureCaptures(t)
 	seeds := uint64(6)
@@ -50,10 +55,15 @@ func TestSpreadOverNodesAddsNothing(t *testing.T) {
 		table.add(capture, kind, intact, got, lost)
 	}
 	var want []finding
-	for i, fx := range fixtures {
-		name, c := strings.TrimSuffix(filepath.Base(fx), ".pcap"), captures[i]
+	probes, probeCaptures := readProbes(t)
+	for i, fx := range append(fixtures, probes...) {
+		name, c := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap"), append(captures, probeCaptures...)[i]
 		intact := runDamaged(t, 1, fx)
-		want = append(want, intact.violations...)
+		if i < len(fixtures) {
+			want = append(want, intact.violations...)
+		} else if len(intact.violations) > 0 {
+			t.Errorf("probe %s: %v on correct traffic", name, intact.violations)
+		}
 		path := filepath.Join(dir, name+"-spread.pcap")
 		for _, v := range c.ConnectionsElsewhere(maxExhaustiveCases) {
 			writePackets(t, path, c.LinkType, v.Packets)
@@ -84,4 +94,43 @@ func TestSpreadOverNodesAddsNothing(t *testing.T) {
 		}
 	}
 	t.Log(table)
+}
+
+// readProbes reads the probe captures of testdata/probes (README.md there):
+// random correct traffic of real SDKs, which must raise nothing, as the
+// gzipped files and, unzipped, in memory.
+func readProbes(t *testing.T) ([]string, []damage.Capture) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("testdata", "probes", "*.pcap.gz"))
+	if len(files) == 0 {
+		t.Fatal("no probes")
+	}
+	var captures []damage.Capture
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(f), ".gz"))
+		out, err := os.Create(plain)
+		if err == nil {
+			_, err = io.Copy(out, zr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkts, lt, err := pcaprec.ReadPackets(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt})
+	}
+	return files, captures
 }
