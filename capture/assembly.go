@@ -389,7 +389,9 @@ func (w *worker) open(s *tcpSeg) *conn {
 	if copied {
 		return nil
 	}
-	reborn := prev != nil && (prev.synAgain[0] || prev.synAgain[1])
+	// A SYN that repeated the ended connection's, and first bytes that
+	// did not: a new connection (a copy, once decided, stays one).
+	reborn := prev != nil && (prev.synAgain[0] || prev.synAgain[1]) && !prev.counted
 	// A new connection on the ports, or the rest of one cut: what follows
 	// is its, not a straggler of the old one.
 	delete(w.closed, s.key)

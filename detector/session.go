@@ -178,8 +178,8 @@ type session struct {
 	// server may have answered 404 unseen (pairGaps.mayBeLost).
 	mayBeLostAt time.Time
 	// brokenStreams counts the streams of it seen to end where a client
-	// resumes (a GET stream, or a POST stream before its answer) after
-	// carrying an event id; resumedStreams the resumes from an id it sent,
+	// resumes them (streamBroke) after carrying an event id;
+	// resumedStreams the resumes from an id it sent,
 	// each of which resumed one of them. A resume from an id the session
 	// never sent, with no broken stream left unresumed before it, resumes a
 	// stream the capture did not see: its connection went another way (a

@@ -38,7 +38,7 @@ func (c Capture) connections() [][]int {
 	return out
 }
 
-// OnNodes is the capture as nodes agents would each record it when a load
+// OnNodes is the capture as the nodes' agents would each record it when a load
 // balancer spreads the connections over servers on n nodes (at random, by
 // seed; a session's connections may land on different nodes): one capture
 // per node, each with the connections sent to it and every packet that is
