@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +57,9 @@ func TestSpreadOverNodesAddsNothing(t *testing.T) {
 	}
 	var want []finding
 	probes, probeCaptures := readProbes(t)
-	for i, fx := range append(fixtures, probes...) {
-		name, c := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap"), append(captures, probeCaptures...)[i]
+	all := slices.Concat(captures, probeCaptures)
+	for i, fx := range slices.Concat(fixtures, probes) {
+		name, c := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap"), all[i]
 		intact := runDamaged(t, 1, fx)
 		if i < len(fixtures) {
 			want = append(want, intact.violations...)
