@@ -213,9 +213,12 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = "resume answered without a stream"
 	case d.cfg.PartialHistory:
 		rs.unverifiable = ReasonPartialHistory
-	case s.brokenStreams <= s.resumedStreams && !d.sentByAnother(ex, s):
-		rs.unverifiable = ReasonResumedStreamNotSeen
 	default:
+		another := d.sentByAnother(ex, s)
+		if !another && s.brokenStreams <= s.resumedStreams {
+			rs.unverifiable = ReasonResumedStreamNotSeen
+			return
+		}
 		v := &Violation{
 			Kind: KindUnknownLastEventIDAccepted, Time: o.Time, LastEventID: ex.cursor,
 			Explanation: fmt.Sprintf("The client resumed session %s from event id %s, which this session never issued "+
@@ -226,7 +229,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence(),
 				ex.evidence(o.Time, "event index", fmt.Sprintf("%d event ids indexed for session %s since its initialize; %s is not among them", len(s.events), s.id, ex.cursor))},
 		}
-		if d.sentByAnother(ex, s) {
+		if another {
 			d.violation(v, ex, s)
 			return
 		}
@@ -259,9 +262,8 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID bool) (hid
 	case ex.gap:
 		// The lost bytes may hold the new event.
 		reason = ReasonCaptureGap
-	case rs.delivered == 0 && strings.HasPrefix(ex.cursor, tsGetStreamPrefix):
-		// The TypeScript example store answers every resume of its
-		// standalone stream so, from an id it sent or not (resumeEnd).
+	case ex.tsGetStreamUnreplayed():
+		// That store answers so from an id it sent or not.
 		reason = ReasonTSGetStream
 	default:
 		before := rs.limitHidden
@@ -469,15 +471,24 @@ func (d *Detector) finishResume(ex *exchange, t time.Time) {
 	}
 }
 
+// tsGetStreamUnreplayed says whether ex resumed the TypeScript example
+// store's standalone stream and got nothing: that store cannot replay it
+// (tsGetStreamPrefix), so such an answer proves nothing either way.
+func (ex *exchange) tsGetStreamUnreplayed() bool {
+	return ex.resume.delivered == 0 && strings.HasPrefix(ex.cursor, tsGetStreamPrefix)
+}
+
 // resumeEnd resolves a resume whose stream ended before its outcome showed.
 func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 	rs := ex.resume
-	// An event cut after its id line came: the server went on too.
-	_, known := ex.sess.events.get(o.End.PartialID)
-	wentOn := o.End.HasPartialID && o.End.PartialID != "" && !known
-	if d.heldUnknownCursor(ex, o.Time, wentOn) {
-		d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.limitHidden)
-		return
+	if rs.heldUnknown != nil {
+		// An event cut after its id line came: the server went on too.
+		_, known := ex.sess.events.get(o.End.PartialID)
+		wentOn := o.End.HasPartialID && o.End.PartialID != "" && !known
+		if d.heldUnknownCursor(ex, o.Time, wentOn) {
+			d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.limitHidden)
+			return
+		}
 	}
 	if !rs.active {
 		reason := ReasonStreamCut
@@ -511,7 +522,7 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.unverifiable)
 			return
 		}
-		if rs.delivered == 0 && strings.HasPrefix(ex.cursor, tsGetStreamPrefix) {
+		if ex.tsGetStreamUnreplayed() {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, ReasonTSGetStream)
 			return
 		}

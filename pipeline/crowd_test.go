@@ -138,18 +138,25 @@ func TestDamagedCrowdNeverAddsAViolation(t *testing.T) {
 // mcpgo, ts).
 func readFixtureCaptures(t *testing.T) ([]string, []damage.Capture) {
 	t.Helper()
-	fixtures, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
-	if len(fixtures) == 0 {
-		t.Fatal("no fixtures")
+	return readCaptures(t, filepath.Join("testdata", "fixtures", "*.pcap"))
+}
+
+// readCaptures reads the capture files pattern matches (gzip-compressed or
+// not), each with the server implementation its name begins with.
+func readCaptures(t *testing.T, pattern string) ([]string, []damage.Capture) {
+	t.Helper()
+	files, _ := filepath.Glob(pattern)
+	if len(files) == 0 {
+		t.Fatalf("no captures match %s", pattern)
 	}
 	var captures []damage.Capture
-	for _, fx := range fixtures {
-		pkts, lt, err := pcaprec.ReadPackets(fx)
+	for _, f := range files {
+		pkts, lt, err := pcaprec.ReadPackets(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		family, _, _ := strings.Cut(filepath.Base(fx), "-")
+		family, _, _ := strings.Cut(filepath.Base(f), "-")
 		captures = append(captures, damage.Capture{Packets: pkts, LinkType: lt, Implementation: family})
 	}
-	return fixtures, captures
+	return files, captures
 }

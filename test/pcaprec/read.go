@@ -1,6 +1,8 @@
 package pcaprec
 
 import (
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"io"
 	"os"
@@ -16,16 +18,25 @@ type Packet struct {
 	Data []byte
 }
 
-// ReadPackets reads a whole (small) pcap file back, for tests that check
-// what a recording holds or damage it on purpose. Large captures should be
-// streamed instead.
+// ReadPackets reads a whole (small) pcap file back, gzip-compressed or
+// not, for tests that check what a recording holds or damage it on
+// purpose. Large captures should be streamed instead.
 func ReadPackets(path string) ([]Packet, layers.LinkType, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	in := bufio.NewReader(f)
+	var src io.Reader = in
+	if magic, _ := in.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			return nil, 0, err
+		}
+		src = zr
+	}
+	r, err := pcapgo.NewReader(src)
 	if err != nil {
 		return nil, 0, err
 	}
