@@ -92,8 +92,14 @@ type ConnRecorder struct {
 // NewConn records a new connection between client and server (as the client
 // side would see it) and writes its three-way handshake.
 func (r *Recorder) NewConn(client, server netip.AddrPort) *ConnRecorder {
+	// Initial sequence numbers as RFC 6528 has kernels draw them: a part
+	// fixed for the pair of ports and a 4 µs clock, so a client that uses
+	// its port again (clients on loopback do within seconds) starts its new
+	// connection with new numbers. With the same numbers a capture of both
+	// ends could not tell it from the other end's copy of the ended one.
+	tick := uint32(r.clock().UnixNano() / 4000)
 	c := &ConnRecorder{r: r, client: client, server: server,
-		cseq: uint32(client.Port())<<16 | 0x1000, sseq: uint32(server.Port())<<16 | 0x2000}
+		cseq: (uint32(client.Port())<<16 | 0x1000) + tick, sseq: (uint32(server.Port())<<16 | 0x2000) + tick}
 	c.write(true, tcpFlags{syn: true}, nil)
 	c.cseq++
 	c.write(false, tcpFlags{syn: true, ack: true}, nil)

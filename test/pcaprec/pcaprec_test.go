@@ -5,10 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 )
 
@@ -150,4 +153,49 @@ func TestServerCutRecordsServerFINFirst(t *testing.T) {
 		}
 	}
 	t.Fatal("no FIN recorded")
+}
+
+// TestReusedPortsGetNewSequenceNumbers: a client that reuses its port for
+// a new connection to the same server is given new initial sequence
+// numbers, as a kernel draws them; a capture of both ends tells the new
+// connection from the other end's copy of the ended one by them.
+func TestReusedPortsGetNewSequenceNumbers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reuse.pcap")
+	rec, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, server := netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.1:8080")
+	for range 2 {
+		conn := rec.NewConn(client, server)
+		time.Sleep(time.Millisecond)
+		conn.Fin(true)
+		conn.Fin(false)
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pkts, lt, err := ReadPackets(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type isns struct{ client, server uint32 }
+	var got []isns
+	var synSeq uint32
+	for _, p := range pkts {
+		tcp, ok := gopacket.NewPacket(p.Data, lt, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP)
+		switch {
+		case !ok || !tcp.SYN:
+		case !tcp.ACK:
+			synSeq = tcp.Seq
+		default:
+			got = append(got, isns{synSeq, tcp.Seq})
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d handshakes recorded, want 2", len(got))
+	}
+	if got[0].client == got[1].client || got[0].server == got[1].server {
+		t.Errorf("the ports used again kept sequence numbers: %+v, then %+v", got[0], got[1])
+	}
 }
