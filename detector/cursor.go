@@ -49,7 +49,7 @@ func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
 }
 
 // checkCursorKept: a GET of a session that owes a cursor. Carrying one
-// settles it; carrying none drops it.
+// settles it; carrying none drops it, judged on the GET's answer.
 func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	p := s.droppable
@@ -57,26 +57,39 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 		return
 	}
 	s.droppable = nil
-	if ex.hasCursor {
-		return
+	if !ex.hasCursor {
+		ex.dropped = p
 	}
-	if p.how == decode.EndGap || d.historyMayBeHidden(ex, s, p.endedAt) {
+}
+
+// judgeDroppedCursor: the answer to a GET that dropped its session's
+// cursor. A 404 says the server had lost the session, so nothing was left
+// to replay, and the client may have learnt so first: in the TypeScript
+// SDK's traffic its resume of a call's stream, answered 404 on another
+// connection, comes between, and a capture without that connection (one
+// another node's agent saw, or whose bytes were lost) showed the GET after
+// it as the next. Any other answer (200, or the TypeScript server's 409
+// for a standalone stream it still holds open) leaves the cursor dropped.
+func (d *Detector) judgeDroppedCursor(ex *exchange) {
+	s, p := ex.sess, ex.dropped
+	ex.dropped = nil
+	switch {
+	case ex.status == 404:
+	case p.how == decode.EndGap || d.historyMayBeHidden(ex, s, p.endedAt):
 		// An event with an id may be in the lost bytes.
-		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
-		return
+		d.unverifiable(ex.respAt, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)
+	case p.streamUnknown:
+		d.unverifiable(ex.respAt, s, ex, string(KindCursorDropped), ReasonCursorStreamUnknown, p.cursor)
+	default:
+		d.violation(&Violation{
+			Kind: KindCursorDropped, Time: ex.start, LastEventID: p.cursor,
+			Explanation: fmt.Sprintf("Session %s resumed its standalone stream with Last-Event-ID %s; that stream ended (%s at %s) before "+
+				"delivering any event id, so %s was still the client's last event. Its next GET carried no Last-Event-ID: "+
+				"the client dropped its cursor, so the server cannot replay what it missed (it waits for events already sent, "+
+				"or gets the stream from the start). Check the client: a resumed stream's cursor is the one it resumed with "+
+				"until an event brings a newer id (typescript-sdk #2499; go-sdk v1.8.0's client too).",
+				s.id, p.cursor, p.how, p.endedAt.Format(time.RFC3339Nano), p.cursor),
+			Evidence: []Evidence{p.resume, p.end, ex.requestEvidence()},
+		}, ex, s, p.cursor)
 	}
-	if p.streamUnknown {
-		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonCursorStreamUnknown, p.cursor)
-		return
-	}
-	d.violation(&Violation{
-		Kind: KindCursorDropped, Time: o.Time, LastEventID: p.cursor,
-		Explanation: fmt.Sprintf("Session %s resumed its standalone stream with Last-Event-ID %s; that stream ended (%s at %s) before "+
-			"delivering any event id, so %s was still the client's last event. Its next GET carried no Last-Event-ID: "+
-			"the client dropped its cursor, so the server cannot replay what it missed (it waits for events already sent, "+
-			"or gets the stream from the start). Check the client: a resumed stream's cursor is the one it resumed with "+
-			"until an event brings a newer id (typescript-sdk #2499; go-sdk v1.8.0's client too).",
-			s.id, p.cursor, p.how, p.endedAt.Format(time.RFC3339Nano), p.cursor),
-		Evidence: []Evidence{p.resume, p.end, ex.requestEvidence()},
-	}, ex, s, p.cursor)
 }

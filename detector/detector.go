@@ -259,6 +259,9 @@ type exchange struct {
 	// crossOrigins: the sessions whose events this exchange replayed and
 	// that were reported (checkCrossSession), at most maxCrossOriginsPerResume.
 	crossOrigins []string
+	// dropped: the cursor this GET, sent without one, left behind
+	// (checkCursorKept), judged on its answer (judgeDroppedCursor).
+	dropped *droppableCursor
 }
 
 func (ex *exchange) ok2xx() bool { return ex.status >= 200 && ex.status < 300 }
@@ -846,6 +849,9 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	if s != nil && len(s.heldCloses) > 0 {
 		d.answerHeldCloses(s, ex)
+	}
+	if ex.dropped != nil {
+		d.judgeDroppedCursor(ex)
 	}
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
@@ -1477,6 +1483,11 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	s := ex.sess
 	if s == nil || ex.sessionless || s.removed {
 		return
+	}
+	if ex.dropped != nil {
+		// Cut before its status line, or the capture ended first.
+		d.unverifiable(o.Time, s, ex, string(KindCursorDropped), ReasonAnswerNotSeen, ex.dropped.cursor)
+		ex.dropped = nil
 	}
 	d.noteResumeEnded(ex, o)
 	if e.How == decode.EndGap && s != nil {

@@ -363,6 +363,9 @@ const (
 	// GET without a cursor that followed continues it (the standalone
 	// stream) or opens the standalone stream beside a call's is unknown.
 	ReasonCursorStreamUnknown = "stream of the cursor not seen"
+	// ReasonAnswerNotSeen: the check rests on the request's answer (a
+	// 404 changes it), and the capture lost it or ended first.
+	ReasonAnswerNotSeen = "answer to the request not captured"
 	// ReasonTSGetStream: the TypeScript SDK's example event store cannot
 	// resume its standalone GET stream (it splits "_GET_stream_<ms>_<rand>"
 	// on the first "_" and finds no stream), so it answers 200 and replays
