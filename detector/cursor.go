@@ -50,7 +50,7 @@ func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
 
 // checkCursorKept: a GET of a session that owes a cursor. Carrying one
 // settles it; carrying none drops it, judged on the GET's answer.
-func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
+func (d *Detector) checkCursorKept(ex *exchange) {
 	s := ex.sess
 	p := s.droppable
 	if p == nil || ex.method != "GET" {
@@ -68,13 +68,18 @@ func (d *Detector) checkCursorKept(ex *exchange, o *decode.Observation) {
 // SDK's traffic its resume of a call's stream, answered 404 on another
 // connection, comes between, and a capture without that connection (one
 // another node's agent saw, or whose bytes were lost) showed the GET after
-// it as the next. Any other answer (200, or the TypeScript server's 409
+// it as the next. A redirect ran nothing: the GET sent where it points is
+// the one to judge. Any other answer (200, or the TypeScript server's 409
 // for a standalone stream it still holds open) leaves the cursor dropped.
 func (d *Detector) judgeDroppedCursor(ex *exchange) {
 	s, p := ex.sess, ex.dropped
 	ex.dropped = nil
 	switch {
 	case ex.status == 404:
+	case ex.status >= 300 && ex.status < 400:
+		if s.droppable == nil {
+			s.droppable = p
+		}
 	case p.how == decode.EndGap || d.historyMayBeHidden(ex, s, p.endedAt):
 		// An event with an id may be in the lost bytes.
 		d.unverifiable(ex.respAt, s, ex, string(KindCursorDropped), ReasonCaptureGap, p.cursor)

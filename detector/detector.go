@@ -655,7 +655,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 			}
 			d.bind(ex, s)
 			s.requests++
-			d.checkCursorKept(ex, o)
+			d.checkCursorKept(ex)
 		}
 	}
 	if ex.rev == "" {
