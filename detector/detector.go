@@ -1557,7 +1557,7 @@ func (d *Detector) Close(now time.Time) {
 	for _, k := range keys {
 		ex := d.exchanges[k]
 		if ex.resume != nil && !ex.resume.emitted {
-			d.heldUnknownCursor(ex, d.now, false)
+			d.heldUnknownCursor(ex, d.now, false, false)
 			reason := ReasonCaptureEnded
 			switch {
 			case !ex.hasResponse:

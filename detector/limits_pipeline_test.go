@@ -16,7 +16,8 @@ type wireStep struct {
 	client bool
 	data   string // "\n" sent as CRLF
 	at     time.Duration
-	close  bool
+	close  bool // an RST
+	fin    bool // both sides' FIN
 }
 
 // wireTimed runs steps through a one-worker decode pipeline in the order
@@ -43,6 +44,8 @@ func wireTimed(t *testing.T, dcfg decode.Config, legacy bool, conns []decode.Con
 		case st.conn < 0:
 		case st.close:
 			streams[st.conn].Close(decode.CloseReset, now)
+		case st.fin:
+			streams[st.conn].Close(decode.CloseFIN, now)
 		default:
 			streams[st.conn].Data(st.client, []byte(strings.ReplaceAll(st.data, "\n", "\r\n")), now)
 		}
@@ -205,7 +208,8 @@ const (
 // carries unread (c1's start not captured when midstream), and the client
 // resumes from _1 on c2, which only c1 may have shown issued; the answer
 // carries only a priming event (a new event after the cursor would show
-// the server knew it).
+// the server knew it), and the server ends it (a cut would hide what it
+// would have sent).
 func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, []wireStep) {
 	ms := time.Millisecond
 	conns := []decode.ConnMeta{
@@ -226,6 +230,6 @@ func resumeAfterUnread(midstream bool, unread ...wireStep) ([]decode.ConnMeta, [
 	return conns, append(steps,
 		wireStep{conn: 2, client: true, data: "GET /mcp HTTP/1.1\n" + wireS1 + "Last-Event-ID: _1\n\n", at: 1000 * ms},
 		wireStep{conn: 2, data: wireSSEHead + "id: _2\ndata:\n\n", at: 1010 * ms},
-		wireStep{conn: 2, close: true, at: 1100 * ms},
+		wireStep{conn: 2, fin: true, at: 1100 * ms},
 		wireStep{conn: 1, close: true, at: 1200 * ms})
 }

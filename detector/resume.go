@@ -246,10 +246,11 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // another node's agent saw). So it is too when every stream of the session
 // seen to break before the resume has since been resumed from an id it
 // sent: the resume was none of theirs. Until 2026-12-05 the finding was
-// raised at the answer's head. It reports whether a pipeline limit on the
-// evidence made the finding unverifiable (limitOnEvidence): the resume's
-// outcome then names it.
-func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID bool) (hidden bool) {
+// raised at the answer's head. A stream cut (truncated or reset) before
+// either shows nothing of what the server would have sent (cut). It
+// reports whether a pipeline limit on the evidence made the finding
+// unverifiable (limitOnEvidence): the resume's outcome then names it.
+func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool) (hidden bool) {
 	rs, s := ex.resume, ex.sess
 	v := rs.heldUnknown
 	if v == nil || s == nil || s.removed {
@@ -262,6 +263,8 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID bool) (hid
 	case ex.gap:
 		// The lost bytes may hold the new event.
 		reason = ReasonCaptureGap
+	case cut:
+		reason = ReasonStreamCut
 	case ex.tsGetStreamUnreplayed():
 		// That store answers so from an id it sent or not.
 		reason = ReasonTSGetStream
@@ -298,7 +301,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 		rs.delivered++
 	}
 	if rs.heldUnknown != nil && ev.HasID && !known && !reused {
-		d.heldUnknownCursor(ex, o.Time, true)
+		d.heldUnknownCursor(ex, o.Time, true, false)
 	}
 	if !rs.sawFirst {
 		rs.sawFirst = true
@@ -462,7 +465,7 @@ func (d *Detector) finishResume(ex *exchange, t time.Time) {
 	rs := ex.resume
 	// An event with no new id ended the replay of a cursor the session
 	// never sent: the server did not go on from it.
-	d.heldUnknownCursor(ex, t, false)
+	d.heldUnknownCursor(ex, t, false, false)
 	switch {
 	case rs.unverifiable != "" && len(rs.violations) == 0:
 		d.resolveResume(ex, t, ResumeUnverifiable, rs.unverifiable)
@@ -485,7 +488,8 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 		// An event cut after its id line came: the server went on too.
 		_, known := ex.sess.events.get(o.End.PartialID)
 		wentOn := o.End.HasPartialID && o.End.PartialID != "" && !known
-		if d.heldUnknownCursor(ex, o.Time, wentOn) {
+		cut := o.End.How == decode.EndTruncated || o.End.How == decode.EndReset
+		if d.heldUnknownCursor(ex, o.Time, wentOn, cut) {
 			d.resolveResume(ex, o.Time, ResumeUnverifiable, rs.limitHidden)
 			return
 		}
