@@ -270,6 +270,12 @@ type worker struct {
 	// limits.maxConns of them.
 	closed         map[flowKey]closedConn
 	nextEndedSweep time.Time // clock before which rememberEnded does not sweep closed
+	// earlier holds, per key, the ended connections a newer one on the
+	// same ports took the place of in closed (at most maxEarlierEnded
+	// each, and limits.maxConns in all): a capture of the other end, its
+	// clock behind, shows their copies after the newer one began.
+	earlier      map[flowKey][]closedConn
+	earlierCount int
 	// proving holds the connections with a proven hole waiting to be
 	// reported (conn.proofAt).
 	proving []*conn
@@ -394,6 +400,9 @@ func (w *worker) open(s *tcpSeg) *conn {
 	reborn := prev != nil && (prev.synAgain[0] || prev.synAgain[1]) && !prev.counted
 	// A new connection on the ports, or the rest of one cut: what follows
 	// is its, not a straggler of the old one.
+	if cc, ok := w.closed[s.key]; ok && syn && prev == nil && cc.cutBy == "" {
+		w.keepEarlier(s.key, cc)
+	}
 	delete(w.closed, s.key)
 	src, dst := s.key.endpoints(s.fromLo)
 	id := s.ord
@@ -1064,6 +1073,16 @@ func (w *worker) endedCopy(s *tcpSeg) (copied bool, prev *closedConn) {
 	if len(w.closed) == 0 {
 		return false, nil
 	}
+	copied, prev = w.lastEndedCopy(s)
+	if !copied && prev == nil && w.earlierCount > 0 {
+		copied = w.earlierCopy(s)
+	}
+	return copied, prev
+}
+
+// lastEndedCopy is endedCopy for the connection that ended last on the
+// segment's ports.
+func (w *worker) lastEndedCopy(s *tcpSeg) (copied bool, prev *closedConn) {
 	cc, ok := w.closed[s.key]
 	if !ok {
 		return false, nil
@@ -1106,6 +1125,59 @@ func (w *worker) endedCopy(s *tcpSeg) (copied bool, prev *closedConn) {
 	return cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack, nil
 }
 
+// maxEarlierEnded bounds the ended connections kept per pair of ports
+// behind the last (worker.earlier).
+const maxEarlierEnded = 3
+
+// keepEarlier keeps cc, the last connection that ended on key, as a new
+// one on the same ports opens with its own SYN: a client that reuses a
+// port (a server that closed first holds no TIME_WAIT for it) within the
+// skew of two ends' clocks makes the other end's copy of cc come after the
+// new connection began.
+func (w *worker) keepEarlier(key flowKey, cc closedConn) {
+	if w.earlierCount >= w.limits.maxConns {
+		return
+	}
+	if w.earlier == nil {
+		w.earlier = map[flowKey][]closedConn{}
+	}
+	e := w.earlier[key]
+	if len(e) == maxEarlierEnded {
+		e = e[1:]
+		w.earlierCount--
+	}
+	w.earlier[key] = append(e, cc)
+	w.earlierCount++
+}
+
+// earlierCopy reports whether a segment that would open a connection is a
+// copy of one that ended on its ports before the last did: its SYN
+// repeats that one's, or its sequence numbers are inside what it carried.
+func (w *worker) earlierCopy(s *tcpSeg) bool {
+	e := w.earlier[s.key]
+	i := senderIndex(s.fromLo)
+	for k := range e {
+		cc := &e[k]
+		if w.clock.Sub(cc.at) > w.limits.endedTTL {
+			continue
+		}
+		if s.flags&flagSYN != 0 {
+			if cc.syn[i] && cc.synSeq[i] == s.seq {
+				if !cc.counted {
+					cc.counted = true
+					w.stats.ReplayedConnections++
+				}
+				return true
+			}
+			continue
+		}
+		if cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack {
+			return true
+		}
+	}
+	return false
+}
+
 // rememberEnded keeps what endedCopy needs of a connection that ended with
 // FIN or RST, or that the worker stopped following while it was open for
 // the limit cutBy. At most limits.maxConns are kept: when full, those past
@@ -1133,6 +1205,21 @@ func (w *worker) forgetEnded(ttl time.Duration) {
 	for k, cc := range w.closed {
 		if w.clock.Sub(cc.at) > ttl {
 			delete(w.closed, k)
+		}
+	}
+	for k, e := range w.earlier {
+		n := 0
+		for _, cc := range e {
+			if w.clock.Sub(cc.at) <= ttl {
+				e[n] = cc
+				n++
+			}
+		}
+		w.earlierCount -= len(e) - n
+		if n == 0 {
+			delete(w.earlier, k)
+		} else {
+			w.earlier[k] = e[:n]
 		}
 	}
 }

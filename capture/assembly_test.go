@@ -430,6 +430,44 @@ func TestPortReusedWithTheSameISN(t *testing.T) {
 	}
 }
 
+// TestCopiesOfAReusedPort: captures of both ends, one clock 10 s behind
+// the other, when a client used its port again for a new connection (with
+// new initial sequence numbers, as kernels draw them) before the skew had
+// passed: the other end's copies of both connections come after both
+// ended. Before, only the last connection on the ports was remembered, and
+// the copy of the first was read as a new connection: every request and
+// response in it twice (false duplicate_delivery findings on a probe of
+// go-sdk clients and @hono/mcp's transport).
+func TestCopiesOfAReusedPort(t *testing.T) {
+	shifted := func(segs []seg, by uint32) []seg {
+		out := slices.Clone(segs)
+		for i := range out {
+			out[i].seq += by
+			if out[i].ack != 0 {
+				out[i].ack += by
+			}
+		}
+		return out
+	}
+	later := func(segs []seg, by time.Duration) []seg {
+		out := slices.Clone(segs)
+		for i := range out {
+			out[i].at += by
+		}
+		return out
+	}
+	a := conversation(client, server, 0, "GET /a HTTP/1.1\r\nHost: h\r\n\r\n", "200")
+	b := shifted(conversation(client, server, 2*time.Second, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n", "201"), 1<<20)
+	capture := slices.Concat(a, b, later(a, 10*time.Second), later(b, 10*time.Second))
+	for _, workers := range []int{1, 2} {
+		got, st := readAgain(t, workers, capture, nil)
+		want := []string{"GET /a HTTP/1.1\r\nHost: h\r\n\r\n/200", "GET /b HTTP/1.1\r\nHost: h\r\n\r\n/201"}
+		if !reflect.DeepEqual(got, want) || st.ReplayedConnections != 2 {
+			t.Errorf("%d workers: streams %q, replayed %d; want %q, 2", workers, got, st.ReplayedConnections, want)
+		}
+	}
+}
+
 // TestIdleConnectionPickedUp: a connection quiet for longer than
 // IdleTimeout is let go while open; its next bytes continue it. They open a
 // connection without SYN that says which limit let it go
