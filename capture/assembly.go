@@ -1122,7 +1122,13 @@ func (w *worker) lastEndedCopy(s *tcpSeg) (copied bool, prev *closedConn) {
 	case age <= w.limits.closedTTL:
 		return true, nil
 	}
-	return cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack, nil
+	return cc.carried(i, s.seq), nil
+}
+
+// carried says whether seq, from sender i, is inside what cc carried, or
+// up to copySlack past its end.
+func (cc *closedConn) carried(i int, seq uint32) bool {
+	return cc.held[i] && seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack
 }
 
 // maxEarlierEnded bounds the ended connections kept per pair of ports
@@ -1171,7 +1177,7 @@ func (w *worker) earlierCopy(s *tcpSeg) bool {
 			}
 			continue
 		}
-		if cc.held[i] && s.seq-cc.first[i] <= cc.end[i]-cc.first[i]+copySlack {
+		if cc.carried(i, s.seq) {
 			return true
 		}
 	}
