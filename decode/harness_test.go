@@ -289,6 +289,9 @@ func renderMessages(b *strings.Builder, msgs []Message) {
 		if m.HasProgress {
 			fmt.Fprintf(b, " progress=%g", m.Progress)
 		}
+		if m.HasTotal {
+			fmt.Fprintf(b, " total=%g", m.ProgressTotal)
+		}
 		if m.CancelledID != "" {
 			fmt.Fprintf(b, " cancelled=%s", m.CancelledID)
 		}

@@ -216,6 +216,10 @@ func (pk *Peeker) peekParams(m *Message, params []byte) {
 			if f, err := strconv.ParseFloat(string(value), 64); err == nil {
 				m.Progress, m.HasProgress = f, true
 			}
+		case progress && keyIs(key, "total"):
+			if f, err := strconv.ParseFloat(string(value), 64); err == nil {
+				m.ProgressTotal, m.HasTotal = f, true
+			}
 		case wantMeta && keyIs(key, "_meta"):
 			_ = eachMember(value, func(key, value []byte) {
 				switch {

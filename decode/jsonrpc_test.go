@@ -46,7 +46,7 @@ func TestPeekJSONRPC(t *testing.T) {
 		{name: "tools/call", in: `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"secret":"x"},"_meta":{"progressToken":"tok"}}}`,
 			isJSON: true, want: []Message{{Type: MsgRequest, ID: "2", Method: "tools/call", Tool: "echo", ProgressToken: `"tok"`}}},
 		{name: "progress", in: `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":2.5,"total":10}}`,
-			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/progress", ProgressToken: "7", Progress: 2.5, HasProgress: true}}},
+			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/progress", ProgressToken: "7", Progress: 2.5, HasProgress: true, ProgressTotal: 10, HasTotal: true}}},
 		{name: "cancelled", in: `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId": "r-1" ,"reason":"timeout"}}`,
 			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/cancelled", CancelledID: `"r-1"`}}},
 		{name: "initialize request", in: `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}`,

@@ -443,7 +443,12 @@ type Message struct {
 	// compact JSON like ID: the request its sender gave up.
 	CancelledID string
 	Progress    float64
-	HasProgress bool
+	// ProgressTotal is a notifications/progress's total, when HasTotal:
+	// the scale its call counts on. Two values on different totals are
+	// not one count (a second call's, perhaps, re-using the token).
+	ProgressTotal float64
+	HasProgress   bool
+	HasTotal      bool
 	// ArgumentsTruncated says Arguments was cut at MaxArgumentBytes. (It
 	// precedes Arguments to fill HasProgress's padding: every byte of a
 	// Message is in every event observation.)

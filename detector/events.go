@@ -448,11 +448,19 @@ func eventID(o *decode.Observation) string {
 	return ""
 }
 
-// progressMark is the last progress value of a token and the stream that
-// carried it (progressStream).
+// progressMark is the last progress value of a token, its total (when the
+// notification gave one) and the stream that carried it (progressStream).
 type progressMark struct {
-	value  float64
-	stream uint64
+	value    float64
+	total    float64
+	stream   uint64
+	hasTotal bool
+}
+
+// sameTotal says whether m counts on the scale the mark's value did: the
+// same total, or none given either time.
+func (p progressMark) sameTotal(m *decode.Message) bool {
+	return p.hasTotal == m.HasTotal && (!p.hasTotal || p.total == m.ProgressTotal)
 }
 
 // progressStream names the stream a progress value came on: the logical
@@ -500,6 +508,12 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			// Each call's progress counts on its own, and either's value
 			// may arrive late: the values interleave.
 			reason = ReasonSharedProgressToken
+		case !mark.sameTotal(m):
+			// A call counts on one total; a value on another is a
+			// second call's, perhaps: one re-using the token on a
+			// connection the capture did not see, whose progress the
+			// server sent on this call's stream (mcp-go, above).
+			reason = ReasonProgressTotalChanged
 		case n == 0:
 			// The calls that carry the token went on connections the
 			// capture did not see, a second re-using it perhaps.
@@ -532,7 +546,7 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 		}
 		d.charge(s, entryBytes+int64(len(m.ProgressToken)))
 	}
-	s.progress.set(m.ProgressToken, progressMark{m.Progress, progressStream(ex)})
+	s.progress.set(m.ProgressToken, progressMark{value: m.Progress, total: m.ProgressTotal, stream: progressStream(ex), hasTotal: m.HasTotal})
 }
 
 // tokenHolder finds the calls of s that carried token, answered or not:

@@ -358,6 +358,12 @@ const (
 	// progress token, and a value may be either's: their progress
 	// interleaves, and either's may come late.
 	ReasonSharedProgressToken = "progress token carried by two requests"
+	// ReasonProgressTotalChanged: progress went back with another total
+	// than the value before it. A call counts on one total, so the two
+	// may be two calls' (a second, re-using the token, sent on a
+	// connection the capture did not see), not one call's count going
+	// back.
+	ReasonProgressTotalChanged = "progress went back on another total"
 	// ReasonCursorStreamUnknown: a resumed stream ended before any event
 	// id, but its cursor is not in the session's index, so whether the
 	// GET without a cursor that followed continues it (the standalone

@@ -493,7 +493,7 @@ func (r *specRun) gap(args []string) error {
 // parseMessages reads a comma-separated list of JSON-RPC message sketches:
 //
 //	METHOD#ID[:tool=T][:args=A][:token=K][:proto=V][:client=N/V]  request (client: clientInfo, in initialize or _meta)
-//	METHOD[:token=K][:progress=P][:request=ID]        notification (request: a notifications/cancelled's requestId)
+//	METHOD[:token=K][:progress=P][:total=T][:request=ID] notification (request: a notifications/cancelled's requestId)
 //	response#ID[:result=R][:proto=V][:repeatable=T+T][:destructive=T+T][:plain=T+T][:task] response (a tools/list: read-only or idempotent, destructive, and not annotated tools)
 //	error#ID[:code=C][:unknownsession]                error (unknownsession: its message says the session is not known)
 func parseMessages(s string) ([]decode.Message, error) {
@@ -532,6 +532,12 @@ func parseMessages(s string) ([]decode.Message, error) {
 					return nil, err
 				}
 				m.Progress, m.HasProgress = f, true
+			case "total":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, err
+				}
+				m.ProgressTotal, m.HasTotal = f, true
 			case "request":
 				m.CancelledID = v
 			case "proto":

@@ -203,6 +203,9 @@ func (s *span) event(e *decode.SSEEvent, msgs []decode.Message) {
 		if m.HasProgress {
 			attrs = append(attrs, attribute.Float64("mcp.progress.value", m.Progress))
 		}
+		if m.HasTotal {
+			attrs = append(attrs, attribute.Float64("mcp.progress.total", m.ProgressTotal))
+		}
 	}
 	s.AddEvent("mcp.sse.event", trace.WithAttributes(attrs...))
 	s.attrs = attrs[:0]

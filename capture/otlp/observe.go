@@ -131,6 +131,9 @@ func fingerprint(e sseEvent) string {
 		if e.msg.HasProgress {
 			b.WriteString(" progress=" + strconv.FormatFloat(e.msg.Progress, 'g', -1, 64))
 		}
+		if e.msg.HasTotal {
+			b.WriteString(" total=" + strconv.FormatFloat(e.msg.ProgressTotal, 'g', -1, 64))
+		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:8])

@@ -51,6 +51,7 @@ const (
 	attrEventDone    = "mcp.sse.event.complete"
 	attrProgressTok  = "mcp.progress.token"
 	attrProgressVal  = "mcp.progress.value"
+	attrProgressTot  = "mcp.progress.total"
 	attrToolsRepeat  = "mcp.tools.repeatable"
 	attrToolsDestroy = "mcp.tools.destructive"
 	attrToolsPlain   = "mcp.tools.plain"
@@ -316,6 +317,12 @@ func messageOf(a pcommon.Map) (decode.Message, bool) {
 			m.Progress = v.Double()
 			if v.Type() == pcommon.ValueTypeInt {
 				m.Progress = float64(v.Int())
+			}
+		}
+		if v, ok := a.Get(attrProgressTot); ok {
+			m.HasTotal, m.ProgressTotal = true, v.Double()
+			if v.Type() == pcommon.ValueTypeInt {
+				m.ProgressTotal = float64(v.Int())
 			}
 		}
 	}

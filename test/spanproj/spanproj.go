@@ -306,6 +306,9 @@ func putMessage(a pcommon.Map, m decode.Message) {
 		if m.HasProgress {
 			a.PutDouble("mcp.progress.value", m.Progress)
 		}
+		if m.HasTotal {
+			a.PutDouble("mcp.progress.total", m.ProgressTotal)
+		}
 	}
 	if m.Tools != "" {
 		keys := map[byte]string{decode.ToolRepeatable: "mcp.tools.repeatable", decode.ToolDestructive: "mcp.tools.destructive", decode.ToolPlain: "mcp.tools.plain"}
