@@ -37,7 +37,8 @@ type Config struct {
 	// queue cannot hold and tells no one). Checks that rest on something
 	// never having been seen (an event id the session never issued; a
 	// tool whose tools/list answer was not seen; a replay that would have
-	// delivered whole an event cut mid-way) then report unverifiable
+	// delivered whole an event cut mid-way; a second request re-using a
+	// progress token) then report unverifiable
 	// instead of a violation. Packet capture sees its losses (gaps), so
 	// it leaves this off.
 	PartialHistory bool

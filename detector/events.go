@@ -523,6 +523,11 @@ func (d *Detector) checkProgress(ex *exchange, s *session, o *decode.Observation
 			// GET) would carry a second call's re-using the token, sent
 			// on a connection the capture did not see.
 			reason = ReasonProgressOffItsStream
+		case d.cfg.PartialHistory:
+			// A second request re-using the token may be one the input
+			// missed; the server may send that call's progress on this
+			// stream (mcp-go, above), on the same total.
+			reason = ReasonPartialHistory
 		}
 		if reason != "" {
 			d.unverifiable(o.Time, s, ex, string(KindProgressReplay), reason, m.ProgressToken)

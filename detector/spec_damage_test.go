@@ -410,6 +410,8 @@ var knownElsewhereGains = map[string]string{
 		"mark the tool read-only, went to another node",
 	"unverifiable_truncated_resume_replay_lost: truncated_resume S1": "the resume that replayed the cut event " +
 		"whole, giving the client its id, went to another node",
+	"unverifiable_progress_token_shared_same_total: progress_replay S1": "a second call re-using the token, " +
+		"whose progress the server sent on the seen call's stream on the same total, went to another node",
 }
 
 // identicalElsewhere: identical clients behind one address (the
