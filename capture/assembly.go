@@ -355,6 +355,9 @@ func (w *worker) handleSeg(s *tcpSeg) {
 		}
 		w.last = c
 	}
+	if w.earlierCount > 0 && w.earlierOnOpen(c, s) {
+		return
+	}
 	if s.flags&flagSYN != 0 {
 		if i := senderIndex(s.fromLo); !c.syn[i] {
 			c.syn[i], c.synSeq[i] = true, s.seq
@@ -1182,6 +1185,19 @@ func (w *worker) earlierCopy(s *tcpSeg) bool {
 		}
 	}
 	return false
+}
+
+// earlierOnOpen reports whether s, which came on the ports of the open
+// connection c, is a copy of one that ended on them before c began: its
+// sequence numbers come before c's SYN (a later connection on the same
+// ports draws a later initial sequence number from the clock, RFC 6528)
+// and the earlier one's SYN or bytes match. Read at both ends with a skew
+// longer than the client took to use its port again, the other end's copy
+// of the earlier connection comes while the new one is open; given to it,
+// its bytes would be taken for a hole and lost.
+func (w *worker) earlierOnOpen(c *conn, s *tcpSeg) bool {
+	i := senderIndex(s.fromLo)
+	return c.syn[i] && int32(s.seq-c.synSeq[i]) < 0 && w.earlierCopy(s)
 }
 
 // rememberEnded keeps what endedCopy needs of a connection that ended with

@@ -430,14 +430,18 @@ func TestPortReusedWithTheSameISN(t *testing.T) {
 	}
 }
 
-// TestCopiesOfAReusedPort: captures of both ends, one clock 10 s behind
-// the other, when a client used its port again for a new connection (with
-// new initial sequence numbers, as kernels draw them) before the skew had
-// passed: the other end's copies of both connections come after both
-// ended. Before, only the last connection on the ports was remembered, and
-// the copy of the first was read as a new connection: every request and
-// response in it twice (false duplicate_delivery findings on a probe of
-// go-sdk clients and @hono/mcp's transport).
+// TestCopiesOfAReusedPort: captures of both ends, one clock behind the
+// other, when a client used its port again for a new connection (with new
+// initial sequence numbers, as kernels draw them) before the skew had
+// passed. With a skew of 10 s the other end's copies of both connections
+// come after both ended; before, only the last connection on the ports was
+// remembered, and the copy of the first was read as a new connection: every
+// request and response in it twice (false duplicate_delivery findings on a
+// probe of go-sdk clients and @hono/mcp's transport). With a skew shorter
+// than the second connection, the copy of the first comes while the second
+// is open; before, it was given to the second, whose bytes were then lost
+// (requests missing from sessions of an @ai-sdk/mcp probe read at both ends
+// 1.5 s apart).
 func TestCopiesOfAReusedPort(t *testing.T) {
 	shifted := func(segs []seg, by uint32) []seg {
 		out := slices.Clone(segs)
@@ -458,12 +462,22 @@ func TestCopiesOfAReusedPort(t *testing.T) {
 	}
 	a := conversation(client, server, 0, "GET /a HTTP/1.1\r\nHost: h\r\n\r\n", "200")
 	b := shifted(conversation(client, server, 2*time.Second, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n", "201"), 1<<20)
-	capture := slices.Concat(a, b, later(a, 10*time.Second), later(b, 10*time.Second))
-	for _, workers := range []int{1, 2} {
-		got, st := readAgain(t, workers, capture, nil)
-		want := []string{"GET /a HTTP/1.1\r\nHost: h\r\n\r\n/200", "GET /b HTTP/1.1\r\nHost: h\r\n\r\n/201"}
-		if !reflect.DeepEqual(got, want) || st.ReplayedConnections != 2 {
-			t.Errorf("%d workers: streams %q, replayed %d; want %q, 2", workers, got, st.ReplayedConnections, want)
+	// b's handshake and request, a's copy, then the rest of b.
+	bOpen, bRest := b[:4], later(b[4:], 20*time.Millisecond)
+	for _, tt := range []struct {
+		name     string
+		capture  []seg
+		replayed uint64
+	}{
+		{"copies after both", slices.Concat(a, b, later(a, 10*time.Second), later(b, 10*time.Second)), 2},
+		{"copy of the first while the second is open", slices.Concat(a, bOpen, later(a, 2*time.Second+4*time.Millisecond), bRest), 1},
+	} {
+		for _, workers := range []int{1, 2} {
+			got, st := readAgain(t, workers, tt.capture, nil)
+			want := []string{"GET /a HTTP/1.1\r\nHost: h\r\n\r\n/200", "GET /b HTTP/1.1\r\nHost: h\r\n\r\n/201"}
+			if !reflect.DeepEqual(got, want) || st.ReplayedConnections != tt.replayed {
+				t.Errorf("%s, %d workers: streams %q, replayed %d; want %q, %d", tt.name, workers, got, st.ReplayedConnections, want, tt.replayed)
+			}
 		}
 	}
 }
