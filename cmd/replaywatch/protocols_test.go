@@ -242,7 +242,11 @@ func TestProxyProtocolRead(t *testing.T) {
 
 // proxyHeaderListener strips a PROXY protocol header of a known length
 // from each accepted connection, as a server behind such a load balancer
-// does.
+// does. The header is skipped on the connection's first read, in the
+// server's goroutine for it, not in Accept: a connection the client's
+// Transport dialed and never sent on carries none, and waiting for it in
+// Accept held every later connection back (the client's next request then
+// timed out).
 type proxyHeaderListener struct {
 	net.Listener
 	header int
@@ -253,11 +257,23 @@ func (l *proxyHeaderListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := io.ReadFull(c, make([]byte, l.header)); err != nil {
-		c.Close()
-		return nil, err
+	return &headerSkippingConn{Conn: c, skip: int64(l.header)}, nil
+}
+
+// headerSkippingConn drops the first skip bytes read from its Conn.
+type headerSkippingConn struct {
+	net.Conn
+	skip int64
+}
+
+func (c *headerSkippingConn) Read(p []byte) (int, error) {
+	if c.skip > 0 {
+		n, err := io.CopyN(io.Discard, c.Conn, c.skip)
+		if c.skip -= n; err != nil {
+			return 0, err
+		}
 	}
-	return c, nil
+	return c.Conn.Read(p)
 }
 
 // binarySummary runs the binary's analyze --format json with args, which
