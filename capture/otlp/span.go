@@ -312,19 +312,8 @@ func messageOf(a pcommon.Map) (decode.Message, bool) {
 	m.Tools = toolMarks(a)
 	if tok := str(a, attrProgressTok); tok != "" {
 		m.ProgressToken = tok
-		if v, ok := a.Get(attrProgressVal); ok {
-			m.HasProgress = true
-			m.Progress = v.Double()
-			if v.Type() == pcommon.ValueTypeInt {
-				m.Progress = float64(v.Int())
-			}
-		}
-		if v, ok := a.Get(attrProgressTot); ok {
-			m.HasTotal, m.ProgressTotal = true, v.Double()
-			if v.Type() == pcommon.ValueTypeInt {
-				m.ProgressTotal = float64(v.Int())
-			}
-		}
+		m.Progress, m.HasProgress = numFloat(a, attrProgressVal)
+		m.ProgressTotal, m.HasTotal = numFloat(a, attrProgressTot)
 	}
 	return m, true
 }
@@ -379,6 +368,18 @@ func strOK(a pcommon.Map, k string) (string, bool) {
 		return v.Str(), true
 	}
 	return v.AsString(), true
+}
+
+// numFloat reads a number attribute, given as a double or an int.
+func numFloat(a pcommon.Map, k string) (float64, bool) {
+	v, ok := a.Get(k)
+	if !ok {
+		return 0, false
+	}
+	if v.Type() == pcommon.ValueTypeInt {
+		return float64(v.Int()), true
+	}
+	return v.Double(), true
 }
 
 // num reads an integer attribute, given as an int or as text.
