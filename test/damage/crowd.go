@@ -33,14 +33,18 @@ import (
 func Crowd(captures []Capture, stagger time.Duration) ([]pcaprec.Packet, error) {
 	// Five-digit ports, so Host headers are rewritten in place: the shared
 	// server, then each capture's other servers (20 each), then each
-	// capture's clients (clientsPerCapture each), never overlapping.
+	// capture's clients, never overlapping: the client ports are shared out
+	// evenly (the busiest fixture, ts-crowd-pooling-proxy, uses 238; a
+	// 16-client probe over a thousand).
 	const (
-		sharedServer      = 10000
-		otherServers      = 10001
-		firstClient       = 12000
-		clientsPerCapture = 500 // the busiest fixture (ts-crowd-pooling-proxy) uses 238
+		sharedServer = 10000
+		otherServers = 10001
+		firstClient  = 12000
+		minClients   = 500
 	)
-	if n := len(captures); firstClient+n*clientsPerCapture > 65535 || otherServers+n*20 > firstClient {
+	n := max(1, len(captures))
+	clientsPerCapture := (65536 - firstClient) / n
+	if clientsPerCapture < minClients || otherServers+n*20 > firstClient {
 		return nil, fmt.Errorf("%d captures: more than the port plan holds", n)
 	}
 	var out []pcaprec.Packet
