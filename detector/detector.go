@@ -692,6 +692,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		if m.Method == "notifications/cancelled" && m.Type == decode.MsgNotification {
 			if c := s.calls.at(m.CancelledID); c != nil && !c.answered {
 				c.cancelled = true
+				s.gaveUp(c)
 			}
 			continue
 		}
@@ -1519,7 +1520,7 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	}
 	d.checkUnresumableClose(ex, o)
 	if ex.stream != nil && !e.ClientClosed && s.streamBroke(ex) {
-		s.brokenStreams++
+		s.noteBreak(ex.stream)
 	}
 	// Requests whose stream ended without their response: if no later
 	// resume delivers it, the client cannot know whether it ran.

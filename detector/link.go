@@ -705,8 +705,8 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form1")
 		return
 	}
-	if s.brokenStreams <= s.resumedStreams && !drawnAtRandom(ex.cursor) {
-		// No stream of S2 was seen to break and left unresumed: the one
+	if s.unsettledBreaks(ex.resume.givenUpBefore) <= 0 && !drawnAtRandom(ex.cursor) {
+		// No stream of S2 was seen to break and left unsettled: the one
 		// it resumes went on a connection the capture did not see, and
 		// may have issued the cursor, an id S1 minted too.
 		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonResumedStreamNotSeen, "form1")

@@ -42,10 +42,12 @@ type resumeState struct {
 	// with this reason (limitOnEvidence).
 	limitHidden string
 	// heldUnknown is an unknown_last_event_id_accepted waiting for the
-	// stream (heldUnknownCursor); heldBreaks the session's brokenStreams
-	// then.
+	// stream (heldUnknownCursor); heldBreaks the session's broken streams
+	// then, less those given up before the request.
 	heldUnknown *Violation
 	heldBreaks  int
+	// givenUpBefore: the session's givenUpBreaks at the request.
+	givenUpBefore int
 }
 
 func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
@@ -59,8 +61,14 @@ func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
 		Server:          ex.conn.Server.String(),
 	}
 	rs.attempt.ID = findingID("resume", ex.requestIdentity())
-	if ex.sess != nil {
-		ex.sess.resumes++
+	if s := ex.sess; s != nil {
+		s.resumes++
+		// Counted at the request: the client chose the stream then, and
+		// an answer of 404 (its session gone) says nothing against that.
+		if ref, known := s.events.get(ex.cursor); known {
+			s.resumedFrom(s.streams[ref.stream])
+		}
+		rs.givenUpBefore = s.givenUpBreaks
 	}
 	return rs
 }
@@ -174,7 +182,6 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.goPrefix, rs.goCursor, rs.goNext, rs.goOK = p.prefix, int64(p.num), int64(p.num)+1, true
 	}
 	if known {
-		s.resumedStreams++
 		st := s.streams[ref.stream]
 		rs.stream, rs.pos = ref.stream, ref.pos
 		rs.owedMax, rs.maxGot = st.next-1, ref.pos
@@ -215,7 +222,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonPartialHistory
 	default:
 		another := d.sentByAnother(ex, s)
-		if !another && s.brokenStreams <= s.resumedStreams {
+		if !another && s.unsettledBreaks(rs.givenUpBefore) <= 0 {
 			rs.unverifiable = ReasonResumedStreamNotSeen
 			return
 		}
@@ -233,7 +240,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			d.violation(v, ex, s)
 			return
 		}
-		rs.heldUnknown, rs.heldBreaks = v, s.brokenStreams
+		rs.heldUnknown, rs.heldBreaks = v, s.brokenStreams-rs.givenUpBefore
 	}
 }
 
@@ -244,12 +251,13 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // one came (newID), so the server went on after the cursor: it knew the
 // id, from a stream of the session the capture did not see (a connection
 // another node's agent saw). So it is too when every stream of the session
-// seen to break before the resume has since been resumed from an id it
-// sent: the resume was none of theirs. Until 2026-12-05 the finding was
-// raised at the answer's head. A stream cut (truncated or reset) before
-// either shows nothing of what the server would have sent (cut). It
-// reports whether a pipeline limit on the evidence made the finding
-// unverifiable (limitOnEvidence): the resume's outcome then names it.
+// seen to break before the resume, and not given up before its request,
+// has since been resumed from an id it sent: the resume was none of
+// theirs. Until 2026-12-05 the finding was raised at the answer's head.
+// A stream cut (truncated or reset) before either shows nothing of what
+// the server would have sent (cut). It reports whether a pipeline limit
+// on the evidence made the finding unverifiable (limitOnEvidence): the
+// resume's outcome then names it.
 func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool) (hidden bool) {
 	rs, s := ex.resume, ex.sess
 	v := rs.heldUnknown
@@ -259,7 +267,7 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	rs.heldUnknown = nil
 	reason := ReasonResumedStreamNotSeen
 	switch {
-	case newID, rs.heldBreaks <= s.resumedStreams:
+	case newID, rs.heldBreaks <= s.resumedBreaks:
 	case ex.gap:
 		// The lost bytes may hold the new event.
 		reason = ReasonCaptureGap

@@ -59,9 +59,12 @@ type stream struct {
 	// session's standalone stream (the others are calls' streams, which
 	// only a GET with a cursor can continue).
 	standalone bool
-	next       int32 // next position to hand out
-	maxNum     int64 // highest go-sdk index / decimal value of a new id; -1 none
-	gap        bool  // some exchange carrying it lost bytes
+	// awaitingResume: it broke (streamBroke) and neither a resume from an
+	// id of it nor the client's giving up its calls has settled that since.
+	awaitingResume bool
+	next           int32 // next position to hand out
+	maxNum         int64 // highest go-sdk index / decimal value of a new id; -1 none
+	gap            bool  // some exchange carrying it lost bytes
 	// opener is the serial of the exchange whose new id began a prefix
 	// stream: only it and resumes of the stream may add to it.
 	opener uint64
@@ -179,13 +182,15 @@ type session struct {
 	mayBeLostAt time.Time
 	// brokenStreams counts the streams of it seen to end where a client
 	// resumes them (streamBroke) after carrying an event id;
-	// resumedStreams the resumes from an id it sent,
-	// each of which resumed one of them. A resume from an id the session
-	// never sent, with no broken stream left unresumed before it, resumes a
-	// stream the capture did not see: its connection went another way (a
+	// resumedBreaks the resumes from an id it sent, whatever their answer,
+	// each of which resumed one of them; givenUpBreaks the broken streams
+	// whose calls the client then all cancelled, which no resume will
+	// continue (gaveUp). A resume from an id the session never sent, with
+	// no broken stream left unsettled before it (unsettledBreaks), resumes
+	// a stream the capture did not see: its connection went another way (a
 	// load balancer spreading the session over nodes), so its ids are not
 	// a whole history's.
-	brokenStreams, resumedStreams int
+	brokenStreams, resumedBreaks, givenUpBreaks int
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
@@ -680,4 +685,51 @@ func (s *session) streamBroke(ex *exchange) bool {
 		}
 	}
 	return false
+}
+
+// noteBreak counts st, a stream of s that streamBroke says broke, as one
+// its client will resume; once while it awaits that.
+func (s *session) noteBreak(st *stream) {
+	if !st.awaitingResume {
+		st.awaitingResume = true
+		s.brokenStreams++
+	}
+}
+
+// resumedFrom: the client resumed st from an id of it, whatever the
+// answer (a resume answered 404 still says which stream it was), so st
+// awaits no other resume. A resume of a stream not seen to break counts
+// all the same, as every resume from an id the session sent did before:
+// which stream a lost break was is unknown, and counting one too many
+// only makes a check unverifiable.
+func (s *session) resumedFrom(st *stream) {
+	st.awaitingResume = false
+	s.resumedBreaks++
+}
+
+// gaveUp settles the break of the stream carrying c, a call the client
+// has just cancelled, when no call it carries is still awaited: a client
+// resumes no stream it has nothing left to read from.
+func (s *session) gaveUp(c *call) {
+	if c.stream <= 0 || int(c.stream) > len(s.streams) {
+		return
+	}
+	st := s.streams[c.stream-1]
+	if !st.awaitingResume {
+		return
+	}
+	for _, o := range s.calls.all() {
+		if o.stream == c.stream && !o.answered && !o.cancelled {
+			return
+		}
+	}
+	st.awaitingResume = false
+	s.givenUpBreaks++
+}
+
+// unsettledBreaks is how many broken streams of s may still be the one a
+// resume continues, givenUp of them given up before its request: a call
+// cancelled after it may be what the resume failed to deliver.
+func (s *session) unsettledBreaks(givenUp int) int {
+	return s.brokenStreams - s.resumedBreaks - givenUp
 }
