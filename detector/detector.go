@@ -690,7 +690,10 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
 		if m.Method == "notifications/cancelled" && m.Type == decode.MsgNotification {
-			if c := s.calls.at(m.CancelledID); c != nil && !c.answered {
+			switch c := s.calls.at(m.CancelledID); {
+			case c == nil:
+				s.missedRequest = true
+			case !c.answered:
 				c.cancelled = true
 				s.gaveUp(c)
 			}

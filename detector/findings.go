@@ -310,8 +310,9 @@ const (
 	// sent (and no other session sent at random) came with no stream of
 	// the session seen to break and left unsettled (not resumed from an id
 	// of it, whatever the answer, nor its calls cancelled before), or the
-	// server went on after the cursor: the stream it resumes, with the ids
-	// it carried, was on a connection the capture did not see (a load
+	// client cancelled a request of the session the capture never saw, or
+	// the server went on after the cursor: the stream it resumes, with the
+	// ids it carried, was on a connection the capture did not see (a load
 	// balancer spreads a session's connections over nodes, and a node's
 	// agent sees only its own).
 	ReasonResumedStreamNotSeen = "the stream it resumes was not captured"

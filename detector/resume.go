@@ -222,7 +222,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonPartialHistory
 	default:
 		another := d.sentByAnother(ex, s)
-		if !another && s.unsettledBreaks(rs.givenUpBefore) <= 0 {
+		if !another && (s.unsettledBreaks(rs.givenUpBefore) <= 0 || s.missedRequest) {
 			rs.unverifiable = ReasonResumedStreamNotSeen
 			return
 		}
@@ -253,7 +253,9 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // another node's agent saw). So it is too when every stream of the session
 // seen to break before the resume, and not given up before its request,
 // has since been resumed from an id it sent: the resume was none of
-// theirs. Until 2026-12-05 the finding was raised at the answer's head.
+// theirs, and so it is when the client cancelled a request of the
+// session the capture never saw (missedRequest), before or after. Until
+// 2026-12-05 the finding was raised at the answer's head.
 // A stream cut (truncated or reset) before either shows nothing of what
 // the server would have sent (cut). It reports whether a pipeline limit
 // on the evidence made the finding unverifiable (limitOnEvidence): the
@@ -267,7 +269,7 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	rs.heldUnknown = nil
 	reason := ReasonResumedStreamNotSeen
 	switch {
-	case newID, rs.heldBreaks <= s.resumedBreaks:
+	case newID, rs.heldBreaks <= s.resumedBreaks, s.missedRequest:
 	case ex.gap:
 		// The lost bytes may hold the new event.
 		reason = ReasonCaptureGap
