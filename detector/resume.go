@@ -255,11 +255,11 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // has since been resumed from an id it sent: the resume was none of
 // theirs, and so it is when the client cancelled a request of the
 // session the capture never saw (missedRequest), before or after. Until
-// 2026-12-05 the finding was raised at the answer's head.
-// A stream cut (truncated or reset) before either shows nothing of what
-// the server would have sent (cut). It reports whether a pipeline limit
-// on the evidence made the finding unverifiable (limitOnEvidence): the
-// resume's outcome then names it.
+// 2026-12-05 the finding was raised at the answer's head. A stream cut
+// (truncated or reset) before either shows nothing of what the server
+// would have sent (cut). It reports whether a pipeline limit on the
+// evidence made the finding unverifiable (limitOnEvidence): the resume's
+// outcome then names it.
 func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool) (hidden bool) {
 	rs, s := ex.resume, ex.sess
 	v := rs.heldUnknown

@@ -722,8 +722,8 @@ func (s *session) gaveUp(c *call) {
 	if !st.awaitingResume {
 		return
 	}
-	for _, o := range s.calls.all() {
-		if o.stream == c.stream && !o.answered && !o.cancelled {
+	for _, other := range s.calls.all() {
+		if other.stream == c.stream && !other.answered && !other.cancelled {
 			return
 		}
 	}
