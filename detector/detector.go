@@ -692,7 +692,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		if m.Method == "notifications/cancelled" && m.Type == decode.MsgNotification {
 			switch c := s.calls.at(m.CancelledID); {
 			case c == nil:
-				s.missedRequest = true
+				s.historyElsewhere = true
 			case !c.answered:
 				c.cancelled = true
 				s.gaveUp(c)

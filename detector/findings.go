@@ -316,13 +316,18 @@ const (
 	// balancer spreads a session's connections over nodes, and a node's
 	// agent sees only its own).
 	ReasonResumedStreamNotSeen = "the stream it resumes was not captured"
-	ReasonCaptureEnded         = "capture ended with the stream open"
-	ReasonStreamCut            = "stream cut before the outcome was shown"
-	ReasonOwedNotReplayed      = "stream closed before the owed events were replayed"
-	ReasonLimitPrefix          = "limit hit: "
-	ReasonSessionEvicted       = "session evicted (limit hit: MaxSessions)"
-	ReasonStateEvicted         = "session evicted (limit hit: MaxStateBytes)"
-	ReasonSessionDeleted       = "session deleted before the request"
+	// ReasonBrokenStreamsUnresumed: a resume from an id the session never
+	// sent, with more than one broken stream of the session left
+	// unresumed, may have continued any of them or a stream the capture
+	// did not see.
+	ReasonBrokenStreamsUnresumed = "several broken streams of the session left unresumed"
+	ReasonCaptureEnded           = "capture ended with the stream open"
+	ReasonStreamCut              = "stream cut before the outcome was shown"
+	ReasonOwedNotReplayed        = "stream closed before the owed events were replayed"
+	ReasonLimitPrefix            = "limit hit: "
+	ReasonSessionEvicted         = "session evicted (limit hit: MaxSessions)"
+	ReasonStateEvicted           = "session evicted (limit hit: MaxStateBytes)"
+	ReasonSessionDeleted         = "session deleted before the request"
 	// ReasonRevisionNotSeen: an initialize's stream ended before its
 	// result, so the revision is the one the client asked for; the server
 	// may have chosen an older one (a server that does not speak the

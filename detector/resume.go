@@ -112,7 +112,7 @@ func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
 		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream,
-		ReasonPartialHistory, ReasonResumedStreamNotSeen:
+		ReasonPartialHistory, ReasonResumedStreamNotSeen, ReasonBrokenStreamsUnresumed:
 		return reason
 	}
 	if contentUnread(reason) {
@@ -222,7 +222,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonPartialHistory
 	default:
 		another := d.sentByAnother(ex, s)
-		if !another && (s.unsettledBreaks(rs.givenUpBefore) <= 0 || s.missedRequest) {
+		if !another && (s.unsettledBreaks(rs.givenUpBefore) <= 0 || s.historyElsewhere) {
 			rs.unverifiable = ReasonResumedStreamNotSeen
 			return
 		}
@@ -253,8 +253,8 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // another node's agent saw). So it is too when every stream of the session
 // seen to break before the resume, and not given up before its request,
 // has since been resumed from an id it sent: the resume was none of
-// theirs, and so it is when the client cancelled a request of the
-// session the capture never saw (missedRequest), before or after. Until
+// theirs, and so it is when a connection of the session went another
+// way (historyElsewhere), before or after. Until
 // 2026-12-05 the finding was raised at the answer's head. A stream cut
 // (truncated or reset) before either shows nothing of what the server
 // would have sent (cut). It reports whether a pipeline limit on the
@@ -269,7 +269,12 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	rs.heldUnknown = nil
 	reason := ReasonResumedStreamNotSeen
 	switch {
-	case newID, rs.heldBreaks <= s.resumedBreaks, s.missedRequest:
+	case newID, rs.heldBreaks <= s.resumedBreaks, s.historyElsewhere:
+	case rs.heldBreaks-s.resumedBreaks > 1:
+		// Which of the streams the resume continued, if any, the wire
+		// does not say: the others' resumes may come later, or go to
+		// another node.
+		reason = ReasonBrokenStreamsUnresumed
 	case ex.gap:
 		// The lost bytes may hold the new event.
 		reason = ReasonCaptureGap
@@ -312,6 +317,16 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	}
 	if rs.heldUnknown != nil && ev.HasID && !known && !reused {
 		d.heldUnknownCursor(ex, o.Time, true, false)
+	}
+	if rs.stream < 0 && !rs.sawFirst && ev.HasID && !known && !reused {
+		// The server went on after a cursor the capture never saw the
+		// session send: it sent it on a connection another node saw, as
+		// may the cursor of a later resume. Found with a 16-client
+		// ts-chaos probe spread over two nodes (2026-12-06): after such a
+		// resume the node saw another, from an id of a stream the other
+		// node saw, answered with nothing while a stream it saw break was
+		// left unresumed, and read it as unknown_last_event_id_accepted.
+		s.historyElsewhere = true
 	}
 	if !rs.sawFirst {
 		rs.sawFirst = true

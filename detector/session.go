@@ -191,10 +191,11 @@ type session struct {
 	// load balancer spreading the session over nodes), so its ids are not
 	// a whole history's.
 	brokenStreams, resumedBreaks, givenUpBreaks int
-	// missedRequest: the client cancelled a request of it the capture never
-	// saw, so a connection of it went another way and its ids are not a
-	// whole history's, broken streams or not.
-	missedRequest bool
+	// historyElsewhere: a connection of it went another way, so its ids
+	// are not a whole history's, broken streams or not: the client
+	// cancelled a request of it the capture never saw, or the server went
+	// on after a cursor the capture never saw it send (resumeEvent).
+	historyElsewhere bool
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
