@@ -702,6 +702,10 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		if m.Type != decode.MsgRequest || m.ID == "" {
 			continue
 		}
+		old := s.calls.at(m.ID)
+		if v, ok := parseDecimal(m.ID); ok && old == nil {
+			s.requestIDs.add(v)
+		}
 		if s.inflight >= d.cfg.MaxInflightPerSession {
 			d.limitHit("MaxInflightPerSession", o.Time, s, "unknown outcome")
 			continue
@@ -717,7 +721,6 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			c.paramsHash = m.ParamsHash
 			c.args = m.Arguments // "" unless the operator opted in
 		}
-		old := s.calls.at(m.ID)
 		if old != nil && old.answered {
 			s.answered--
 		} else if old != nil {

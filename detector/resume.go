@@ -222,7 +222,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 		rs.unverifiable = ReasonPartialHistory
 	default:
 		another := d.sentByAnother(ex, s)
-		if !another && (s.unsettledBreaks(rs.givenUpBefore) <= 0 || s.historyElsewhere) {
+		if !another && (s.unsettledBreaks(rs.givenUpBefore) <= 0 || s.partlyElsewhere()) {
 			rs.unverifiable = ReasonResumedStreamNotSeen
 			return
 		}
@@ -254,7 +254,7 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 // seen to break before the resume, and not given up before its request,
 // has since been resumed from an id it sent: the resume was none of
 // theirs, and so it is when a connection of the session went another
-// way (historyElsewhere), before or after. Until
+// way (partlyElsewhere), before or after. Until
 // 2026-12-05 the finding was raised at the answer's head. A stream cut
 // (truncated or reset) before either shows nothing of what the server
 // would have sent (cut). It reports whether a pipeline limit on the
@@ -269,7 +269,7 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	rs.heldUnknown = nil
 	reason := ReasonResumedStreamNotSeen
 	switch {
-	case newID, rs.heldBreaks <= s.resumedBreaks, s.historyElsewhere:
+	case newID, rs.heldBreaks <= s.resumedBreaks, s.partlyElsewhere():
 	case rs.heldBreaks-s.resumedBreaks > 1:
 		// Which of the streams the resume continued, if any, the wire
 		// does not say: the others' resumes may come later, or go to

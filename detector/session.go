@@ -196,6 +196,8 @@ type session struct {
 	// cancelled a request of it the capture never saw, or the server went
 	// on after a cursor the capture never saw it send (resumeEvent).
 	historyElsewhere bool
+	// requestIDs spans the client's integer request ids seen in it.
+	requestIDs requestIDSpan
 
 	sessionState
 	// indexLimit names the Config bound that left the event index
@@ -731,6 +733,41 @@ func (s *session) gaveUp(c *call) {
 	st.awaitingResume = false
 	s.givenUpBreaks++
 }
+
+// partlyElsewhere says whether the wire shows that a connection of s went
+// another way (historyElsewhere), or that a request of it was not seen: a
+// hole in the client's request ids. Clients number their requests with a
+// counter (go-sdk, the TypeScript and Python SDKs, mcp-go, @ai-sdk/mcp
+// all do), so a number skipped is a request sent where this capture
+// point did not see it. Found with a 16-client go-chaos probe spread over
+// three nodes (seed 16, 2026-12-06): a node saw requests 1, 3 and 4 of a
+// session and a resume from an id of request 2's stream, which another
+// node saw, answered with nothing while request 4's stream, broken, was
+// resumed elsewhere; it read as unknown_last_event_id_accepted. A client
+// that numbers otherwise only makes the checks that ask this
+// unverifiable.
+func (s *session) partlyElsewhere() bool {
+	return s.historyElsewhere || s.requestIDs.holed()
+}
+
+// requestIDSpan is the range of integer request ids seen and how many.
+type requestIDSpan struct {
+	lo, hi, n uint64
+}
+
+func (r *requestIDSpan) add(v uint64) {
+	if r.n == 0 || v < r.lo {
+		r.lo = v
+	}
+	if r.n == 0 || v > r.hi {
+		r.hi = v
+	}
+	r.n++
+}
+
+// holed: fewer ids were seen than the range holds. An id seen twice (a
+// request resent) counts twice and may hide a hole, never make one.
+func (r requestIDSpan) holed() bool { return r.n > 0 && r.hi-r.lo >= r.n }
 
 // unsettledBreaks is how many broken streams of s may still be the one a
 // resume continues, givenUp of them given up before its request: a call
