@@ -705,12 +705,29 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form1")
 		return
 	}
-	if s.unsettledBreaks(ex.resume.givenUpBefore) <= 0 && !drawnAtRandom(ex.cursor) {
-		// No stream of S2 was seen to break and left unsettled: the one
-		// it resumes went on a connection the capture did not see, and
-		// may have issued the cursor, an id S1 minted too.
-		d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonResumedStreamNotSeen, "form1")
-		return
+	if !drawnAtRandom(ex.cursor) {
+		// The cursor is an id S1 minted and S2 may have too, so S2's
+		// whole history must show it did not. If S2's start was not
+		// captured, or no stream of S2 was seen to break and left
+		// unsettled, or a request of S2 was not seen, the stream it
+		// resumes may have gone where the capture did not see it, and
+		// issued the cursor. (A cancel of an unseen request is no such
+		// sign here: the client may cancel S1's calls on S2.) Found
+		// without the start with a TypeScript client against a go-sdk
+		// server spread over three nodes (seed 17, 2026-12-06): S2's
+		// initialize and standalone stream, which sent _0, went to
+		// other nodes.
+		reason := ""
+		switch {
+		case !s.startSeen:
+			reason = ReasonStartNotCaptured
+		case s.unsettledBreaks(ex.resume.givenUpBefore) <= 0 || s.requestIDs.holed():
+			reason = ReasonResumedStreamNotSeen
+		}
+		if reason != "" {
+			d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", reason, "form1")
+			return
+		}
 	}
 	severity, answer := SeverityCritical, "the server accepted it"
 	if !ex.ok2xx() {
