@@ -92,7 +92,8 @@ type Detector struct {
 	gaps           map[addrKey]*pairGaps
 	gapFloor       time.Time
 	gapBytes       int64
-	spareExchanges []*exchange // ended exchanges for reuse (recycleExchange)
+	spareExchanges []*exchange      // ended exchanges for reuse (recycleExchange)
+	parked         []*parkedFinding // bounded by maxParkedFindings
 	lost           lostIndex
 	causesReported map[string]struct{}   // session ids already reported, per cause (firstCause)
 	tombs          tombstones            // deleted session ids
@@ -294,6 +295,9 @@ func (d *Detector) advance(t time.Time) {
 	d.expire(d.now)
 	d.tombs.expire(d.now, d.cfg.SessionIdleTimeout)
 	d.lost.flushDue(d, d.now, d.cfg.LinkWindow)
+	if len(d.parked) > 0 {
+		d.settleParkedOf(nil, false, d.now.Add(-d.cfg.LinkWindow))
+	}
 	if d.now.Sub(d.lastSweep) > d.cfg.SessionIdleTimeout/4 {
 		d.sweepExchanges()
 		d.expireBrokenCalls(d.now)
@@ -747,6 +751,11 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 				s.toolCalls.set(k, c)
 			}
 		}
+	}
+	if len(d.parked) > 0 {
+		// A cancel of an unseen request, or a number skipped, may show
+		// the session's history partly elsewhere.
+		d.settleParkedOf(s, false, time.Time{})
 	}
 }
 
@@ -1260,10 +1269,16 @@ func (d *Detector) markLost(o *decode.Observation) (owner *session, anySession b
 // lost (a gap in the server's bytes) or comes unpaired, naming its session
 // or counting as unattributed.
 func (d *Detector) historyMayBeHidden(ex *exchange, s *session, t time.Time) bool {
-	if ex.gap || s.gap || d.hidingGapSince(t, ex.conn) {
+	return ex.gap || d.pairMayHideHistory(ex.conn, s, t)
+}
+
+// pairMayHideHistory is historyMayBeHidden without the exchange's own
+// losses, for a check decided after its exchange ended (parkedFinding).
+func (d *Detector) pairMayHideHistory(conn decode.Conn, s *session, t time.Time) bool {
+	if s.gap || d.hidingGapSince(t, conn) {
 		return true
 	}
-	g := d.gaps[pairOf(ex.conn)]
+	g := d.gaps[pairOf(conn)]
 	return g != nil && atOrAfter(g.unattributed, t)
 }
 
@@ -1590,6 +1605,7 @@ func (d *Detector) Close(now time.Time) {
 	for s := d.lruTail; s != nil; s = d.lruTail {
 		d.removeSession(s, "capture_end")
 	}
+	d.settleParkedOf(nil, true, time.Time{})
 	d.lost.flushAll(d)
 	d.dropGaps()
 	d.closed = true

@@ -354,12 +354,7 @@ func TestStatsCount(t *testing.T) {
 }
 
 func TestRepeatedResumesHaveDistinctIDs(t *testing.T) {
-	r := parseSpec(t, "testdata/no_finding_priming_polling.test")
-	rec := &recorder{}
-	d := New(r.cfg, rec)
-	for _, o := range r.obs {
-		d.Observe(o)
-	}
+	r, rec, d := observeSpec(t, "testdata/no_finding_priming_polling.test")
 	d.Close(r.now)
 	if len(rec.resumes) != 2 || rec.resumes[0].ID == rec.resumes[1].ID {
 		t.Fatalf("two polls with the same cursor need two ids: %d resumes", len(rec.resumes))

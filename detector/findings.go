@@ -428,16 +428,36 @@ func contentUnread(reason string) bool {
 }
 
 func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, reason string, idParts ...string) {
+	var at requestOrigin
+	if ex != nil {
+		at = originOf(ex)
+	}
+	d.unverifiableFrom(t, s, at, check, reason, idParts...)
+}
+
+// requestOrigin is what a record takes from the request it concerns, kept
+// for records made after its exchange was recycled (parkedFinding).
+type requestOrigin struct {
+	client, server, endpoint, identity string
+}
+
+func originOf(ex *exchange) requestOrigin {
+	return requestOrigin{ex.conn.Client.String(), ex.conn.Server.String(), ex.endpoint, ex.requestIdentity()}
+}
+
+// unverifiableFrom is unverifiable for the request at (zero: none).
+func (d *Detector) unverifiableFrom(t time.Time, s *session, at requestOrigin, check, reason string, idParts ...string) {
 	u := &Unverifiable{Time: t, Reason: reason, Check: check}
 	if s != nil {
 		u.SessionID = s.id
 		u.Client, u.Server = s.client.String(), s.server.String()
 	}
-	if ex != nil {
-		u.Client, u.Server = ex.conn.Client.String(), ex.conn.Server.String()
-		idParts = append(idParts, ex.requestIdentity())
+	server := idServer(nil, s, u.Server)
+	if at.identity != "" {
+		u.Client, u.Server, server = at.client, at.server, at.endpoint
+		idParts = append(idParts, at.identity)
 	}
-	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, idServer(ex, s, u.Server)}, idParts...)...)
+	u.ID = findingID("unverifiable", append([]string{check, reason, u.SessionID, u.Client, server}, idParts...)...)
 	d.emitUnverifiable(u)
 }
 

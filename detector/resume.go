@@ -2,6 +2,7 @@ package detector
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type resumeState struct {
 	heldBreaks  int
 	// givenUpBefore: the session's givenUpBreaks at the request.
 	givenUpBefore int
+	// parked: heldUnknown, found, waits for the session's broken stream
+	// to be resumed (park), and the attempt's record with it.
+	parked *parkedFinding
 }
 
 func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
@@ -67,6 +71,9 @@ func (d *Detector) newResume(ex *exchange, o *decode.Observation) *resumeState {
 		// an answer of 404 (its session gone) says nothing against that.
 		if ref, known := s.events.get(ex.cursor); known {
 			s.resumedFrom(s.streams[ref.stream])
+			if len(d.parked) > 0 {
+				d.settleParkedOf(s, false, time.Time{})
+			}
 		}
 		rs.givenUpBefore = s.givenUpBreaks
 	}
@@ -91,6 +98,18 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 	} else if rs.stream >= 0 && ex.sess != nil && ex.sess.streams != nil {
 		a.StreamID = streamName(ex.sess.streams[rs.stream])
 	}
+	if p := rs.parked; p != nil {
+		p.due, p.resolvedAt, p.outcome, p.reason = true, t, outcome, reason
+		return
+	}
+	d.emitResume(t, ex.sess, ex, nil, rs, outcome, reason)
+}
+
+// emitResume sends rs's attempt, of ex or, once ex was recycled, of the
+// request at: violated when a violation was raised against it, whatever
+// outcome was otherwise reached.
+func (d *Detector) emitResume(t time.Time, s *session, ex *exchange, at *requestOrigin, rs *resumeState, outcome ResumeOutcome, reason string) {
+	a := &rs.attempt
 	if len(rs.violations) > 0 {
 		outcome = ResumeViolated
 		reason = fmt.Sprintf("%d violation(s) raised against this resume", len(rs.violations))
@@ -101,7 +120,11 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 	a.Outcome, a.Reason, a.ViolationIDs = outcome, reason, rs.violations
 	d.stats.Resumes[outcome]++
 	if outcome == ResumeUnverifiable {
-		d.unverifiable(t, ex.sess, ex, "resume", unverifiableCode(reason), a.LastEventID)
+		if ex != nil {
+			d.unverifiable(t, s, ex, "resume", unverifiableCode(reason), a.LastEventID)
+		} else {
+			d.unverifiableFrom(t, s, *at, "resume", unverifiableCode(reason), a.LastEventID)
+		}
 	}
 	d.sink.Resume(a)
 }
@@ -285,7 +308,11 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 		reason = ReasonTSGetStream
 	default:
 		before := rs.limitHidden
-		d.violation(v, ex, s)
+		if s.ended != "" {
+			d.violation(v, ex, s)
+		} else if v = d.completeViolation(v, ex, s); v != nil {
+			d.park(ex, v, t)
+		}
 		return rs.limitHidden != before
 	}
 	d.unverifiable(t, s, ex, string(KindUnknownLastEventIDAccepted), reason, ex.cursor)
@@ -293,6 +320,99 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 		rs.unverifiable = reason
 	}
 	return false
+}
+
+// maxParkedFindings bounds the unknown_last_event_id_accepted findings
+// waiting for their sessions' broken streams to be resumed (park).
+const maxParkedFindings = 256
+
+// parkedFinding is an unknown_last_event_id_accepted found while one
+// broken stream of its session was left unsettled, the one the resume
+// seemed to continue. The stream the resume continued may instead be one
+// the capture did not see (another node's), as the client's resuming the
+// broken one later from an id of it would show. Found with a 20-client
+// TypeScript probe against @hono/mcp's transport, one connection gone
+// (seed 18, 2026-12-06): the node saw a call's stream break and a resume
+// from an id of the standalone stream (on the connection gone) answered
+// with nothing, and 0.3 s later the call stream's resume. So the finding
+// waits: it is unverifiable once every broken stream was resumed from an
+// id the session sent, or the session shows its history partly elsewhere
+// (partlyElsewhere), and raised LinkWindow after (a client resumes its
+// streams within that, as it comes back to a lost session), or when the
+// session ends or the capture does. The resume's record waits with it.
+type parkedFinding struct {
+	s      *session
+	rs     *resumeState
+	v      *Violation
+	at     time.Time
+	conn   decode.Conn   // the resume's connection
+	origin requestOrigin // the resume's request, recycled before the finding settles
+	// due: the attempt was resolved, at resolvedAt with outcome and
+	// reason, and goes out when the finding settles.
+	due        bool
+	resolvedAt time.Time
+	outcome    ResumeOutcome
+	reason     string
+}
+
+func (d *Detector) park(ex *exchange, v *Violation, t time.Time) {
+	if len(d.parked) == maxParkedFindings {
+		d.stats.LimitsHit["maxParkedFindings"]++
+		d.settleParked(0, ReasonLimitPrefix+"maxParkedFindings")
+	}
+	p := &parkedFinding{s: ex.sess, rs: ex.resume, v: v, at: t, conn: ex.conn, origin: originOf(ex)}
+	ex.resume.parked = p
+	d.parked = append(d.parked, p)
+}
+
+// settleParked decides d.parked[i]: raised when reason is empty, else
+// unverifiable for that reason; the resume's record goes out if it was
+// due.
+func (d *Detector) settleParked(i int, reason string) {
+	p := d.parked[i]
+	d.parked = slices.Delete(d.parked, i, i+1)
+	rs := p.rs
+	rs.parked = nil
+	if reason == "" {
+		d.emitViolation(p.v, p.s)
+	} else {
+		rs.violations = slices.DeleteFunc(rs.violations, func(id string) bool { return id == p.v.ID })
+		d.unverifiableFrom(p.at, p.s, p.origin, string(KindUnknownLastEventIDAccepted), reason, p.v.LastEventID)
+		if rs.unverifiable == "" {
+			rs.unverifiable = reason
+		}
+		if p.outcome == ResumeResumed {
+			p.outcome, p.reason = ResumeUnverifiable, reason
+		}
+	}
+	if p.due {
+		d.emitResume(p.resolvedAt, p.s, nil, &p.origin, rs, p.outcome, p.reason)
+	}
+}
+
+// settleParkedOf decides the parked findings of s (nil: every session's)
+// that the wire now settles: unverifiable once the broken stream was
+// resumed, or s shows its history partly elsewhere. With final, or for
+// those parked before due (LinkWindow ago), the rest are raised, unless
+// bytes lost since may have held the broken stream's resume.
+func (d *Detector) settleParkedOf(s *session, final bool, due time.Time) {
+	for i := 0; i < len(d.parked); {
+		p := d.parked[i]
+		switch {
+		case s != nil && p.s != s:
+		case p.rs.heldBreaks <= p.s.resumedBreaks || p.s.partlyElsewhere():
+			d.settleParked(i, ReasonResumedStreamNotSeen)
+			continue
+		case !final && !p.at.Before(due):
+		case d.pairMayHideHistory(p.conn, p.s, p.at):
+			d.settleParked(i, ReasonCaptureGap)
+			continue
+		default:
+			d.settleParked(i, "")
+			continue
+		}
+		i++
+	}
 }
 
 func (d *Detector) truncatedResume(ex *exchange, s *session, o *decode.Observation) {
@@ -327,6 +447,9 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 		// node saw, answered with nothing while a stream it saw break was
 		// left unresumed, and read it as unknown_last_event_id_accepted.
 		s.historyElsewhere = true
+		if len(d.parked) > 0 {
+			d.settleParkedOf(s, false, time.Time{})
+		}
 	}
 	if !rs.sawFirst {
 		rs.sawFirst = true

@@ -612,6 +612,9 @@ func (d *Detector) endSession(s *session, how string) {
 		return
 	}
 	d.settleHeldCloses(s, how)
+	if len(d.parked) > 0 {
+		d.settleParkedOf(s, true, time.Time{})
+	}
 	s.ended = how
 	if s.relayCopy || s.redirected > 0 && s.redirected == s.requests {
 		// Every request naming the id here was redirected elsewhere

@@ -415,15 +415,16 @@ var knownElsewhereGains = map[string]string{
 	"unverifiable_unknown_cursor_breaks_left_unresumed: unknown_last_event_id_accepted S1":           oneBreakSeen,
 	"unverifiable_unknown_cursor_one_of_two_breaks_resumed_after: unknown_last_event_id_accepted S1": oneBreakSeen,
 	"unverifiable_unknown_cursor_other_breaks_resumed_after: unknown_last_event_id_accepted S1":      oneBreakSeen,
+	"unverifiable_unknown_cursor_broken_stream_resumed_later: unknown_last_event_id_accepted S1": "the broken " +
+		"stream's resume, which showed the resume before it was of another stream, went to another node: the violation's shape",
 	"unverifiable_unknown_cursor_after_resume_went_on: unknown_last_event_id_accepted S1": "the resume the server went " +
 		"on from, which showed S1's history partly elsewhere, went to another node: one broken stream is left, the violation's shape",
 }
 
 // oneBreakSeen: two streams of the session broke at once, one on a
-// connection another node saw, and of the later resumes of the two this
-// node saw none or that of the other stream (the catalogue's known gap):
-// one broken stream is left, as when a resume from an id the server never
-// sent continued it.
+// connection another node saw, and this node saw no later resume of the
+// one it saw break (the catalogue's known gap): one broken stream is left,
+// as when a resume from an id the server never sent continued it.
 const oneBreakSeen = "one of two broken streams went to another node: the resume from an id this node never saw is taken for the one seen"
 
 // identicalElsewhere: identical clients behind one address (the
