@@ -714,7 +714,7 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		// issued the cursor. (A cancel of an unseen request is no such
 		// sign here: the client may cancel S1's calls on S2.) Found
 		// without the start with a TypeScript client against a go-sdk
-		// server spread over three nodes (seed 17, 2026-12-06): S2's
+		// server spread over three nodes (seed 17, 2026-12-05): S2's
 		// initialize and standalone stream, which sent _0, went to
 		// other nodes.
 		reason := ""

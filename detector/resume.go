@@ -332,7 +332,7 @@ const maxParkedFindings = 256
 // the capture did not see (another node's), as the client's resuming the
 // broken one later from an id of it would show. Found with a 20-client
 // TypeScript probe against @hono/mcp's transport, one connection gone
-// (seed 18, 2026-12-06): the node saw a call's stream break and a resume
+// (seed 18, 2026-12-05): the node saw a call's stream break and a resume
 // from an id of the standalone stream (on the connection gone) answered
 // with nothing, and 0.3 s later the call stream's resume. So the finding
 // waits: it is unverifiable once every broken stream was resumed from an
@@ -442,7 +442,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 		// The server went on after a cursor the capture never saw the
 		// session send: it sent it on a connection another node saw, as
 		// may the cursor of a later resume. Found with a 16-client
-		// ts-chaos probe spread over two nodes (2026-12-06): after such a
+		// ts-chaos probe spread over two nodes (2026-12-05): after such a
 		// resume the node saw another, from an id of a stream the other
 		// node saw, answered with nothing while a stream it saw break was
 		// left unresumed, and read it as unknown_last_event_id_accepted.

@@ -743,7 +743,7 @@ func (s *session) gaveUp(c *call) {
 // counter (go-sdk, the TypeScript and Python SDKs, mcp-go, @ai-sdk/mcp
 // all do), so a number skipped is a request sent where this capture
 // point did not see it. Found with a 16-client go-chaos probe spread over
-// three nodes (seed 16, 2026-12-06): a node saw requests 1, 3 and 4 of a
+// three nodes (seed 16, 2026-12-05): a node saw requests 1, 3 and 4 of a
 // session and a resume from an id of request 2's stream, which another
 // node saw, answered with nothing while request 4's stream, broken, was
 // resumed elsewhere; it read as unknown_last_event_id_accepted. A client
