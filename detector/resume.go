@@ -98,18 +98,20 @@ func (d *Detector) resolveResume(ex *exchange, t time.Time, outcome ResumeOutcom
 	} else if rs.stream >= 0 && ex.sess != nil && ex.sess.streams != nil {
 		a.StreamID = streamName(ex.sess.streams[rs.stream])
 	}
+	a.Outcome, a.Reason = outcome, reason
 	if p := rs.parked; p != nil {
-		p.due, p.resolvedAt, p.outcome, p.reason = true, t, outcome, reason
+		p.due, p.resolvedAt = true, t
 		return
 	}
-	d.emitResume(t, ex.sess, ex, nil, rs, outcome, reason)
+	d.emitResume(t, ex.sess, ex, nil, rs)
 }
 
 // emitResume sends rs's attempt, of ex or, once ex was recycled, of the
 // request at: violated when a violation was raised against it, whatever
 // outcome was otherwise reached.
-func (d *Detector) emitResume(t time.Time, s *session, ex *exchange, at *requestOrigin, rs *resumeState, outcome ResumeOutcome, reason string) {
+func (d *Detector) emitResume(t time.Time, s *session, ex *exchange, at *requestOrigin, rs *resumeState) {
 	a := &rs.attempt
+	outcome, reason := a.Outcome, a.Reason
 	if len(rs.violations) > 0 {
 		outcome = ResumeViolated
 		reason = fmt.Sprintf("%d violation(s) raised against this resume", len(rs.violations))
@@ -292,7 +294,7 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	rs.heldUnknown = nil
 	reason := ReasonResumedStreamNotSeen
 	switch {
-	case newID, rs.heldBreaks <= s.resumedBreaks, s.partlyElsewhere():
+	case newID, rs.otherStreamShown(s):
 	case rs.heldBreaks-s.resumedBreaks > 1:
 		// Which of the streams the resume continued, if any, the wire
 		// does not say: the others' resumes may come later, or go to
@@ -322,6 +324,15 @@ func (d *Detector) heldUnknownCursor(ex *exchange, t time.Time, newID, cut bool)
 	return false
 }
 
+// otherStreamShown says whether the wire shows that a resume of s from an
+// id s never sent continued a stream the capture did not see: every
+// stream of s seen to break before it, and not given up before its
+// request, has since been resumed from an id s sent, or s shows its
+// history partly elsewhere.
+func (rs *resumeState) otherStreamShown(s *session) bool {
+	return rs.heldBreaks <= s.resumedBreaks || s.partlyElsewhere()
+}
+
 // maxParkedFindings bounds the unknown_last_event_id_accepted findings
 // waiting for their sessions' broken streams to be resumed (park).
 const maxParkedFindings = 256
@@ -347,12 +358,10 @@ type parkedFinding struct {
 	at     time.Time
 	conn   decode.Conn   // the resume's connection
 	origin requestOrigin // the resume's request, recycled before the finding settles
-	// due: the attempt was resolved, at resolvedAt with outcome and
-	// reason, and goes out when the finding settles.
+	// due: the attempt was resolved, at resolvedAt (its outcome and
+	// reason in it), and goes out when the finding settles.
 	due        bool
 	resolvedAt time.Time
-	outcome    ResumeOutcome
-	reason     string
 }
 
 func (d *Detector) park(ex *exchange, v *Violation, t time.Time) {
@@ -381,12 +390,12 @@ func (d *Detector) settleParked(i int, reason string) {
 		if rs.unverifiable == "" {
 			rs.unverifiable = reason
 		}
-		if p.outcome == ResumeResumed {
-			p.outcome, p.reason = ResumeUnverifiable, reason
+		if a := &rs.attempt; a.Outcome == ResumeResumed {
+			a.Outcome, a.Reason = ResumeUnverifiable, reason
 		}
 	}
 	if p.due {
-		d.emitResume(p.resolvedAt, p.s, nil, &p.origin, rs, p.outcome, p.reason)
+		d.emitResume(p.resolvedAt, p.s, nil, &p.origin, rs)
 	}
 }
 
@@ -400,7 +409,7 @@ func (d *Detector) settleParkedOf(s *session, final bool, due time.Time) {
 		p := d.parked[i]
 		switch {
 		case s != nil && p.s != s:
-		case p.rs.heldBreaks <= p.s.resumedBreaks || p.s.partlyElsewhere():
+		case p.rs.otherStreamShown(p.s):
 			d.settleParked(i, ReasonResumedStreamNotSeen)
 			continue
 		case !final && !p.at.Before(due):
@@ -435,10 +444,11 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	if !rs.emitted {
 		rs.delivered++
 	}
-	if rs.heldUnknown != nil && ev.HasID && !known && !reused {
+	newID := ev.HasID && !known && !reused
+	if rs.heldUnknown != nil && newID {
 		d.heldUnknownCursor(ex, o.Time, true, false)
 	}
-	if rs.stream < 0 && !rs.sawFirst && ev.HasID && !known && !reused {
+	if rs.stream < 0 && !rs.sawFirst && newID {
 		// The server went on after a cursor the capture never saw the
 		// session send: it sent it on a connection another node saw, as
 		// may the cursor of a later resume. Found with a 16-client
