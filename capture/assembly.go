@@ -279,6 +279,9 @@ type worker struct {
 	// proving holds the connections with a proven hole waiting to be
 	// reported (conn.proofAt).
 	proving []*conn
+	// holding holds the connections whose data the assembler took ahead
+	// of a hole (conn.heldFrom), for heldBack.
+	holding []*conn
 	// ids, when set (Live), numbers connections across the run's workers
 	// instead of the ordinal of their first packet, which Live's several
 	// readers do not share.
@@ -822,8 +825,48 @@ func (w *worker) tick(now time.Time) {
 		if !now.IsZero() && now.Before(at) {
 			at = now
 		}
+		if len(w.holding) > 0 {
+			at = w.heldBack(at)
+		}
 		w.factory.Tick(at)
 	}
+}
+
+// heldBack returns at, or the capture time of the oldest data the assembler
+// holds after a hole if that is earlier. A Tick vouches that nothing older
+// than it (less the decoder's reorder window) follows; held data is
+// delivered when the hole fills or at the reorder timeout, with its own
+// packets' times, so a Tick past it made whatever it carried late: the
+// decoder's merger then handed it on out of order, and every check of its
+// client address and server was unverifiable from wherever the detector had
+// got to by then, a point that moved with the number of workers. Data held
+// longer than the reorder timeout and a check interval is the assembler's
+// to flush at the next check, so it holds a Tick back no further.
+func (w *worker) heldBack(at time.Time) time.Time {
+	floor := w.clock.Add(-w.limits.reorderTimeout - w.limits.flushEvery)
+	kept := w.holding[:0]
+	for _, c := range w.holding {
+		held := false
+		for d := range 2 {
+			if t := c.heldFrom[d]; !t.IsZero() && !c.closed {
+				held = true
+				if t.Before(at) {
+					at = t
+				}
+			}
+		}
+		if held {
+			kept = append(kept, c)
+		} else {
+			c.heldFrom = [2]time.Time{}
+		}
+	}
+	clear(w.holding[len(kept):])
+	w.holding = kept
+	if at.Before(floor) {
+		at = floor
+	}
+	return at
 }
 
 // checkTimeouts delivers data held longer than the reorder timeout (after a
@@ -1302,8 +1345,11 @@ type conn struct {
 	// stops at the first, so no byte the capture holds is replaced.
 	held         [2][]uint32
 	heldOverflow [2]bool
-	fin          [2]bool // per direction
-	rst          bool
+	// heldFrom is the capture time of the oldest segment the assembler
+	// took ahead of deliv since it last held nothing (zero: nothing held).
+	heldFrom [2]time.Time
+	fin      [2]bool // per direction
+	rst      bool
 	// synSeq holds the sequence number of each sender's first SYN (syn),
 	// by sender (senderIndex), for endedCopy once the connection ends;
 	// so does head, each sender's first bytes after its SYN.
@@ -1333,7 +1379,7 @@ func (c *conn) fromA(d int) bool {
 }
 
 // Accept implements reassembly.Stream.
-func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.TCPFlowDirection, nextSeq reassembly.Sequence, start *bool, _ reassembly.AssemblerContext) bool {
+func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.TCPFlowDirection, nextSeq reassembly.Sequence, start *bool, ac reassembly.AssemblerContext) bool {
 	c.lastSeen = ci.Timestamp
 	d := dirIndex(dir)
 	if nextSeq >= 0 {
@@ -1344,6 +1390,9 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 			// FIN sent again, split otherwise on another interface), and
 			// the FIN would be a hole at close.
 			c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
+		}
+		if (len(tcp.Payload) > 0 || tcp.FIN) && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
+			c.noteHeld(d, c.w.timeOf(ac))
 		}
 		if len(tcp.Payload) > 0 && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
 			if len(c.held[d]) < maxHeldStarts {
@@ -1459,6 +1508,18 @@ func (c *conn) pruneHeld(d int) {
 	if !after(c.seen[d], c.deliv[d]) {
 		// Nothing is held any more, recorded or not.
 		c.heldOverflow[d] = false
+		c.heldFrom[d] = time.Time{}
+	}
+}
+
+// noteHeld notes that the assembler takes a segment of half d, sent at ts,
+// ahead of the next byte it will deliver (heldBack).
+func (c *conn) noteHeld(d int, ts time.Time) {
+	if c.heldFrom == [2]time.Time{} {
+		c.w.holding = append(c.w.holding, c)
+	}
+	if c.heldFrom[d].IsZero() || ts.Before(c.heldFrom[d]) {
+		c.heldFrom[d] = ts
 	}
 }
 

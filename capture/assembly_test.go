@@ -208,6 +208,40 @@ func TestDataTimestamps(t *testing.T) {
 	}
 }
 
+// TestTickWaitsForHeldData: data the assembler holds after a hole that
+// nothing proves lost is delivered at the reorder timeout with its own
+// packet's time; no Tick may pass that time before, or the decoder's merger
+// hands it on out of order (late), and how late depended on the number of
+// workers. Another connection moves the clock on meanwhile.
+func TestTickWaitsForHeldData(t *testing.T) {
+	segs := []seg{syn, synAck, c2s(1001, "a", time.Millisecond), c2s(1003, "c", time.Second)} // "b" lost
+	busy := netip.MustParseAddrPort("10.0.0.3:40001")
+	cseq := uint32(7001)
+	segs = append(segs, seg{src: busy, dst: server, seq: 7000, flags: "S", at: 2 * time.Millisecond})
+	for at := 10 * time.Millisecond; at < 20*time.Second; at += 50 * time.Millisecond {
+		segs = append(segs, seg{src: busy, dst: server, seq: cseq, flags: "PA", payload: "tick", at: at})
+		cseq += 4
+	}
+	for _, workers := range []int{1, 2} {
+		rec, _, err := run(t, Config{Workers: workers}, capFile(t, segs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := rec.streams()[0]
+		if held.fromA() != "ac" || len(held.gapAt) != 1 {
+			t.Fatalf("workers %d: held connection %v", workers, held.calls)
+		}
+		for i, f := range rec.factories {
+			if f.stale > 0 {
+				t.Errorf("workers %d: worker %d delivered %d data calls stamped before its last Tick", workers, i, f.stale)
+			}
+			if f.ticks > 0 && f.lastTick.Before(t0.Add(19*time.Second)) {
+				t.Errorf("workers %d: worker %d's last Tick %v: held back after the data went", workers, i, f.lastTick.Sub(t0))
+			}
+		}
+	}
+}
+
 // TestResetThenReuse: after an RST the same ports open a new connection
 // with a new ID, instead of feeding the dead one.
 func TestResetThenReuse(t *testing.T) {
