@@ -280,8 +280,9 @@ type worker struct {
 	// reported (conn.proofAt).
 	proving []*conn
 	// holding holds the connections whose data the assembler took ahead
-	// of a hole (conn.heldFrom), for heldBack.
+	// of a hole (conn.heldFrom), for heldBack; ticked is the last Tick.
 	holding []*conn
+	ticked  time.Time
 	// ids, when set (Live), numbers connections across the run's workers
 	// instead of the ordinal of their first packet, which Live's several
 	// readers do not share.
@@ -826,10 +827,20 @@ func (w *worker) tick(now time.Time) {
 			at = now
 		}
 		if len(w.holding) > 0 {
-			at = w.heldBack(at)
+			// Never back: data held from before the last Tick (a
+			// capture whose times go back) is late all the same.
+			at = later(w.heldBack(at), w.ticked)
 		}
+		w.ticked = at
 		w.factory.Tick(at)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // heldBack returns at, or the capture time of the oldest data the assembler
