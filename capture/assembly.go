@@ -854,28 +854,24 @@ func later(a, b time.Time) time.Time {
 // longer than the reorder timeout and a check interval is the assembler's
 // to flush at the next check, so it holds a Tick back no further.
 func (w *worker) heldBack(at time.Time) time.Time {
-	floor := w.clock.Add(-w.limits.reorderTimeout - w.limits.flushEvery)
+	oldest := at
 	kept := w.holding[:0]
 	for _, c := range w.holding {
-		held := false
-		for d := range 2 {
-			if t := c.heldFrom[d]; !t.IsZero() && !c.closed {
-				held = true
-				if t.Before(at) {
-					at = t
-				}
-			}
+		if c.closed || c.heldFrom == [2]time.Time{} {
+			c.holding = false
+			continue
 		}
-		if held {
-			kept = append(kept, c)
-		} else {
-			c.heldFrom = [2]time.Time{}
+		kept = append(kept, c)
+		for _, t := range c.heldFrom {
+			if !t.IsZero() && t.Before(oldest) {
+				oldest = t
+			}
 		}
 	}
 	clear(w.holding[len(kept):])
 	w.holding = kept
-	if at.Before(floor) {
-		at = floor
+	if bound := later(oldest, w.clock.Add(-w.limits.reorderTimeout-w.limits.flushEvery)); bound.Before(at) {
+		return bound
 	}
 	return at
 }
@@ -1359,6 +1355,7 @@ type conn struct {
 	// heldFrom is the capture time of the oldest segment the assembler
 	// took ahead of deliv since it last held nothing (zero: nothing held).
 	heldFrom [2]time.Time
+	holding  bool    // in worker.holding
 	fin      [2]bool // per direction
 	rst      bool
 	// synSeq holds the sequence number of each sender's first SYN (syn),
@@ -1526,7 +1523,8 @@ func (c *conn) pruneHeld(d int) {
 // noteHeld notes that the assembler takes a segment of half d, sent at ts,
 // ahead of the next byte it will deliver (heldBack).
 func (c *conn) noteHeld(d int, ts time.Time) {
-	if c.heldFrom == [2]time.Time{} {
+	if !c.holding {
+		c.holding = true
 		c.w.holding = append(c.w.holding, c)
 	}
 	if c.heldFrom[d].IsZero() || ts.Before(c.heldFrom[d]) {

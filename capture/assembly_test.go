@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket/layers"
 )
 
 // Sequence numbers in these tests: the client's ISN is 1000 (data from
@@ -238,6 +240,40 @@ func TestTickWaitsForHeldData(t *testing.T) {
 			if f.ticks > 0 && f.lastTick.Before(t0.Add(19*time.Second)) {
 				t.Errorf("workers %d: worker %d's last Tick %v: held back after the data went", workers, i, f.lastTick.Sub(t0))
 			}
+		}
+	}
+}
+
+// TestHeldDataNeverRaisesATick: held data only ever holds a Tick back: a
+// Tick stays at the time its reader vouched for (Live's lagging reader)
+// when the held data is later, and it never goes back.
+func TestHeldDataNeverRaisesATick(t *testing.T) {
+	f := &recFactory{}
+	w := newWorker(Config{Workers: 1}.WithDefaults(), f)
+	dec := newPacketDecoder()
+	for i, s := range []seg{syn, synAck, c2s(1001, "a", time.Millisecond), c2s(1003, "c", time.Minute)} { // "b" lost
+		net, ok := dec.classify(&Stats{}, ethernet()(ipPacket(t, s)), layers.LinkTypeEthernet)
+		if !ok {
+			t.Fatal("test frame not TCP")
+		}
+		w.handle(net, &dec.tcp, t0.Add(s.at), uint64(i+1))
+	}
+	if len(w.holding) != 1 {
+		t.Fatalf("%d connections holding data, want 1", len(w.holding))
+	}
+	for _, tc := range []struct {
+		vouched, want time.Duration
+	}{
+		{time.Second, time.Second},           // a lagging reader: its own time
+		{65 * time.Second, time.Minute},      // the held data's
+		{30 * time.Second, time.Minute},      // never back
+		{10 * time.Minute, 10 * time.Minute}, // past the reorder timeout: let go
+	} {
+		w.clock = later(w.clock, t0.Add(tc.vouched))
+		w.now = w.clock
+		w.tick(t0.Add(tc.vouched))
+		if got := f.lastTick.Sub(t0); got != tc.want {
+			t.Errorf("reader at %v: Tick at %v, want %v", tc.vouched, got, tc.want)
 		}
 	}
 }
