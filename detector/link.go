@@ -545,7 +545,14 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			}
 		}
 		holds := func(c *session) bool { return c.toolCalls.at(key) != nil }
-		link := resolveByState(r, e, holds, d.rareCall(ex.endpoint, m.Tool, m.ParamsHash))
+		// A call a third session made too (the replicas of one
+		// application behind the address make the very same calls) tells
+		// nothing of whose client re-used it, not even among equally good
+		// candidates: only a rare one settles a link.
+		link, rare := r, d.rareCall(ex.endpoint, m.Tool, m.ParamsHash)
+		if rare {
+			link = resolveByState(r, e, holds, true)
+		}
 		if link.s == nil {
 			if slices.ContainsFunc(r.ambiguous, func(c linkCandidate) bool { return holds(c.s) }) {
 				d.ambiguousLink(o.Time, s, ex, "form2", r)
@@ -595,6 +602,12 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCaptureGap, "form2", c.id)
 			case historyLimit != "":
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", limitReason(historyLimit), "form2", c.id)
+			case !rare && link.conf != ConfidenceCertain:
+				// Linked by what every replica of the application
+				// shows (address, clientInfo, User-Agent), and the call
+				// is one other sessions made too: S2 may be a replica's
+				// own session making its own call.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCommonCall, "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
 			}

@@ -404,6 +404,10 @@ var knownElsewhereGains = map[string]string{
 	"unverifiable_silent_reinit_ambiguous_link: silent_reinit_after_404 S3":          identicalElsewhere,
 	"unverifiable_silent_reinit_lost_request: silent_reinit_after_404 S1":            identicalElsewhere,
 	"unverifiable_silent_reinit_unanswered_lost_request: silent_reinit_after_404 S1": identicalElsewhere,
+	"unverifiable_silent_reinit_common_call: silent_reinit_after_404 S1": "the replicas' sessions that made the " +
+		"same call too went to another node: " + identicalElsewhere,
+	"unverifiable_silent_reinit_call_made_by_third_session: silent_reinit_after_404 S1": "the replicas' sessions " +
+		"that made the same call too, so that it is no rare state, went to another node: " + identicalElsewhere,
 	"unverifiable_silent_reinit_shared_connection: silent_reinit_after_404 S1": "the other sessions of the pooled " +
 		"connection, which make it no evidence of one client, went to another node",
 	"unverifiable_silent_reinit_annotations_lost: silent_reinit_after_404 S1": "S2's tools/list answer, which may " +
