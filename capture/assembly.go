@@ -829,18 +829,13 @@ func (w *worker) tick(now time.Time) {
 		if len(w.holding) > 0 {
 			// Never back: data held from before the last Tick (a
 			// capture whose times go back) is late all the same.
-			at = later(w.heldBack(at), w.ticked)
+			if at = w.heldBack(at); at.Before(w.ticked) {
+				at = w.ticked
+			}
 		}
 		w.ticked = at
 		w.factory.Tick(at)
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // heldBack returns at, or the capture time of the oldest data the assembler
@@ -870,8 +865,11 @@ func (w *worker) heldBack(at time.Time) time.Time {
 	}
 	clear(w.holding[len(kept):])
 	w.holding = kept
-	if bound := later(oldest, w.clock.Add(-w.limits.reorderTimeout-w.limits.flushEvery)); bound.Before(at) {
-		return bound
+	if floor := w.clock.Add(-w.limits.reorderTimeout - w.limits.flushEvery); oldest.Before(floor) {
+		oldest = floor
+	}
+	if oldest.Before(at) {
+		return oldest
 	}
 	return at
 }
@@ -1399,13 +1397,13 @@ func (c *conn) Accept(tcp *layers.TCP, ci gopacket.CaptureInfo, dir reassembly.T
 			// the FIN would be a hole at close.
 			c.deliv[d], c.delivKnown[d] = uint32(nextSeq), true
 		}
-		if (len(tcp.Payload) > 0 || tcp.FIN) && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
+		if ahead := after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting; ahead && (len(tcp.Payload) > 0 || tcp.FIN) {
 			c.noteHeld(d, c.w.timeOf(ac))
-		}
-		if len(tcp.Payload) > 0 && after(tcp.Seq, uint32(nextSeq)) && !c.w.injecting {
-			if len(c.held[d]) < maxHeldStarts {
+			switch {
+			case len(tcp.Payload) == 0:
+			case len(c.held[d]) < maxHeldStarts:
 				c.held[d] = append(c.held[d], tcp.Seq)
-			} else {
+			default:
 				c.heldOverflow[d] = true
 			}
 		}
