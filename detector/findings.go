@@ -295,9 +295,8 @@ const (
 	// a retry of that one.
 	ReasonHabitualCall = "call the client made over and over"
 	// ReasonCommonCall: a call re-made in a new session was made by
-	// other sessions too, and the link to the lost session rests on what
-	// every replica of one application shows (address, clientInfo,
-	// User-Agent), not on the same connection: the new session may be
+	// other sessions too, and the link to the lost session is not
+	// certain (the same connection and clientInfo): the new session may be
 	// another replica's, making its own call.
 	ReasonCommonCall = "call other sessions made too, linked by what identical clients share"
 	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,

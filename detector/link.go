@@ -603,10 +603,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			case historyLimit != "":
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", limitReason(historyLimit), "form2", c.id)
 			case !rare && link.conf != ConfidenceCertain:
-				// Linked by what every replica of the application
-				// shows (address, clientInfo, User-Agent), and the call
-				// is one other sessions made too: S2 may be a replica's
-				// own session making its own call.
+				// Not linked for certain (the same connection and
+				// clientInfo), and the call is one other sessions made
+				// too: S2 may be a replica's own session making its own
+				// call.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCommonCall, "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
