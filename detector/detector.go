@@ -46,6 +46,10 @@ type Detector struct {
 	// request, for responses whose request was not seen (endpointOf);
 	// at most MaxOpenExchanges.
 	connEndpoint map[uint64]string
+	// serverEndpoints are the endpoints seen served at each server address
+	// (at most maxEndpointsPerServer, and as many servers as MaxSessions),
+	// for answers on connections whose requests were not seen.
+	serverEndpoints map[netip.AddrPort][]string
 	// connSession is the key of the session each connection's last request
 	// was bound to (at most MaxOpenExchanges); sharedConns are the client
 	// address and server pairs with a connection seen to carry two live
@@ -74,9 +78,19 @@ type Detector struct {
 	// callSessions counts, per endpoint and call identity (a hash), the
 	// sessions that made the call, at most MaxEventsIndexedPerServer
 	// identities: an identical call is evidence of a link only when rare.
-	callSessions map[uint64]uint8
-	hashSeed     maphash.Seed // for the index's keys (membership only: no output depends on it)
-	keyScratch   []byte       // scratchKey's buffer
+	callSessions map[uint64]callMakers
+	// sharedTools are the endpoint and tool pairs (a hash) of which two
+	// live sessions were seen making the very same call (countCall), at
+	// most MaxEventsIndexedPerServer (past it every tool counts as shared).
+	sharedTools map[uint64]struct{}
+	// unseenCalls is, per endpoint (a server's address: any endpoint
+	// there), the last time the capture may have missed a call to it
+	// (callMayBeUnseen), at most MaxSessions endpoints; every time before
+	// unseenCallsFloor counts as one.
+	unseenCalls      map[string]time.Time
+	unseenCallsFloor time.Time
+	hashSeed         maphash.Seed // for the index's keys (membership only: no output depends on it)
+	keyScratch       []byte       // scratchKey's buffer
 	// sharedIDEndpoints are the endpoints whose sessions were seen to
 	// send the same event id (idsShared).
 	sharedIDEndpoints map[string]struct{}
@@ -151,13 +165,16 @@ func New(cfg Config, sink Sink) *Detector {
 		events:            events,
 		sessions:          map[string]*session{},
 		connEndpoint:      map[uint64]string{},
+		serverEndpoints:   map[netip.AddrPort][]string{},
+		unseenCalls:       map[string]time.Time{},
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
 		toolNotes:         map[uint64]toolNote{},
 		pairRevisions:     map[addrKey]map[string]int64{},
 		serverEvents:      map[uint64]eventOrigin{},
-		callSessions:      map[uint64]uint8{},
+		callSessions:      map[uint64]callMakers{},
+		sharedTools:       map[uint64]struct{}{},
 		hashSeed:          maphash.MakeSeed(),
 		sharedIDEndpoints: map[string]struct{}{},
 		exchanges:         map[exKey]*exchange{},
@@ -745,7 +762,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			}
 			if prev != nil || s.toolCalls.len() < d.cfg.MaxInflightPerSession {
 				if prev == nil {
-					d.countCall(ex.endpoint, m.Tool, m.ParamsHash)
+					d.countCall(s, ex.endpoint, m.Tool, m.ParamsHash)
 					d.charge(s, entryBytes)
 				}
 				s.toolCalls.set(k, c)
@@ -756,6 +773,16 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 		// A cancel of an unseen request, or a number skipped, may show
 		// the session's history partly elsewhere.
 		d.settleParkedOf(s, false, time.Time{})
+	}
+}
+
+// noteStartUnseen: ex's session, if its start was not captured
+// (session.startUnseen), was one the server held, so calls of it may have
+// gone unseen.
+func (d *Detector) noteStartUnseen(ex *exchange) {
+	if s := ex.sess; s != nil && s.startUnseen {
+		s.startUnseen = false
+		d.callMayBeUnseen(ex.endpoint, ex.start)
 	}
 }
 
@@ -868,6 +895,11 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	}
 	if ex.dropped != nil {
 		d.judgeDroppedCursor(ex)
+	}
+	if ex.status < 300 || ex.status >= 400 {
+		// Not a router's redirect (a session known only from those is
+		// another endpoint's).
+		d.noteStartUnseen(ex)
 	}
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
@@ -1200,7 +1232,7 @@ func (d *Detector) onGap(o *decode.Observation) {
 		if anySession {
 			g.unowned = o.Time
 		}
-		lr := lostRequest{o.Conn.ID, owner, o.Time}
+		lr := lostRequest{o.Conn.ID, o.Conn.Server, owner, o.Time}
 		// An answer not come within the link window is past linking:
 		// the request counts as unanswered, as of when it was lost.
 		g.awaiting = slices.DeleteFunc(g.awaiting, func(a lostRequest) bool {
@@ -1286,9 +1318,10 @@ func (d *Detector) pairMayHideHistory(conn decode.Conn, s *session, t time.Time)
 // the answer to it; owner is the session the connection carries alone, if
 // the capture knows one (connOwner).
 type lostRequest struct {
-	conn  uint64
-	owner *session
-	at    time.Time
+	conn   uint64
+	server netip.AddrPort
+	owner  *session
+	at     time.Time
 }
 
 // unanswered: the answer to lr's lost request cannot be told at t. It may
@@ -1296,10 +1329,12 @@ type lostRequest struct {
 // session.
 func (d *Detector) unanswered(g *pairGaps, lr lostRequest, t time.Time) {
 	if lr.owner == nil {
+		d.callMayBeUnseen(lr.server.String(), t)
 		g.hiding = later(g.hiding, t)
 		return
 	}
 	lr.owner.requestsLost = true
+	d.callMayBeUnseen(lr.owner.endpoint(), t)
 	d.mayBeLost(lr.owner, g, t)
 }
 
@@ -1387,12 +1422,15 @@ func (d *Detector) onUnpaired(o *decode.Observation) {
 		d.mayBeLost(s, g, o.Time)
 	case s != nil:
 		s.gap, s.requestsLost = true, true
+		d.callMayBeUnseen(s.endpoint(), o.Time)
 	case r.HasSessionID && r.Status < 300:
 		// A session the capture does not know yet: the lost request was
 		// its initialize, or all it did so far is unseen (it will be a
 		// session whose start was not captured).
+		d.callMayBeUnseen(d.endpointOf(o), o.Time)
 	default:
 		g.hiding = o.Time
+		d.callMayBeUnseen(o.Conn.Server.String(), o.Time)
 	}
 }
 
@@ -1469,6 +1507,9 @@ func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 
 func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	e := o.End
+	if !ex.hasResponse {
+		d.noteStartUnseen(ex) // whether it was redirected is unknown
+	}
 	if e.Limit != "" && ex.limit == "" {
 		ex.limit = e.Limit
 	}

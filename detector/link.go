@@ -333,26 +333,81 @@ func resolveByState(r linkResult, e clientEvidence, has func(*session) bool, rar
 	return linkResult{s: c.s, conf: conf, why: strings.Join(append(linkReasons(c.s, e), "the very state it re-uses"), ", "), all: r.all}
 }
 
-// countCall notes that a session of endpoint made the call tool(params).
-func (d *Detector) countCall(endpoint, tool, params string) {
+// callMakers is what the detector keeps of one call identity: how many
+// sessions made it, and the key of the last one.
+type callMakers struct {
+	sessions uint8
+	last     string
+}
+
+// countCall notes that session s of endpoint made the call tool(params).
+// When another session that made it is still live and not lost, two
+// sessions made the very same call side by side (replicas of one
+// application, not a client re-making a lost session's call): the tool is
+// shared.
+func (d *Detector) countCall(s *session, endpoint, tool, params string) {
 	k := d.serverEventKey(endpoint, tool+"\x00"+params)
-	if n, ok := d.callSessions[k]; ok {
-		if n < 255 {
-			d.callSessions[k] = n + 1
-		}
+	m, ok := d.callSessions[k]
+	if !ok && len(d.callSessions) >= d.cfg.MaxEventsIndexedPerServer {
 		return
 	}
-	if len(d.callSessions) < d.cfg.MaxEventsIndexedPerServer {
-		d.callSessions[k] = 1
+	if p := d.sessions[m.last]; ok && p != nil && p != s && !p.gone && len(d.sharedTools) < d.cfg.MaxEventsIndexedPerServer {
+		d.sharedTools[d.serverEventKey(endpoint, tool)] = struct{}{}
 	}
+	if m.sessions < 255 {
+		m.sessions++
+	}
+	m.last = s.key
+	d.callSessions[k] = m
 }
 
 // rareCall says whether at most two sessions of endpoint (the lost one and
 // the new one) made the call: then its re-issue tells whose client re-used
 // it. A call the count does not hold (past its bound) is not rare.
 func (d *Detector) rareCall(endpoint, tool, params string) bool {
-	n, ok := d.callSessions[d.serverEventKey(endpoint, tool+"\x00"+params)]
-	return ok && n <= 2
+	m, ok := d.callSessions[d.serverEventKey(endpoint, tool+"\x00"+params)]
+	return ok && m.sessions <= 2
+}
+
+// toolShared says whether two live sessions of endpoint were seen making
+// the very same call of tool (countCall), or the bound on what it notes was
+// reached.
+func (d *Detector) toolShared(endpoint, tool string) bool {
+	if len(d.sharedTools) >= d.cfg.MaxEventsIndexedPerServer {
+		return true
+	}
+	_, ok := d.sharedTools[d.serverEventKey(endpoint, tool)]
+	return ok
+}
+
+// callMayBeUnseen notes that at t the capture may have missed a call made
+// to endpoint: a request lost that may have been one (not shown harmless by
+// its answer), or a session first seen without its start. Where the
+// endpoint is not known, the server's address (endpointOf's fallback)
+// stands for any endpoint there.
+func (d *Detector) callMayBeUnseen(endpoint string, t time.Time) {
+	if _, ok := d.unseenCalls[endpoint]; !ok && len(d.unseenCalls) >= d.cfg.MaxSessions {
+		// Bounded like the sessions: forget every endpoint, and count
+		// every time before now as possibly hiding calls.
+		clear(d.unseenCalls)
+		d.unseenCallsFloor = t
+		d.stats.LimitsHit["MaxSessions"]++
+	}
+	d.unseenCalls[endpoint] = later(d.unseenCalls[endpoint], t)
+}
+
+// callsMayBeUnseen says whether, since l began or in the link window before
+// t, the capture may have missed a call to ex's endpoint (callMayBeUnseen),
+// so that no count of callSessions proves a call rare. Whose call it was is
+// not asked: l's or S2's own lost requests hold the link back anyway
+// (session.gap).
+func (d *Detector) callsMayBeUnseen(ex *exchange, t time.Time, l *session) bool {
+	since := t.Add(-d.cfg.LinkWindow)
+	if l.firstSeen.Before(since) {
+		since = l.firstSeen
+	}
+	return since.Before(d.unseenCallsFloor) || atOrAfter(d.unseenCalls[ex.endpoint], since) ||
+		atOrAfter(d.unseenCalls[ex.conn.Server.String()], since)
 }
 
 // linkMayBeHidden says whether a session the capture did not fully show
@@ -608,6 +663,13 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// too: S2 may be a replica's own session making its own
 				// call.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCommonCall, "form2", c.id)
+			case link.conf != ConfidenceCertain && d.toolShared(ex.endpoint, m.Tool) && d.callsMayBeUnseen(ex, o.Time, l):
+				// The same, for all the wire shows: live sessions of the
+				// endpoint were seen making the very same calls of the
+				// tool side by side, and a third session's start or a
+				// request of it is unseen, or lost bytes may have held
+				// one, which may have been this call.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCallMayBeCommon, "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"hash/maphash"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,6 +172,11 @@ type session struct {
 	// session's (the answer named it, or its connection carried it alone
 	// and the answer is unknown).
 	requestsLost bool
+	// startUnseen: a client named it first, in a request not answered yet
+	// (sessionUnlessDeleted): it began before the capture, or its
+	// initialize was lost or went another way, and calls of it may have
+	// gone unseen, which its first answer other than a redirect notes.
+	startUnseen bool
 	// requestGap: a request of it may be unseen or unanswered as far as
 	// the capture shows: request bytes lost on a connection carrying it
 	// alone, an unpaired answer naming it, or its DELETE cut before the
@@ -326,7 +332,9 @@ func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observati
 	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
 		return nil
 	}
-	return d.newTracked(id, key, o)
+	s := d.newTracked(id, key, o)
+	s.startUnseen = true
+	return s
 }
 
 // known is the live session id, touched, or nil.
@@ -391,12 +399,59 @@ func (d *Detector) endpointOf(o *decode.Observation) string {
 			clear(d.connEndpoint) // bounded; a response alone then falls back to the address
 		}
 		d.connEndpoint[o.Conn.ID] = e
+		d.noteServerEndpoint(o.Conn.Server, e)
 		return e
 	}
 	if e, ok := d.connEndpoint[o.Conn.ID]; ok {
 		return e
 	}
+	// A connection none of whose requests the capture saw (they were lost,
+	// or sent before it began): an answer naming a session of one of the
+	// server's endpoints belongs to it, not to a second session of that id
+	// under the server's address.
+	if r := o.Response; r != nil && r.HasSessionID {
+		if e := d.endpointHolding(o.Conn.Server, r.SessionID); e != "" {
+			return e
+		}
+	}
 	return o.Conn.Server.String()
+}
+
+// maxEndpointsPerServer bounds serverEndpoints' list for one server; a
+// server with more is not searched (endpointOf falls back to its address).
+const maxEndpointsPerServer = 8
+
+// noteServerEndpoint remembers that server serves endpoint e. Bounded like
+// the sessions: when the map is full it starts again.
+func (d *Detector) noteServerEndpoint(server netip.AddrPort, e string) {
+	eps, ok := d.serverEndpoints[server]
+	if slices.Contains(eps, e) || len(eps) > maxEndpointsPerServer {
+		return
+	}
+	if !ok && len(d.serverEndpoints) >= d.cfg.MaxSessions {
+		clear(d.serverEndpoints) // answers then fall back to the address, as before any was seen
+		d.stats.LimitsHit["MaxSessions"]++
+	}
+	d.serverEndpoints[server] = append(eps, e) // one past the bound marks it as too many
+}
+
+// endpointHolding is the one endpoint of server known to hold a session of
+// id, or "".
+func (d *Detector) endpointHolding(server netip.AddrPort, id string) string {
+	eps := d.serverEndpoints[server]
+	if len(eps) > maxEndpointsPerServer {
+		return ""
+	}
+	found := ""
+	for _, e := range eps {
+		if d.sessions[string(d.scratchKey(e, id))] != nil {
+			if found != "" {
+				return ""
+			}
+			found = e
+		}
+	}
+	return found
 }
 
 // isEndpoint says whether e is the endpoint of an ASCII host and path:
