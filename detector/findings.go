@@ -300,9 +300,10 @@ const (
 	// another replica's, making its own call.
 	ReasonCommonCall = "call other sessions made too, linked by what identical clients share"
 	// ReasonCallMayBeCommon: as ReasonCommonCall, but the other session's
-	// call is only possible: the capture lost a request of a third session
-	// of the endpoint, or did not see its start, and the unseen part may
-	// have made the same call.
+	// call is only possible: the capture lost a request to the endpoint, or
+	// did not see a session of it begin, and the unseen part may have made
+	// the same call (asked where live sessions were seen making identical
+	// calls of the tool).
 	ReasonCallMayBeCommon = "another session's unseen requests may have made the call too, linked by what identical clients share"
 	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,
 	// which a gateway also answers when no server got the request.

@@ -351,8 +351,10 @@ func (d *Detector) countCall(s *session, endpoint, tool, params string) {
 	if !ok && len(d.callSessions) >= d.cfg.MaxEventsIndexedPerServer {
 		return
 	}
-	if p := d.sessions[m.last]; ok && p != nil && p != s && !p.gone && len(d.sharedTools) < d.cfg.MaxEventsIndexedPerServer {
-		d.sharedTools[d.serverEventKey(endpoint, tool)] = struct{}{}
+	if ok && len(d.sharedTools) < d.cfg.MaxEventsIndexedPerServer {
+		if p := d.sessions[m.last]; p != nil && p != s && !p.gone {
+			d.sharedTools[d.serverEventKey(endpoint, tool)] = struct{}{}
+		}
 	}
 	if m.sessions < 255 {
 		m.sessions++
