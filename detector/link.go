@@ -398,16 +398,23 @@ func (d *Detector) callMayBeUnseen(endpoint string, t time.Time) {
 	d.unseenCalls[endpoint] = later(d.unseenCalls[endpoint], t)
 }
 
+// linkHorizon is how far back a link made at t to l (nil: none) looks for
+// what may hide another client: since l began, or within LinkWindow.
+func (d *Detector) linkHorizon(t time.Time, l *session) time.Time {
+	since := t.Add(-d.cfg.LinkWindow)
+	if l != nil && l.firstSeen.Before(since) {
+		since = l.firstSeen
+	}
+	return since
+}
+
 // callsMayBeUnseen says whether, since l began or in the link window before
 // t, the capture may have missed a call to ex's endpoint (callMayBeUnseen),
 // so that no count of callSessions proves a call rare. Whose call it was is
 // not asked: l's or S2's own lost requests hold the link back anyway
 // (session.gap).
 func (d *Detector) callsMayBeUnseen(ex *exchange, t time.Time, l *session) bool {
-	since := t.Add(-d.cfg.LinkWindow)
-	if l.firstSeen.Before(since) {
-		since = l.firstSeen
-	}
+	since := d.linkHorizon(t, l)
 	return since.Before(d.unseenCallsFloor) || atOrAfter(d.unseenCalls[ex.endpoint], since) ||
 		atOrAfter(d.unseenCalls[ex.conn.Server.String()], since)
 }
@@ -430,10 +437,7 @@ func (d *Detector) callsMayBeUnseen(ex *exchange, t time.Time, l *session) bool 
 //   - while the answer to a lost request is awaited (pairGaps.awaiting)
 //     whose connection carried no session alone, or carried a rival.
 func (d *Detector) linkMayBeHidden(ex *exchange, t time.Time, r, link linkResult, holds func(*session) bool) bool {
-	since := t.Add(-d.cfg.LinkWindow)
-	if link.s != nil && link.s.firstSeen.Before(since) {
-		since = link.s.firstSeen
-	}
+	since := d.linkHorizon(t, link.s)
 	if d.hidingGapSince(since, ex.conn) {
 		return true
 	}
