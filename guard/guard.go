@@ -305,6 +305,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if w == nil && (sp == nil || resp.Body == http.NoBody) {
+		if !sse {
+			sp.noBody()
+		}
 		sp.end()
 		return resp, nil
 	}
@@ -514,13 +517,17 @@ func (b *body) finish(err error, closed bool) {
 	}
 	b.done = true
 	var msgs []decode.Message
+	size := int64(-1)
 	if b.dec == nil && !b.over {
 		msgs, _, _ = b.pk.PeekJSONRPC(b.buf.Bytes())
+		if err == io.EOF {
+			size = int64(b.buf.Len()) // read whole
+		}
 	}
 	if b.w != nil {
 		b.w.end(msgs, err == io.EOF)
 	}
-	b.sp.finish(b.dec, msgs, err, closed)
+	b.sp.finish(b.dec, msgs, size, err, closed)
 }
 
 // answerWatch reads a response to sessionless requests: the answers it

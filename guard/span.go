@@ -174,6 +174,14 @@ func (s *span) end() {
 	}
 }
 
+// noBody records a response without a body (http.NoBody: Content-Length
+// 0, or a status that has none): its span hides no message.
+func (s *span) noBody() {
+	if s != nil {
+		s.SetAttributes(attribute.Int64("http.response.body.size", 0))
+	}
+}
+
 // event records one dispatched SSE event and the message it carried.
 func (s *span) event(e *decode.SSEEvent, msgs []decode.Message) {
 	if s == nil {
@@ -266,10 +274,12 @@ func toolAttrs(tools string) []attribute.KeyValue {
 }
 
 // finish records how the body ended and ends the span. dec is the
-// stream's decoder (nil for a JSON body, whose messages are msgs); err is
-// the read's (io.EOF at the end, nil at Close or a refusal); closed says
-// the client gave the body up before its end.
-func (s *span) finish(dec *decode.SSEDecoder, msgs []decode.Message, err error, closed bool) {
+// stream's decoder (nil for a JSON body, whose messages are msgs, and whose
+// size is known, or -1, when it was read whole: an empty one shows a
+// reader that the span hides nothing); err is the read's (io.EOF at the
+// end, nil at Close or a refusal); closed says the client gave the body up
+// before its end.
+func (s *span) finish(dec *decode.SSEDecoder, msgs []decode.Message, size int64, err error, closed bool) {
 	if s == nil {
 		return
 	}
@@ -278,6 +288,9 @@ func (s *span) finish(dec *decode.SSEDecoder, msgs []decode.Message, err error, 
 		closed = true // the caller cancelled the request: it gave the stream up
 	}
 	if dec == nil {
+		if size >= 0 {
+			s.SetAttributes(attribute.Int64("http.response.body.size", size))
+		}
 		for i := range msgs {
 			if msgs[i].Type != decode.MsgInvalid {
 				s.AddEvent("mcp.response.message", trace.WithAttributes(messageAttrs(nil, &msgs[i])...))

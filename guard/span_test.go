@@ -273,6 +273,24 @@ func TestSpanEnds(t *testing.T) {
 				{"jsonrpc.message.type": "response", "jsonrpc.request.id": "1"},
 				{"jsonrpc.message.type": "response", "jsonrpc.request.id": "2"},
 			}},
+		{name: "JSON response: its size, read whole",
+			body: `{"jsonrpc":"2.0","id":"c","method":"ping"}`,
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":"c","result":{}}`)
+			},
+			attrs: map[string]string{"http.response.body.size": "38"},
+			events: []map[string]string{
+				{"jsonrpc.message.type": "response", "jsonrpc.request.id": `"c"`},
+			}},
+		// An empty answer to a call (a server or proxy answering 200 with
+		// nothing): the size says the span hides no message.
+		{name: "call answered with an empty body",
+			body: `{"jsonrpc":"2.0","id":"d","method":"tools/call","params":{"name":"x","arguments":{}}}`,
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", "0")
+			},
+			attrs: map[string]string{"mcp.method.name": "tools/call", "http.response.body.size": "0"}},
 		{name: "notification: accepted, no body",
 			body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 			handler: func(w http.ResponseWriter, r *http.Request) {

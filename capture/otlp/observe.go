@@ -77,7 +77,7 @@ func observe(h *httpSpan, connID uint64) []*decode.Observation {
 	case len(h.bodyMsgs) > 0:
 		obs = append(obs, &decode.Observation{Kind: decode.KindBody, Time: next(h.end), Conn: conn, Exchange: 1,
 			Request: req, Response: resp, Body: &decode.Body{Messages: h.bodyMsgs}})
-	case h.status/100 == 2 && h.status != 202 && h.status != 204:
+	case h.status/100 == 2 && h.status != 202 && h.status != 204 && !h.emptyBody:
 		// A body (JSON, or a stream whose content type was not
 		// captured) the span does not show.
 		end.How = decode.EndGap

@@ -34,6 +34,7 @@ const (
 	attrReqProtocol     = "http.request.header.mcp-protocol-version"
 	attrRespSession     = "http.response.header.mcp-session-id"
 	attrRespContentType = "http.response.header.content-type"
+	attrRespBodySize    = "http.response.body.size"
 
 	attrMCPMethod    = "mcp.method.name"
 	attrMCPProtocol  = "mcp.protocol.version"
@@ -129,6 +130,9 @@ type httpSpan struct {
 	endAt     time.Time
 	cliClosed bool
 	bodyMsgs  []decode.Message
+	// emptyBody: http.response.body.size says the body held no byte, so
+	// a 2xx without mcp.response.message hides nothing.
+	emptyBody bool
 }
 
 // mcpSpan is an MCP span (mcp.method.name without HTTP attributes): the
@@ -182,6 +186,10 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 	h.contentType, _ = header(attrs, attrRespContentType)
 	if v, ok := attrs.Get(attrSSERecorded); ok && v.Bool() {
 		h.recorded = true
+	}
+	if v, ok := attrs.Get(attrRespBodySize); ok {
+		n, err := strconv.ParseInt(v.AsString(), 10, 64)
+		h.emptyBody = err == nil && n == 0
 	}
 	if _, ok := attrs.Get(attrMCPMethod); ok {
 		h.rpc = r.rpcOf(attrs, key)

@@ -271,6 +271,10 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 		}
 		return
 	}
+	if ex.resp.ContentLength >= 0 {
+		// The guard reads a JSON body whole, and knows its size.
+		a.PutInt("http.response.body.size", ex.resp.ContentLength)
+	}
 	for _, m := range ex.bodyMsgs {
 		se := evs.AppendEmpty()
 		se.SetName("mcp.response.message")
