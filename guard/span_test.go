@@ -297,7 +297,8 @@ func TestSpanEnds(t *testing.T) {
 				w.Header().Set("Content-Length", "0")
 				w.WriteHeader(http.StatusAccepted)
 			},
-			attrs: map[string]string{"mcp.method.name": "notifications/initialized", "jsonrpc.request.id": "", "http.response.status_code": "202"}},
+			attrs: map[string]string{"mcp.method.name": "notifications/initialized", "jsonrpc.request.id": "", "http.response.status_code": "202",
+				"http.response.body.size": "0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)

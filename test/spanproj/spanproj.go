@@ -272,7 +272,8 @@ func (p *Projector) span(sp ptrace.Span, ex *exchange) {
 		return
 	}
 	if ex.resp.ContentLength >= 0 {
-		// The guard reads a JSON body whole, and knows its size.
+		// The guard gives the size of a body its client read whole;
+		// the projection takes every answer for read whole.
 		a.PutInt("http.response.body.size", ex.resp.ContentLength)
 	}
 	for _, m := range ex.bodyMsgs {
