@@ -306,7 +306,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if w == nil && (sp == nil || resp.Body == http.NoBody) {
 		if !sse {
-			sp.noBody()
+			sp.bodySize(0) // http.NoBody: Content-Length 0, or a status without a body
 		}
 		sp.end()
 		return resp, nil

@@ -174,11 +174,11 @@ func (s *span) end() {
 	}
 }
 
-// noBody records a response without a body (http.NoBody: Content-Length
-// 0, or a status that has none): its span hides no message.
-func (s *span) noBody() {
+// bodySize records the size of a response body known whole (0 for a
+// response without one): a reader then knows an empty body hid no message.
+func (s *span) bodySize(n int64) {
 	if s != nil {
-		s.SetAttributes(attribute.Int64("http.response.body.size", 0))
+		s.SetAttributes(attribute.Int64("http.response.body.size", n))
 	}
 }
 
@@ -289,7 +289,7 @@ func (s *span) finish(dec *decode.SSEDecoder, msgs []decode.Message, size int64,
 	}
 	if dec == nil {
 		if size >= 0 {
-			s.SetAttributes(attribute.Int64("http.response.body.size", size))
+			s.bodySize(size)
 		}
 		for i := range msgs {
 			if msgs[i].Type != decode.MsgInvalid {
