@@ -797,11 +797,19 @@ func (d *Detector) checkOldCursor(ex *exchange, o *decode.Observation, r linkRes
 		// without the start with a TypeScript client against a go-sdk
 		// server spread over three nodes (seed 17, 2026-12-05): S2's
 		// initialize and standalone stream, which sent _0, went to
-		// other nodes.
+		// other nodes. An input that may miss whole exchanges never
+		// shows S2's whole history: there, the stream of S2 seen to break
+		// may be another than the one resumed (seed 27, 8 clients,
+		// 2026-12-06: S2's standalone stream sent _0 and was cut on a
+		// connection another node saw, as was its call's stream's
+		// resume; the node saw the call's stream break, then the resume
+		// from _0).
 		reason := ""
 		switch {
 		case !s.startSeen:
 			reason = ReasonStartNotCaptured
+		case d.cfg.PartialHistory:
+			reason = ReasonPartialHistory
 		case s.unsettledBreaks(ex.resume.givenUpBefore) <= 0 || s.requestIDs.holed():
 			reason = ReasonResumedStreamNotSeen
 		}
