@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"image/png"
 	"os"
@@ -15,8 +16,8 @@ import (
 
 // TestRenderEveryPanel renders the pictures of the fixtures' data set into
 // a temporary folder: every panel of the pictured dashboards that reads
-// ClickHouse or the replaywatch data source, and the swim lanes, give a PNG that decodes and is not blank, and the
-// page shows each.
+// ClickHouse or the replaywatch data source, and the swim lanes, give a PNG that decodes and is not blank, the
+// page shows each, and the page and pictures are the ones committed in docs.
 func TestRenderEveryPanel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary, starts ClickHouse and chDB")
@@ -78,6 +79,33 @@ func TestRenderEveryPanel(t *testing.T) {
 	for _, p := range pics {
 		if !strings.Contains(string(page), "]("+p.File+")") {
 			t.Errorf("the page does not show %s", p.File)
+		}
+	}
+	checkCommitted(t, root, out, page, pics)
+}
+
+// checkCommitted fails when docs/dashboards.md or a picture in docs/img is
+// not what the renderer draws today: the page promises what the dashboards
+// show over the fixtures, and a fixture added or re-recorded changes that.
+func checkCommitted(t *testing.T, root, out string, page []byte, pics []Picture) {
+	t.Helper()
+	const redraw = "stale: run scripts/render-dashboards.sh and commit docs/dashboards.md and docs/img"
+	committed, err := os.ReadFile(filepath.Join(root, "docs", "dashboards.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page in the temporary folder has its pictures beside it.
+	if strings.ReplaceAll(string(committed), "](img/", "](") != string(page) {
+		t.Errorf("docs/dashboards.md is %s", redraw)
+	}
+	for _, p := range pics {
+		got, err := os.ReadFile(filepath.Join(out, p.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(root, "docs", "img", p.File))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("docs/img/%s is %s", p.File, redraw)
 		}
 	}
 }
