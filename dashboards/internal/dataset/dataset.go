@@ -138,7 +138,7 @@ func QueryContext(s *chdbtest.Session) (dashboards.QueryContext, error) {
 	hi, _ := r.Rows[0][1].(uint64)
 	from := time.Unix(int64(lo)-60, 0).UTC()
 	to := time.Unix(int64(hi)+60, 0).UTC()
-	r, err = s.Query(ctx, `SELECT any(session_id) FROM violations FINAL WHERE kind = 'session_swap'`)
+	r, err = s.Query(ctx, `SELECT min(session_id) FROM violations FINAL WHERE kind = 'session_swap'`)
 	if err != nil {
 		return dashboards.QueryContext{}, err
 	}
