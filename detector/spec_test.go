@@ -338,7 +338,7 @@ func (r *specRun) current(c *specConn, needResp bool) (*specExchange, error) {
 	return nil, fmt.Errorf("no open exchange on this connection")
 }
 
-// response CONN STATUS [session=S] [sse] [proto=V] [norequest]
+// response CONN STATUS [session=S] [sse] [proto=V] [norequest] [encoded]
 func (r *specRun) response(args []string) error {
 	c, err := r.target(args, 2, "response CONN STATUS ...")
 	if err != nil {
@@ -357,6 +357,10 @@ func (r *specRun) response(args []string) error {
 		resp.SSE, resp.ContentType, resp.Chunked = true, "text/event-stream", true
 	} else {
 		resp.ContentType = "application/json"
+	}
+	if _, ok := m["encoded"]; ok {
+		// A body under a Content-Encoding the decoder does not read.
+		resp.ContentEncoding, resp.EncodedUnread = "br", true
 	}
 	var x *specExchange
 	if _, ok := m["norequest"]; ok {
