@@ -42,11 +42,14 @@ import (
 
 // Limits of what the guard remembers, so that a long-lived client's memory
 // stays bounded: MaxSessions sessions (the oldest forgotten first),
-// MaxEventsPerSession delivered event ids per session, MaxBodyBytes of a
-// request body read to find its tool calls.
+// MaxEventsPerSession delivered event ids per session, MaxCallsInFlight
+// unanswered calls per session (later ones are not tracked, and a
+// SessionLostError does not list them), MaxBodyBytes of a request body read
+// to find its tool calls (a longer body is sent on unread).
 const (
 	MaxSessions         = 1024
 	MaxEventsPerSession = 4096
+	MaxCallsInFlight    = 1024
 	MaxBodyBytes        = 1 << 20
 	maxSSELine          = 64 << 10
 )
@@ -216,20 +219,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	cursor := req.Header.Get("Last-Event-ID")
 	var calls []Call
-	if req.Method == http.MethodPost && req.Body != nil {
-		body, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
-		req.Body.Close()
-		if err != nil {
+	if req.Method == http.MethodPost && req.Body != nil && req.Body != http.NoBody {
+		var err error
+		if req, calls, err = t.peekRequest(req, sp); err != nil {
 			sp.fail(err)
 			return nil, err
 		}
-		var pk decode.Peeker
-		msgs, batch, _ := pk.PeekJSONRPC(body)
-		calls = requestCalls(msgs)
-		sp.request(msgs, batch)
-		req = req.Clone(req.Context())
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	if sid == "" {
 		if err := t.refuse(sp, t.checkReissue(req.Context(), calls)); err != nil {
@@ -240,7 +235,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.mu.Lock()
 		s := t.session(sid)
 		for _, c := range calls {
-			s.inflight[c.ID] = c
+			if len(s.inflight) < MaxCallsInFlight {
+				s.inflight[c.ID] = c
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -318,6 +315,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = b
 	return resp, nil
+}
+
+// peekRequest reads req's body to find its calls, and returns the request
+// to send on, with the same body. A body longer than MaxBodyBytes is sent on
+// whole and not peeked: its calls stay unknown to the guard (a call's
+// identity is the hash of all of its arguments, and a part would make two
+// different calls look alike).
+func (t *Transport) peekRequest(req *http.Request, sp *span) (*http.Request, []Call, error) {
+	head, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
+	if err != nil {
+		req.Body.Close()
+		return nil, nil, err
+	}
+	orig := req.Body
+	req = req.Clone(req.Context())
+	if len(head) > MaxBodyBytes {
+		// The rest is read by the base transport as the client sent it;
+		// GetBody, if the client set one, still gives the whole body.
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), orig), orig}
+		return req, nil, nil
+	}
+	orig.Close()
+	var pk decode.Peeker
+	msgs, batch, _ := pk.PeekJSONRPC(head)
+	sp.request(msgs, batch)
+	req.Body = io.NopCloser(bytes.NewReader(head))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
+	return req, requestCalls(msgs), nil
 }
 
 // noteCursor records that stream's cursor is now id; t.mu held.

@@ -2,11 +2,13 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -422,5 +424,113 @@ func TestResumptionTokens(t *testing.T) {
 	}
 	if tok, ok, _ := mem.Load("s"); !ok || tok.LastEventID != "e1" {
 		t.Errorf("memory store: %+v %v", tok, ok)
+	}
+}
+
+// TestGuardPassesLongBodiesOn: a request body longer than MaxBodyBytes,
+// which the guard does not peek, reaches the server whole: a go-sdk tools/call
+// with 3 MiB of arguments, and a raw POST of unknown length (chunked).
+func TestGuardPassesLongBodiesOn(t *testing.T) {
+	long := strings.Repeat("0123456789abcdef", 3<<20/16)
+	server := mcp.NewServer(&mcp.Implementation{Name: "store", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "upload"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+		Blob string `json:"blob"`
+	}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(len(a.Blob), a.Blob == long)}}}, nil, nil
+	})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: New(nil)}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "guarded", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: 1}, session2025)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "upload", Arguments: map[string]any{"blob": long}})
+	if err != nil || res.IsError {
+		t.Fatalf("a 3 MiB call through the guard: %v %+v", err, res)
+	}
+	if got, want := res.Content[0].(*mcp.TextContent).Text, fmt.Sprint(len(long), true); got != want {
+		t.Errorf("the server got %q, want %q", got, want)
+	}
+
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, len(b), string(b) == long)
+	}))
+	t.Cleanup(echo.Close)
+	req, err := http.NewRequest(http.MethodPost, echo.URL, io.MultiReader(strings.NewReader(long))) // length unknown
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if want := fmt.Sprint(len(long), true); string(b) != want {
+		t.Errorf("chunked POST: the server got %q, want %q", b, want)
+	}
+}
+
+// TestTokenStoresAreBounded: past MaxTokens streams a store forgets the one
+// saved first, in memory and in a file (whose streams count as saved in the
+// order of their names when it is read again).
+func TestTokenStoresAreBounded(t *testing.T) {
+	name := func(i int) string { return fmt.Sprintf("stream %05d", i) }
+	var mem MemoryTokens
+	for i := range MaxTokens + 2 {
+		if err := mem.Save(name(i), Token{"S", fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mem.Save(name(2), Token{"S", "again"}); err != nil { // a known stream: nothing forgotten
+		t.Fatal(err)
+	}
+	for i, want := range map[int]bool{0: false, 1: false, 2: true, MaxTokens + 1: true} {
+		if _, ok, _ := mem.Load(name(i)); ok != want {
+			t.Errorf("memory: stream %d kept %v, want %v", i, ok, want)
+		}
+	}
+
+	// A file written with more (by an older version, or by hand).
+	m := map[string]Token{}
+	for i := range MaxTokens + 2 {
+		m[name(i)] = Token{"S", fmt.Sprint(i)}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := &FileTokens{Path: path}
+	if err := file.Save("new", Token{"S", "n"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]bool{2: false, 3: true, MaxTokens + 1: true} {
+		if _, ok, _ := file.Load(name(i)); ok != want {
+			t.Errorf("file: stream %d kept %v, want %v", i, ok, want)
+		}
+	}
+	b, err = os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(m)
+	if err := json.Unmarshal(b, &m); err != nil || len(m) != MaxTokens {
+		t.Errorf("the file holds %d streams (%v), want %d", len(m), err, MaxTokens)
 	}
 }

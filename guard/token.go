@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/replaywatch/replaywatch/internal/atomicfile"
@@ -35,56 +37,86 @@ func StreamKey(method, session, firstID string) string {
 	return "post " + session + " " + firstID
 }
 
+// MaxTokens bounds the streams a MemoryTokens or FileTokens keeps a token
+// for: a long-lived client opens a stream per call, and a token is worth
+// keeping only until its stream ends. Past it, the stream saved first is
+// forgotten.
+const MaxTokens = 4096
+
+// tokens is a store's map with the order its streams were first saved in.
+type tokens struct {
+	m     map[string]Token
+	order []string
+}
+
+func (ts *tokens) save(stream string, t Token) {
+	if ts.m == nil {
+		ts.m = map[string]Token{}
+	}
+	if _, ok := ts.m[stream]; !ok {
+		if len(ts.order) >= MaxTokens {
+			delete(ts.m, ts.order[0])
+			ts.order = ts.order[1:]
+		}
+		ts.order = append(ts.order, stream)
+	}
+	ts.m[stream] = t
+}
+
 // MemoryTokens is the default TokenStore: in memory, for the life of the
-// process.
+// process, at most MaxTokens streams.
 type MemoryTokens struct {
 	mu sync.Mutex
-	m  map[string]Token
+	ts tokens
 }
 
 func (s *MemoryTokens) Save(stream string, t Token) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]Token{}
-	}
-	s.m[stream] = t
+	s.ts.save(stream, t)
 	return nil
 }
 
 func (s *MemoryTokens) Load(stream string) (Token, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.m[stream]
+	t, ok := s.ts.m[stream]
 	return t, ok, nil
 }
 
 // FileTokens keeps the tokens in a JSON file, rewritten whole (to a
 // temporary file, synced and renamed) on every Save, so a process that
 // restarts resumes where it was and a crash leaves the old file or the new
-// one, never half of either.
+// one, never half of either. It keeps at most MaxTokens streams; those read
+// from the file count as saved before any new one, in the order of their
+// names.
 type FileTokens struct {
 	Path string
 
-	mu sync.Mutex
-	m  map[string]Token
+	mu     sync.Mutex
+	loaded bool
+	ts     tokens
 }
 
 func (s *FileTokens) load() error {
-	if s.m != nil {
+	if s.loaded {
 		return nil
 	}
-	s.m = map[string]Token{}
 	b, err := os.ReadFile(s.Path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := json.Unmarshal(b, &s.m); err != nil {
-		return fmt.Errorf("guard tokens %s: %w", s.Path, err)
+	var m map[string]Token
+	if err == nil {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("guard tokens %s: %w", s.Path, err)
+		}
 	}
+	s.ts = tokens{}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		s.ts.save(k, m[k])
+	}
+	s.loaded = true
 	return nil
 }
 
@@ -94,8 +126,8 @@ func (s *FileTokens) Save(stream string, t Token) error {
 	if err := s.load(); err != nil {
 		return err
 	}
-	s.m[stream] = t
-	b, err := json.Marshal(s.m)
+	s.ts.save(stream, t)
+	b, err := json.Marshal(s.ts.m)
 	if err != nil {
 		return err
 	}
@@ -108,6 +140,6 @@ func (s *FileTokens) Load(stream string) (Token, bool, error) {
 	if err := s.load(); err != nil {
 		return Token{}, false, err
 	}
-	t, ok := s.m[stream]
+	t, ok := s.ts.m[stream]
 	return t, ok, nil
 }
