@@ -221,7 +221,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var calls []Call
 	if req.Method == http.MethodPost && req.Body != nil && req.Body != http.NoBody {
 		var err error
-		if req, calls, err = t.peekRequest(req, sp); err != nil {
+		if req, calls, err = peekRequest(req, sp); err != nil {
 			sp.fail(err)
 			return nil, err
 		}
@@ -322,7 +322,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // whole and not peeked: its calls stay unknown to the guard (a call's
 // identity is the hash of all of its arguments, and a part would make two
 // different calls look alike).
-func (t *Transport) peekRequest(req *http.Request, sp *span) (*http.Request, []Call, error) {
+func peekRequest(req *http.Request, sp *span) (*http.Request, []Call, error) {
 	head, err := io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
 	if err != nil {
 		req.Body.Close()
