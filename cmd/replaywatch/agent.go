@@ -287,6 +287,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		}
 		if conn != nil {
 			defer conn.Close()
+			go keepRetention(ctx, conn, log)
 		}
 		store = s
 		out = s
@@ -483,4 +484,31 @@ func applySchemaAtStart(ctx context.Context, cfg *agentConfig, log *slog.Logger)
 		log.Info("schema migration applied", "version", a.Version, "name", a.Name)
 	}
 	return err
+}
+
+// retentionEvery is how often the agent enforces --retention-days on a
+// server without TTL (before 19.6) by dropping expired daily partitions; on
+// newer servers the tables' TTL does it and the check costs nothing.
+const retentionEvery = time.Hour
+
+// keepRetention drops expired partitions now and every retentionEvery until
+// ctx ends. Agents on several nodes may race to drop the same partition: the
+// loser's error is a warning, and the next round finds nothing to drop.
+func keepRetention(ctx context.Context, conn *chsink.Conn, log *slog.Logger) {
+	for {
+		dropped, err := chsink.DropExpiredPartitions(ctx, conn, conn.Dialect(), time.Now())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Warn("retention: dropping expired partitions", "err", err)
+		case len(dropped) > 0:
+			log.Info("retention: dropped expired partitions", "partitions", len(dropped), "retention_days", conn.Dialect().RetentionDays)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retentionEvery):
+		}
+	}
 }

@@ -307,3 +307,39 @@ func TestAgentSeesRollingDeployInNamespaces(t *testing.T) {
 		t.Errorf("the swapped resume or the unknown outcome of the tool call is missing:\n%s", out)
 	}
 }
+
+// TestAgentDropsExpiredPartitions: on a server without TTL (Debian's 18.16)
+// the agent enforces --retention-days itself, at start and every hour. The
+// sample capture's rows, stored by analyze, are days old; an agent started
+// with a retention of one day drops them (spans only: no root needed).
+func TestAgentDropsExpiredPartitions(t *testing.T) {
+	srv := chtest.Shared(t)
+	bin := buildBinary(t)
+	db := chtest.NewDatabase(t, srv)
+	dsn := srv.DSN(db)
+	if code, _, errOut := runBin(t, bin, "schema", "apply", "--clickhouse", dsn); code != 0 {
+		t.Fatalf("schema apply: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := runBin(t, bin, "analyze", "--clickhouse", dsn, "--spool-dir", t.TempDir(), samplePcap); code != exitViolations {
+		t.Fatalf("analyze: exit %d\n%s", code, errOut)
+	}
+	q := "SELECT count() FROM " + db + ".violations"
+	if n := chCount(t, srv, q); n == 0 {
+		t.Fatal("analyze stored no violation")
+	}
+	a := &liveAgent{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a.cmd = exec.Command(bin, "agent", "--interface", "none", "--otlp-http", freeAddr(t), "--listen", "127.0.0.1:0",
+		"--clickhouse", dsn, "--retention-days", "1", "--spool-dir", t.TempDir(),
+		"--hash-key-file", filepath.Join(t.TempDir(), "key"))
+	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill() })
+	waitForLog(t, a.stderr, `"msg":"receiving OTLP traces"`)
+	waitForLog(t, a.stderr, `"msg":"retention: dropped expired partitions"`)
+	a.stop(t)
+	if n := chCount(t, srv, q); n != 0 {
+		t.Errorf("%d violations left past the retention", n)
+	}
+}
