@@ -13,6 +13,8 @@
 #   BENCH_AGENT_ARGS="--workers 1" scripts/bench-agent.sh
 #   BENCH_NICE=-10 scripts/bench-agent.sh             # agent and tcpreplay ahead of other work on a shared machine
 #   BENCH_SENDER=agentbench scripts/bench-agent.sh     # send with "agentbench send" (64 frames per sendmmsg call)
+#   BENCH_PACED_TRIES=5 scripts/bench-agent.sh         # at most this many rates tried by the search (default 5)
+#   BENCH_PRELOAD=0 scripts/bench-agent.sh             # tcpreplay without -K (reads the file as it sends)
 #                                                      # instead of tcpreplay (one frame per call): a faster sender,
 #                                                      # the "tcpreplay" figures below are then its own
 #   BENCH_AGENT_CPUS=1 BENCH_SENDER_CPUS=0 scripts/bench-agent.sh
@@ -24,11 +26,12 @@
 #   1. Builds replaywatch and test/agentbench, and the capture of
 #      scripts/bench.sh (test/benchgen, cached in
 #      ${TMPDIR:-/tmp}/replaywatch-bench/mcp-$BENCH_SIZE.pcap). benchgen's
-#      traffic has no violations, so agentbench weave spreads the sample and
-#      fixture captures of cmd/replaywatch/testdata over it (each on its own
-#      172.31.0.K address): the replayed file, mcp-$BENCH_SIZE-fixtures.pcap
-#      in ${TMPDIR:-/tmp}/replaywatch-agentbench, holds all 12 violation
-#      kinds. The fixtures alone make a second, small capture.
+#      traffic has no violations, so agentbench weave spreads the sample
+#      capture (cmd/replaywatch/testdata/sample) and the fixture captures
+#      (pipeline/testdata/fixtures) over it (each on its own 172.31.0.K
+#      address): the replayed file, mcp-$BENCH_SIZE-fixtures.pcap in
+#      ${TMPDIR:-/tmp}/replaywatch-agentbench, holds every violation kind.
+#      The fixtures alone make a second, small capture.
 #   2. Creates the network namespace rw-agentbench with a veth pair
 #      rwab-tx/rwab-rx in it (IPv6 off, so the kernel sends nothing of its
 #      own on them). tcpreplay sends on rwab-tx; the agent captures on

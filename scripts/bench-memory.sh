@@ -10,7 +10,7 @@
 # limits); it exits 0 whatever they say.
 #
 #   scripts/bench-memory.sh                      # this tree, --memory-limit 768MiB (the DaemonSet's)
-#   BENCH_BASE=f701da3 scripts/bench-memory.sh   # and the last commit before the budget
+#   BENCH_BASE=28cb324 scripts/bench-memory.sh   # and the last commit before the budget
 #   BENCH_LIMIT=256MiB scripts/bench-memory.sh
 #
 # test/membench does the measuring (see its doc comment); the probes are

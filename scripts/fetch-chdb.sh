@@ -11,7 +11,7 @@
 # A second run finds it there and downloads nothing. The tarball is ~180 MB,
 # the library ~570 MB. Delete the folder to fetch again.
 #
-# Changing the version: set CHDB_VERSION and CHDB_INTEGRITY (the package's
+# Changing the version: edit CHDB_VERSION and CHDB_INTEGRITY below (the package's
 # dist.integrity, `npm view @chdb/lib-linux-x64-gnu@VERSION dist.integrity`)
 # together, and chdbtest.PinnedVersion in test/chdbtest to the same
 # version (a test checks that they agree).

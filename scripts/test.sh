@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone. Installs what the tests need when it
-# is missing (tshark from Debian, the TypeScript SDK from npm, chDB's
-# libchdb.so from npm, cached by scripts/fetch-chdb.sh; zip and nginx from
-# Debian)
+# is missing (tshark, clickhouse-server/-client, zookeeper, prometheus for
+# promtool, nginx, tcpdump, iproute2 and zip from Debian; the TypeScript SDK
+# and chDB's libchdb.so from npm, the latter cached by scripts/fetch-chdb.sh)
 # and runs: gofmt, go vet, staticcheck, every Go test (unit, spec, oracle,
 # fixture regeneration, binary end-to-end, ClickHouse servers, the live
 # agent on loopback and in network namespaces, the Grafana plugin's
 # build.sh with its npm ci), the race detector over capture,
-# decode, detector, the sinks and the end-to-end tests (with the product
+# decode, detector, the sinks, the guard and the end-to-end tests (with the product
 # binary they run built with -race), and a short run of every fuzz target.
 # Live capture needs root (CAP_NET_RAW); CI runs as root.
 #

@@ -8,7 +8,7 @@
 //
 // weave builds a capture that has violations in it. Each fixture capture
 // (recorded on loopback, 127.0.0.1 on both sides) gets an address of its
-// own, 172.31.K.1 for the K-th fixture, on both sides, with the IPv4 and TCP
+// own, 172.31.0.K for the K-th fixture, on both sides, with the IPv4 and TCP
 // checksums recomputed, so that no two fixtures share a connection or a
 // client address (the detector links sessions by client address). Without
 // -base the fixtures follow each other, one second apart. With -base they

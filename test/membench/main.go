@@ -2,7 +2,7 @@
 // the flood probes of test/floodprobe, for one or more builds side by side
 // (scripts/bench-memory.sh builds this tree and a baseline revision):
 //
-//	membench -bin "this tree=./replaywatch" -bin "f701da3=./replaywatch-base" -limit 768MiB
+//	membench -bin "this tree=./replaywatch" -bin "28cb324=./replaywatch-base" -limit 768MiB
 //
 // The probes, written once into -cache:
 //
