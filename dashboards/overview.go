@@ -82,12 +82,12 @@ GROUP BY server
 ORDER BY findings DESC, server
 LIMIT 10`
 
-	sqlTopClients = `SELECT client, count() AS findings, countIf(severity = 'critical') AS critical,
-    uniqExact(session_id) AS sessions, uniqExact(server) AS servers
+	sqlTopClients = `SELECT arrayStringConcat(arrayPopBack(splitByChar(':', client)), ':') AS address, count() AS findings,
+    countIf(severity = 'critical') AS critical, uniqExact(session_id) AS sessions, uniqExact(server) AS servers
 FROM violations FINAL
 WHERE $__timeFilter(time)
-GROUP BY client
-ORDER BY findings DESC, client
+GROUP BY address
+ORDER BY findings DESC, address
 LIMIT 10`
 
 	sqlUnknownOverTime = `SELECT $__timeInterval(time) AS t, server, count() AS calls
@@ -129,10 +129,11 @@ func overview() *dashboard.DashboardBuilder {
 		WithPanel(chStat(ids, meta{"Findings", "Findings in the time range by severity, and how many sessions and servers they touch.", "none", 10, 4},
 			chQuery("A", sqlFindingCounts)).Thresholds(redFromOne())).
 		WithPanel(chStat(ids, meta{"Resumes", "Resume attempts (requests with Last-Event-ID) in the time range; the share whose replay broke the resumability contract.", "none", 6, 4},
-			chQuery("A", sqlResumeCounts)).
+			chQuery("A", sqlResumeCounts)).Thresholds(neutral()).
+			OverrideByName("violated", []dashboard.DynamicConfigValue{{Id: "thresholds", Value: redFromOneConfig()}}).
 			OverrideByName("violated_share", []dashboard.DynamicConfigValue{{Id: "unit", Value: "percentunit"}})).
-		WithPanel(chStat(ids, meta{"Sessions", "Sessions last seen in the time range; those that ended with 404 (lost) and those that replaced an earlier session (re-initialised).", "none", 5, 4},
-			chQuery("A", sqlSessionCounts))).
+		WithPanel(chStat(ids, meta{"Sessions", "Sessions last seen in the time range; those that ended with 404 (lost) and those that replaced an earlier session (re-initialised after a 404, or swapped in by the server).", "none", 5, 4},
+			chQuery("A", sqlSessionCounts)).Thresholds(neutral())).
 		WithPanel(chStat(ids, meta{"Unknown outcomes", "Tool calls in flight when their session was lost: nobody knows whether they ran.", "none", 3, 4},
 			chQuery("A", sqlUnknownCount)).Thresholds(redFromOne())).
 		WithRow(row(ids, "Findings")).
@@ -142,19 +143,19 @@ func overview() *dashboard.DashboardBuilder {
 			chQuery("A", sqlFindingsBySeverity))).DisplayName("${__field.labels.severity}")).
 		WithPanel(chTable(ids, meta{"Top servers by findings", "MCP servers with the most findings in the time range.", "none", 12, 8},
 			chQuery("A", sqlTopServers))).
-		WithPanel(chTable(ids, meta{"Top clients by findings", "MCP clients (User-Agent or clientInfo) with the most findings in the time range.", "none", 12, 8},
+		WithPanel(chTable(ids, meta{"Top clients by findings", "Client addresses (IP, every port of it together) with the most findings in the time range; clients behind one NAT or proxy share one.", "none", 12, 8},
 			chQuery("A", sqlTopClients))).
 		WithRow(row(ids, "Resumes and sessions")).
 		WithPanel(countBars(chTimeSeries(ids, meta{"Resume outcomes", "Resume attempts per interval by outcome: resumed, rejected_404, rejected_4xx, violated, unverifiable.", "none", 8, 8},
 			chQuery("A", sqlResumeOutcomes))).DisplayName("${__field.labels.outcome}")).
 		WithPanel(chTimeSeries(ids, meta{"Resumes that violated the contract", "Share of the interval's resume attempts whose replay was wrong (outcome violated).", "percentunit", 8, 8},
 			chQuery("A", sqlResumeViolatedShare)).Max(1)).
-		WithPanel(countBars(chTimeSeries(ids, meta{"Sessions lost (404) and re-initialised", "Sessions that ended with a 404 (by when they were last seen) and sessions that replaced an earlier one (by when they began).", "none", 8, 8},
+		WithPanel(countBars(chTimeSeries(ids, meta{"Sessions lost (404) and re-initialised", "Sessions that ended with a 404 (by when they were last seen) and sessions that replaced an earlier one, after a 404 or swapped in by the server (by when they began).", "none", 8, 8},
 			chQuery("A", sqlSessionsLost), chQuery("B", sqlSessionsReinit)))).
 		WithRow(row(ids, "Unknown outcomes")).
 		WithPanel(countBars(chTimeSeries(ids, meta{"Tool calls with unknown outcome", "Calls in flight when their session was lost, per interval and server: they may or may not have run, and a retry may run them twice.", "none", 10, 8},
 			chQuery("A", sqlUnknownOverTime))).DisplayName("${__field.labels.server}")).
-		WithPanel(chTable(ids, meta{"Unknown outcomes by tool", "Which tools were left with unknown outcome, and how many were issued again in a new session (possible duplicated side effects).", "none", 14, 8},
+		WithPanel(chTable(ids, meta{"Unknown outcomes by tool", "Which tools were left with unknown outcome, and how many were issued again, in a new session or their own (possible duplicated side effects).", "none", 14, 8},
 			chQuery("A", sqlUnknownByTool))).
 		WithRow(row(ids, "Recent findings")).
 		WithPanel(chTable(ids, meta{"Recent findings", "The latest findings; click a row to open its session's dashboard.", "none", 24, 12},

@@ -117,8 +117,19 @@ func sessionDataLink(field string) []cog.Builder[dashboard.DashboardLink] {
 func sprintfLink(id string) string { return "/d/" + SessionUID + "?var-" + SessionVar + "=" + id }
 
 // thresholds that turn red from the first finding.
+// neutral colours a stat by nothing: its counts are neither good nor bad
+// (Grafana's default turns 80 red).
+func neutral() *dashboard.ThresholdsConfigBuilder {
+	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{{Color: "text"}})
+}
+
 func redFromOne() *dashboard.ThresholdsConfigBuilder {
-	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(redFromOneConfig().Steps)
+}
+
+// redFromOneConfig is redFromOne as a value, for a field override.
+func redFromOneConfig() dashboard.ThresholdsConfig {
+	return dashboard.ThresholdsConfig{Mode: dashboard.ThresholdsModeAbsolute, Steps: []dashboard.Threshold{
 		{Color: "green"}, {Value: ptr(1.0), Color: "red"},
-	})
+	}}
 }

@@ -181,7 +181,7 @@ func Render(data *dataset.Data, out string) ([]Picture, error) {
 		}
 		if uid == dashboards.SessionUID {
 			pic := Picture{Dashboard: d.Title, UID: uid, Panel: "Timeline as swim lanes", File: "session-swimlanes.png",
-				What: "The same session drawn from the story frames of the panels SSE events in order, Resume attempts and Findings: one lane per SSE stream, " +
+				What: "Not a panel of the dashboard: the renderer's own drawing of the same session from the story frames of the panels SSE events in order, Resume attempts and Findings: one lane per SSE stream, " +
 					"each event at its time and height by its position in the stream (a drop is a replay), resumes and findings marked."}
 			n, err := drawSwimLanes(results, data, filepath.Join(out, pic.File))
 			if err != nil {
