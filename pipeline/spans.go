@@ -189,18 +189,21 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 		det.Observe(o)
 	})
 	var problems []string
-	read := 0
+	read, stopped := 0, false
 	for _, path := range files {
 		n, err := readSpanFile(ctx, path, asm)
 		read += n
 		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return nil, err
-			}
 			problems = append(problems, err.Error())
 		}
+		if ctx.Err() != nil {
+			// Stopped (a signal): the report covers what was read, as
+			// for captures.
+			stopped = true
+			break
+		}
 	}
-	if read == 0 && len(problems) > 0 {
+	if read == 0 && len(problems) > 0 && !stopped {
 		return nil, errors.New(problems[0])
 	}
 	asm.Flush()

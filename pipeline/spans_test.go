@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -354,5 +355,29 @@ func TestSpanFileReportsWhatEarlyReleasesCost(t *testing.T) {
 		if extra := missing(findingKeys(recs), alone); len(extra) > 0 {
 			t.Errorf("window %d: findings the clients alone do not show: %v", window, extra)
 		}
+	}
+}
+
+// TestSpanFilesStoppedReportWhatWasRead: a run of span files stopped (a
+// signal cancels its context) ends with a summary of what was read and the
+// stop among its errors, as a run of captures does, not with no report.
+func TestSpanFilesStoppedReportWhatWasRead(t *testing.T) {
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "spans.json")
+	if err := spanproj.WriteJSONLines(file, td, 7); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+	s, err := SpanFiles(ctx, []string{file, file}, cfg, jsonl.New(io.Discard))
+	if err != nil || s == nil {
+		t.Fatalf("stopped: summary %v, error %v; want a summary", s, err)
+	}
+	if !slices.ContainsFunc(s.Errors, func(e string) bool { return strings.Contains(e, context.Canceled.Error()) }) {
+		t.Errorf("the summary's errors %q do not say the run was stopped", s.Errors)
 	}
 }

@@ -71,13 +71,13 @@ func (c *agentConfig) register(fs *flag.FlagSet) {
 	c.live.Config = capture.DefaultConfig()
 	c.decode = decode.DefaultConfig()
 	c.detect = detector.DefaultConfig()
-	fs.StringVar(&c.configFile, "config", "", "YAML configuration file (keys: see deploy/README.md)")
+	fs.StringVar(&c.configFile, "config", "", "YAML configuration file: its keys are the flags' names in snake_case, the ClickHouse and limit flags under clickhouse: and limits: (interfaces sets --interface, clickhouse.dsn --clickhouse); flags and REPLAYWATCH_* variables win; deploy/kubernetes/agent/configmap.yaml is an example")
 	fs.StringVar(&c.interfaces, "interface", "any", `interfaces to capture on, comma-separated; "any" for all; "none" for no packet capture (spans only)`)
 	fs.StringVar(&c.ports, "ports", "", "capture TCP traffic on these ports only (comma-separated; compiled to BPF here)")
 	fs.StringVar(&c.filter, "filter", "", "capture filter as a BPF expression instead of --ports (compiled with tcpdump -ddd)")
 	fs.IntVar(&c.live.Workers, "workers", 0, "capture and decode workers, connections sharded by the kernel's flow hash (0: one per core)")
-	fs.IntVar(&c.live.BlockSize, "ring-block-size", capture.DefaultBlockSize, "bytes per block of each packet ring (TPACKET_V3)")
-	fs.IntVar(&c.live.NumBlocks, "ring-blocks", capture.DefaultNumBlocks, "blocks per packet ring; a ring per worker and interface holds ring-blocks x ring-block-size bytes")
+	fs.IntVar(&c.live.BlockSize, "ring-block-size", capture.DefaultBlockSize, "bytes per block of each packet ring (TPACKET_V3; 0: the default)")
+	fs.IntVar(&c.live.NumBlocks, "ring-blocks", capture.DefaultNumBlocks, "blocks per packet ring (0: the default); a ring per worker and interface holds ring-blocks x ring-block-size bytes")
 	fs.StringVar(&c.listen, "listen", ":9464", "address of /metrics, /healthz and /readyz")
 	c.otlp = otlp.DefaultConfig()
 	fs.StringVar(&c.otlp.GRPCAddr, "otlp-grpc", "", "receive OpenTelemetry traces over OTLP/gRPC on this address (e.g. :4317; docs/otlp.md)")
@@ -146,7 +146,8 @@ func (c *agentConfig) ringBytes() int64 {
 	if c.capturesNothing() {
 		return 0
 	}
-	return int64(c.live.Config.WithDefaults().Workers) * int64(max(len(c.live.Interfaces), 1)) * int64(c.live.BlockSize) * int64(c.live.NumBlocks)
+	l := c.live.WithDefaults() // 0 blocks or block size: the defaults, as Live takes them
+	return int64(l.Workers) * int64(max(len(c.live.Interfaces), 1)) * int64(l.BlockSize) * int64(l.NumBlocks)
 }
 
 // capturesNothing: --interface none, spans only.

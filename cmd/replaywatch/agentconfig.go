@@ -17,8 +17,9 @@ import (
 )
 
 // agentFile is the agent's YAML configuration file. Every key has a flag of
-// the same name (nested keys joined by "-", e.g. clickhouse.spool_dir is
-// --spool-dir where the analyze flag already exists); flags win over the
+// the same name in snake_case (clickhouse.spool_dir is --spool-dir,
+// limits.max_sessions --max-sessions) but interfaces (--interface) and
+// clickhouse.dsn (--clickhouse); flags win over the
 // file, the environment (REPLAYWATCH_*) over the file too but not over
 // flags. Unknown keys are an error, so a typo never passes silently.
 type agentFile struct {

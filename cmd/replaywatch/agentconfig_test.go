@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/replaywatch/replaywatch/capture"
 )
 
 // configFrom loads a config file and flags into an agentConfig the way
@@ -99,5 +101,26 @@ func TestAgentConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestRingBytesTakeTheDefaults: a ring size of 0 means the default, for the
+// memory plan as for the rings Live opens, so the plan never leaves the
+// rings out of the budget.
+func TestRingBytesTakeTheDefaults(t *testing.T) {
+	def, err := configFrom(t, writeFile(t, "interfaces: [eth0]\nworkers: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(2 * capture.DefaultBlockSize * capture.DefaultNumBlocks)
+	if got := def.ringBytes(); got != want {
+		t.Fatalf("default rings: %d bytes, want %d", got, want)
+	}
+	zero, err := configFrom(t, writeFile(t, "interfaces: [eth0]\nworkers: 2\n"), "--ring-blocks", "0", "--ring-block-size", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := zero.ringBytes(); got != want {
+		t.Errorf("--ring-blocks 0 --ring-block-size 0: %d bytes in the plan, want the defaults' %d", got, want)
 	}
 }

@@ -90,7 +90,7 @@ func (c *analyzeConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.allowPartial, "allow-partial", false, "report a capture that could not be analysed (less than half of its TCP payload analysed, or most packets undecodable) with exit 0 or 1 and a warning, instead of exit 2")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on standard error: auto (when it is a terminal), always or never")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the analysis to this file (for performance work)")
-	fs.StringVar(&c.run.MemProfile, "memprofile", "", "write a heap profile taken at the end of the analysis to this file")
+	fs.StringVar(&c.run.MemProfile, "memprofile", "", "write a heap profile taken at the end of the analysis to this file (captures only, not --spans)")
 	fs.IntVar(&c.run.Capture.Workers, "workers", c.run.Capture.Workers, "reassembly and decode workers, connections sharded by flow hash (0: one per core)")
 	c.clickhouse.registerConnect(fs)
 	c.clickhouse.registerSink(fs)
@@ -111,7 +111,7 @@ func registerPartialHistory(fs *flag.FlagSet, dt *detector.Config) {
 // agent: every named limit of capture, decode and detector.
 func registerLimits(fs *flag.FlagSet, cp *capture.Config, dc *decode.Config, dt *detector.Config) {
 	fs.IntVar(&cp.MaxBufferedPagesPerConnection, "max-pages-per-connection", cp.MaxBufferedPagesPerConnection, "out-of-order reassembly pages buffered per connection before skipping ahead (counted as a gap)")
-	fs.IntVar(&cp.MaxBufferedPagesTotal, "max-pages-total", cp.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections")
+	fs.IntVar(&cp.MaxBufferedPagesTotal, "max-pages-total", cp.MaxBufferedPagesTotal, "out-of-order reassembly pages buffered over all connections (unless set, derived from --memory-limit)")
 	fs.IntVar(&cp.MaxConnections, "max-connections", cp.MaxConnections, "TCP connections followed at once; the idlest is flushed beyond it")
 	fs.DurationVar(&cp.IdleTimeout, "connection-idle-timeout", cp.IdleTimeout, "flush a TCP connection after this much capture time without packets")
 	fs.IntVar(&dc.MaxHeaderBytes, "max-header-bytes", dc.MaxHeaderBytes, "largest HTTP head parsed")
@@ -344,6 +344,9 @@ func (c *analyzeConfig) validate(files []string) error {
 	case "auto", "always", "never":
 	default:
 		return fmt.Errorf("--progress %q: want auto, always or never", c.progress)
+	}
+	if c.shutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
 	}
 	if err := c.clickhouse.validate(); err != nil {
 		return err

@@ -31,7 +31,7 @@ func (c *clickhouseFlags) registerConnect(fs *flag.FlagSet) {
 		"ClickHouse to write to: clickhouse://[user[:password]@]host:9000/database (env "+DSNEnv+"; the password is better given by file or env "+chsink.PasswordEnv+")")
 	fs.StringVar(&c.connect.PasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password")
 	fs.StringVar(&c.connect.Cluster, "clickhouse-cluster", "", "cluster name: ON CLUSTER DDL, replicated local tables and Distributed tables sharded by session id")
-	fs.IntVar(&c.connect.RetentionDays, "retention-days", 30, "keep rows this many days (TTL on ClickHouse 19.6+, daily partitions dropped on older servers; 0 keeps them)")
+	fs.IntVar(&c.connect.RetentionDays, "retention-days", 30, "keep rows this many days (on ClickHouse 19.6+ the tables' TTL, set when schema apply creates them; on older servers daily partitions dropped by analyze at start, by the agent hourly; 0 keeps them)")
 	fs.DurationVar(&c.connect.DialTimeout, "clickhouse-dial-timeout", 5*time.Second, "time to wait for a ClickHouse connection")
 }
 
@@ -40,9 +40,9 @@ func (c *clickhouseFlags) registerSink(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.sink.Node, "node", host, "name stored in the node column of every row; its default is this host's name")
 	fs.IntVar(&c.sink.BatchRows, "batch-rows", chsink.DefaultBatchRows, "rows per insert (per table)")
-	fs.IntVar(&c.sink.BatchBytes, "batch-bytes", chsink.DefaultBatchBytes, "bytes per insert (per table)")
+	fs.IntVar(&c.sink.BatchBytes, "batch-bytes", chsink.DefaultBatchBytes, "bytes per insert (per table; unless set, derived from --memory-limit)")
 	fs.DurationVar(&c.sink.FlushInterval, "flush-interval", chsink.DefaultFlushInterval, "insert what is pending at least this often")
-	fs.IntVar(&c.sink.MaxRetries, "max-retries", chsink.DefaultMaxRetries, "retries of a failed insert before the batch goes to the spool")
+	fs.IntVar(&c.sink.MaxRetries, "max-retries", chsink.DefaultMaxRetries, "retries of a failed insert before the batch goes to the spool (0: none)")
 	fs.StringVar(&c.sink.SpoolDir, "spool-dir", "", "directory for batches ClickHouse could not take, sent first on the next run (default: $XDG_STATE_HOME/replaywatch/spool/<server>)")
 	fs.Int64Var(&c.sink.MaxSpoolBytes, "max-spool-bytes", chsink.DefaultMaxSpoolBytes, "bound of the spool; when full, analysis waits for ClickHouse")
 	fs.DurationVar(&c.sink.CloseTimeout, "spool-drain-timeout", 10*time.Second, "at the end, how long to keep trying to send the spool before leaving it for the next run")
@@ -68,8 +68,12 @@ func (c *clickhouseFlags) validate() error {
 	if err := c.validateConnect(); err != nil {
 		return err
 	}
-	if c.sink.BatchRows <= 0 || c.sink.BatchBytes <= 0 || c.sink.FlushInterval <= 0 || c.sink.MaxSpoolBytes <= 0 || c.sink.CloseTimeout < 0 || c.sink.MaxRetries < 0 {
-		return errors.New("--batch-rows, --batch-bytes, --flush-interval and --max-spool-bytes must be positive; --max-retries and --spool-drain-timeout not negative")
+	if c.sink.BatchRows <= 0 || c.sink.BatchBytes <= 0 || c.sink.FlushInterval <= 0 || c.sink.MaxSpoolBytes <= 0 || c.sink.CloseTimeout <= 0 || c.sink.MaxRetries < 0 {
+		return errors.New("--batch-rows, --batch-bytes, --flush-interval, --max-spool-bytes and --spool-drain-timeout must be positive; --max-retries not negative")
+	}
+	if c.sink.MaxRetries == 0 {
+		// The sink reads 0 as its default; the flag's 0 means no retry.
+		c.sink.MaxRetries = -1
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ _replaywatch() {
 	fi
 }
 complete -o default -F _replaywatch replaywatch
-`, strings.Join(commands[:3], " "), strings.Join(schemaVerbs, " "))
+`, strings.Join(commands, " "), strings.Join(schemaVerbs, " "))
 }
 
 func writeFish(w io.Writer, sets map[string]*flag.FlagSet) {

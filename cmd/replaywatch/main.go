@@ -5,6 +5,8 @@
 //	replaywatch agent [flags]                  live capture on a node
 //	replaywatch schema apply|status|print      the ClickHouse schema
 //	replaywatch version
+//	replaywatch completion bash|zsh|fish       a shell completion script
+//	replaywatch help [COMMAND]
 //
 // Exit codes: 0 nothing found, 1 violations found, 2 error (bad file, bad
 // flags, a capture most of which could not be analysed, stopped by a signal,
@@ -41,7 +43,8 @@ Usage:
 
 Exit codes: 0 no violations, 1 violations found, 2 error (for analyze, also a
 capture most of which could not be analysed; see "replaywatch analyze --help"),
-3 rows left in the ClickHouse spool for a later run.
+3 rows left in the ClickHouse spool for a later run. "schema status" exits 1
+when the database's schema is not this build's version.
 Run "replaywatch analyze --help" for the analyze flags.
 `
 
@@ -78,6 +81,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return runSchema([]string{"--help"}, stdout, stderr)
 			case "completion":
 				return runCompletion([]string{"--help"}, stdout, stderr)
+			case "version", "help":
+				fmt.Fprint(stdout, usage) // neither takes flags: the usage says all
+				return exitOK
 			default:
 				fmt.Fprintf(stderr, "replaywatch help: unknown command %q\n\n%s", args[1], usage)
 				return exitError

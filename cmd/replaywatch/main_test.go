@@ -91,6 +91,8 @@ func TestBinary(t *testing.T) {
 		{name: "analyze help", args: []string{"analyze", "--help"}, wantCode: 0, wantOut: []string{"-format", "-max-events-per-session", "-keep-query-strings"}},
 		{name: "unknown command", args: []string{"frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
 		{name: "help on an unknown command", args: []string{"help", "frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
+		{name: "help on version", args: []string{"help", "version"}, wantCode: 0, wantOut: []string{"replaywatch version"}},
+		{name: "negative shutdown timeout", args: []string{"analyze", "--shutdown-timeout", "-5s", samplePcap}, wantCode: 2, wantErr: []string{"--shutdown-timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
