@@ -116,13 +116,13 @@ func sessionDataLink(field string) []cog.Builder[dashboard.DashboardLink] {
 
 func sprintfLink(id string) string { return "/d/" + SessionUID + "?var-" + SessionVar + "=" + id }
 
-// thresholds that turn red from the first finding.
 // neutral colours a stat by nothing: its counts are neither good nor bad
 // (Grafana's default turns 80 red).
 func neutral() *dashboard.ThresholdsConfigBuilder {
 	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{{Color: "text"}})
 }
 
+// redFromOne: thresholds that turn red from the first finding.
 func redFromOne() *dashboard.ThresholdsConfigBuilder {
 	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(redFromOneConfig().Steps)
 }

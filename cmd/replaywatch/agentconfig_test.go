@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/replaywatch/replaywatch/capture"
+	chsink "github.com/replaywatch/replaywatch/sink/clickhouse"
 )
 
 // configFrom loads a config file and flags into an agentConfig the way
@@ -122,5 +123,23 @@ func TestRingBytesTakeTheDefaults(t *testing.T) {
 	}
 	if got := zero.ringBytes(); got != want {
 		t.Errorf("--ring-blocks 0 --ring-block-size 0: %d bytes in the plan, want the defaults' %d", got, want)
+	}
+}
+
+// TestMaxRetriesZeroMeansNone: --max-retries 0 reaches the sink as no retry
+// (the sink's own 0 means its default), and the default stays 4.
+func TestMaxRetriesZeroMeansNone(t *testing.T) {
+	for args, want := range map[string]int{"": chsink.DefaultMaxRetries, "0": 0, "2": 2} {
+		var a []string
+		if args != "" {
+			a = []string{"--max-retries", args}
+		}
+		cfg, err := configFrom(t, writeFile(t, "interfaces: [eth0]\n"), a...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.clickhouse.sinkConfig().WithDefaults().MaxRetries; got != want {
+			t.Errorf("--max-retries %q: the sink retries %d times, want %d", args, got, want)
+		}
 	}
 }

@@ -71,10 +71,6 @@ func (c *clickhouseFlags) validate() error {
 	if c.sink.BatchRows <= 0 || c.sink.BatchBytes <= 0 || c.sink.FlushInterval <= 0 || c.sink.MaxSpoolBytes <= 0 || c.sink.CloseTimeout <= 0 || c.sink.MaxRetries < 0 {
 		return errors.New("--batch-rows, --batch-bytes, --flush-interval, --max-spool-bytes and --spool-drain-timeout must be positive; --max-retries not negative")
 	}
-	if c.sink.MaxRetries == 0 {
-		// The sink reads 0 as its default; the flag's 0 means no retry.
-		c.sink.MaxRetries = -1
-	}
 	return nil
 }
 
@@ -97,12 +93,21 @@ func defaultSpoolDir(dsn string) (string, error) {
 	return filepath.Join(base, "spool", unsafePath.ReplaceAllString(where, "_")), nil
 }
 
+// sinkConfig is the sink's configuration as the flags give it.
+func (c *clickhouseFlags) sinkConfig() chsink.Config {
+	cfg := c.sink
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = -1 // the sink reads 0 as its default; the flag's 0 means no retry
+	}
+	return cfg
+}
+
 // openSink connects, checks the schema and starts the sink. When the server
 // cannot be reached, the sink starts anyway and spools until it can (conn is
 // nil then); a wrong schema or bad credentials are errors.
 // The sink logs to log, or as analyze's own lines on stderr when log is nil.
 func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io.Writer, log *slog.Logger) (*chsink.Sink, *chsink.Conn, error) {
-	cfg := c.sink
+	cfg := c.sinkConfig()
 	cfg.Source = source
 	cfg.Logger = log
 	if log == nil {

@@ -72,7 +72,9 @@ type Config struct {
 	Logger        *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults fills what is unset: a zero field takes its default (for
+// MaxRetries, a negative one means none).
+func (c Config) WithDefaults() Config {
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -196,7 +198,7 @@ func NewDeferred(o ConnectOptions, cfg Config) (*Sink, error) {
 }
 
 func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if cfg.SpoolDir == "" {
 		return nil, errors.New("clickhouse sink: no spool directory")
 	}
