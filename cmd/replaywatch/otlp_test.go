@@ -67,9 +67,11 @@ func TestOTLPMatchesPcap(t *testing.T) {
 	for i, fault := range faultsrv.All {
 		var exp sdktrace.SpanExporter
 		if i%2 == 0 {
-			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(grpcAddr), otlptracegrpc.WithInsecure())
+			// gzip, as the Collector's otlp exporter sends by default: the
+			// agent binary must register gRPC's decompressor itself.
+			exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(grpcAddr), otlptracegrpc.WithInsecure(), otlptracegrpc.WithCompressor("gzip"))
 		} else {
-			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(httpAddr), otlptracehttp.WithInsecure())
+			exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(httpAddr), otlptracehttp.WithInsecure(), otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
 		}
 		if err != nil {
 			t.Fatal(err)
