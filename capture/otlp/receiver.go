@@ -17,10 +17,13 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // the Collector's otlp exporter compresses with gzip by default
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -147,15 +150,15 @@ func (g *grpcTraces) Export(_ context.Context, req ptraceotlp.ExportRequest) (pt
 
 // serveHTTP is OTLP/HTTP: the request's encoding is the answer's.
 func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "OTLP traces are POSTed", http.StatusMethodNotAllowed)
-		return
-	}
 	ct, _, _ := strings.Cut(req.Header.Get("Content-Type"), ";")
 	ct = strings.TrimSpace(strings.ToLower(ct))
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httpStatus(w, ct, http.StatusMethodNotAllowed, "OTLP traces are POSTed")
+		return
+	}
 	if ct != "application/x-protobuf" && ct != "application/json" {
-		http.Error(w, fmt.Sprintf("content type %q: want application/x-protobuf or application/json", ct), http.StatusUnsupportedMediaType)
+		httpStatus(w, ct, http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want application/x-protobuf or application/json", ct))
 		return
 	}
 	var body io.Reader = http.MaxBytesReader(w, req.Body, MaxRequestBytes)
@@ -164,20 +167,24 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	case "gzip":
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			http.Error(w, "gzip body: "+err.Error(), http.StatusBadRequest)
+			httpStatus(w, ct, http.StatusBadRequest, "gzip body: "+err.Error())
 			return
 		}
 		body = io.LimitReader(zr, MaxRequestBytes+1)
 	default:
-		http.Error(w, fmt.Sprintf("content encoding %q: want gzip or none", enc), http.StatusUnsupportedMediaType)
+		httpStatus(w, ct, http.StatusUnsupportedMediaType, fmt.Sprintf("content encoding %q: want gzip or none", enc))
 		return
 	}
 	raw, err := io.ReadAll(body)
-	if err == nil && len(raw) > MaxRequestBytes {
-		err = fmt.Errorf("body over MaxRequestBytes (%d)", MaxRequestBytes)
-	}
-	if err != nil {
-		http.Error(w, "reading the body: "+err.Error(), http.StatusRequestEntityTooLarge)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig), err == nil && len(raw) > MaxRequestBytes:
+		httpStatus(w, ct, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over MaxRequestBytes (%d)", MaxRequestBytes))
+		return
+	case err != nil:
+		// A gzip stream cut or corrupt, a body cut: data that cannot
+		// be decoded, not too much of it.
+		httpStatus(w, ct, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
 	ereq := ptraceotlp.NewExportRequest()
@@ -187,12 +194,12 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		err = ereq.UnmarshalProto(raw)
 	}
 	if err != nil {
-		http.Error(w, "not an OTLP trace export: "+err.Error(), http.StatusBadRequest)
+		httpStatus(w, ct, http.StatusBadRequest, "not an OTLP trace export: "+err.Error())
 		return
 	}
 	if err := r.asm.Consume(ereq.Traces(), time.Now()); err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		httpStatus(w, ct, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	resp := ptraceotlp.NewExportResponse()
@@ -203,9 +210,46 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		out, err = resp.MarshalProto()
 	}
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		httpStatus(w, ct, http.StatusInternalServerError, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", ct)
 	w.Write(out)
+}
+
+// httpStatus answers an OTLP/HTTP request that failed: the body is a
+// google.rpc.Status, as OTLP/HTTP wants, in the request's encoding (JSON for
+// a JSON request, protobuf otherwise).
+func httpStatus(w http.ResponseWriter, ct string, code int, msg string) {
+	st := &spb.Status{Code: int32(grpcCode(code)), Message: msg}
+	var out []byte
+	var err error
+	if ct == "application/json" {
+		out, err = protojson.Marshal(st)
+	} else {
+		ct = "application/x-protobuf"
+		out, err = proto.Marshal(st)
+	}
+	if err != nil { // a Status always marshals; never leave the answer empty
+		http.Error(w, msg, code)
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(code)
+	w.Write(out)
+}
+
+// grpcCode is the gRPC code of an OTLP/HTTP status, for the Status body.
+func grpcCode(httpCode int) codes.Code {
+	switch httpCode {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusRequestEntityTooLarge:
+		return codes.ResourceExhausted
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable
+	case http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
+		return codes.Unimplemented
+	}
+	return codes.Internal
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,10 +19,13 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
@@ -124,8 +129,28 @@ func post(t *testing.T, addr, contentType, encoding string, body []byte) *http.R
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
 	return resp
+}
+
+// statusOf decodes a failed answer's google.rpc.Status in the encoding its
+// Content-Type names.
+func statusOf(resp *http.Response) (*spb.Status, error) {
+	b, _ := io.ReadAll(resp.Body)
+	st := &spb.Status{}
+	switch ct := resp.Header.Get("Content-Type"); ct {
+	case "application/json":
+		return st, protojson.Unmarshal(b, st)
+	case "application/x-protobuf":
+		return st, proto.Unmarshal(b, st)
+	default:
+		return nil, fmt.Errorf("Content-Type %q", ct)
+	}
 }
 
 // TestReceiverRefusesBadInput: what is not an OTLP export gets the HTTP
@@ -143,11 +168,21 @@ func TestReceiverRefusesBadInput(t *testing.T) {
 		{"garbage protobuf", "application/x-protobuf", "", []byte{0xff, 0xff, 0xff, 0x0f}, http.StatusBadRequest},
 		{"garbage JSON", "application/json", "", []byte(`{"resourceSpans": 7}`), http.StatusBadRequest},
 		{"not gzip", "application/json", "gzip", []byte("{}"), http.StatusBadRequest},
+		{"gzip cut short", "application/x-protobuf", "gzip", gzipped(huge)[:200], http.StatusBadRequest},
+		{"gzip corrupt", "application/json", "gzip", corrupt(gzipped([]byte("{}"))), http.StatusBadRequest},
 		{"over MaxRequestBytes", "application/x-protobuf", "", huge, http.StatusRequestEntityTooLarge},
 		{"over MaxRequestBytes once unzipped", "application/x-protobuf", "gzip", gzipped(huge), http.StatusRequestEntityTooLarge},
 	} {
-		if resp := post(t, r.HTTPAddr(), tc.contentType, tc.encoding, tc.body); resp.StatusCode != tc.want {
+		resp := post(t, r.HTTPAddr(), tc.contentType, tc.encoding, tc.body)
+		if resp.StatusCode != tc.want {
 			t.Errorf("%s: %s, want %d", tc.name, resp.Status, tc.want)
+		}
+		// OTLP/HTTP: the body is a google.rpc.Status in the request's
+		// encoding (protobuf when it named neither).
+		if st, err := statusOf(resp); err != nil || st.GetMessage() == "" {
+			t.Errorf("%s: the answer's body is no Status: %v %v", tc.name, st, err)
+		} else if want := tc.contentType; want == "application/json" && resp.Header.Get("Content-Type") != want {
+			t.Errorf("%s: a JSON request answered in %s", tc.name, resp.Header.Get("Content-Type"))
 		}
 	}
 	resp, err := http.Get("http://" + r.HTTPAddr() + otlp.TracesPath)
@@ -225,4 +260,11 @@ func TestBackpressure(t *testing.T) {
 	if !strings.Contains(otlp.ErrFull.Error(), "MaxBufferedSpans") {
 		t.Errorf("ErrFull does not name its limit: %v", otlp.ErrFull)
 	}
+}
+
+// corrupt flips a byte in the middle of b's deflate data.
+func corrupt(b []byte) []byte {
+	b = bytes.Clone(b)
+	b[12] ^= 0xff
+	return b
 }
