@@ -385,7 +385,8 @@ func (s *Sink) deliver(b *batch) {
 
 // spoolPut writes b to the spool. When the spool is full it drains the head
 // into the server first, waiting as long as that takes, except while
-// closing: then the bound gives way, so that a shutdown loses nothing. A
+// closing or once the shutdown budget hurries: then the bound gives way, so
+// that a shutdown loses nothing. A
 // disk that fails is retried until Close's deadline; past it the rows are
 // counted lost (Report.Lost), the one way a row is lost.
 func (s *Sink) spoolPut(b *batch) {
@@ -398,7 +399,10 @@ func (s *Sink) spoolPut(b *batch) {
 			return
 		}
 		if errors.Is(err, errSpoolFull) {
-			if s.closing.Load() {
+			// Closing, or past the shutdown budget's hurry point (a
+			// producer blocked here never lets Close begin): the bound
+			// gives way, as nothing accepted may be lost.
+			if s.closing.Load() || s.hurry.Err() != nil {
 				s.sp.unbound()
 				continue
 			}

@@ -185,6 +185,43 @@ func TestSpoolFullIsBackPressure(t *testing.T) {
 	}
 }
 
+// TestShutdownWithFullSpoolKeepsItsDeadline: the server down, the spool
+// full and a producer blocked on it (back-pressure), a shutdown announced
+// with ShutdownBy (as analyze and the agent do on SIGTERM) releases the
+// producer, and Close returns by its deadline with every row spooled: the
+// bound gives way once the budget hurries, instead of waiting for a server
+// that is not coming while Close cannot begin.
+func TestShutdownWithFullSpoolKeepsItsDeadline(t *testing.T) {
+	srv := &fakeServer{down: true}
+	cfg := testConfig(t)
+	cfg.BatchRows, cfg.QueueBatches, cfg.MaxSpoolBytes = 1, 1, 1
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	produced := make(chan struct{})
+	go func() {
+		for i := range 10 {
+			s.StreamEvent(event(i))
+		}
+		close(produced)
+	}()
+	time.Sleep(100 * time.Millisecond) // the producer is blocked
+	deadline := time.Now().Add(time.Second)
+	s.ShutdownBy(deadline)
+	select {
+	case <-produced:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the producer is still blocked 2 s past the shutdown deadline")
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	r := s.Close(ctx)
+	if late := time.Since(deadline); late > 500*time.Millisecond {
+		t.Errorf("Close returned %v past its deadline", late)
+	}
+	if r.Lost != 0 || r.LeftRows != 10 {
+		t.Errorf("report %+v: want all 10 rows left in the spool, none lost", r)
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	srv := &fakeServer{}
