@@ -434,6 +434,12 @@ func (s *Sink) spoolPut(b *batch) {
 // unreadable and set aside) and the next can follow at once.
 func (s *Sink) replayHead() bool {
 	b, f, err := s.sp.head()
+	if errors.Is(err, errSpoolUnreadable) {
+		// Not set aside: back off and try it again.
+		s.noteErr(err)
+		s.log.Warn("clickhouse sink: cannot open the oldest spool file; trying again", "err", err)
+		return false
+	}
 	if err != nil {
 		s.m.corrupt.Add(context.Background(), 1)
 		s.corruptMu.Lock()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,37 @@ func TestOutageSpoolsAndReplaysInOrder(t *testing.T) {
 		if id != fmt.Sprintf("e%05d", i) {
 			t.Fatalf("row %d is %s: order not kept", i, id)
 		}
+	}
+}
+
+// TestSpoolFileNotOpenedIsTriedAgain: a spool file that cannot be opened for
+// a while (too many open files, an I/O hiccup) is not set aside as corrupt:
+// it is replayed once it opens, in order, and nothing is reported corrupt.
+func TestSpoolFileNotOpenedIsTriedAgain(t *testing.T) {
+	var fail atomic.Int32
+	fail.Store(3)
+	openSpoolFile = func(path string) (*os.File, error) {
+		if fail.Add(-1) >= 0 {
+			return nil, syscall.EMFILE
+		}
+		return os.Open(path)
+	}
+	t.Cleanup(func() { openSpoolFile = os.Open })
+	srv := &fakeServer{down: true}
+	cfg := testConfig(t)
+	cfg.BatchRows = 10
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	for i := range 20 {
+		s.StreamEvent(event(i))
+	}
+	waitFor(t, func() bool { return s.sp.stats().rows == 20 })
+	srv.setDown(false)
+	r := s.Close(context.Background())
+	if got := srv.ids(); len(got) != 20 || len(r.CorruptFiles) != 0 || r.LeftRows != 0 {
+		t.Fatalf("%d rows delivered, report %+v: want all 20, none set aside", len(got), r)
+	}
+	if fail.Load() >= 0 {
+		t.Fatal("the spool file never failed to open: the test tested nothing")
 	}
 }
 

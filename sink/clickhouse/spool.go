@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -349,9 +350,16 @@ func readMagic(r io.Reader) error {
 	return nil
 }
 
+// openSpoolFile opens a spool file to read it back (a test seam).
+var openSpoolFile = os.Open
+
+// errSpoolUnreadable: a spool file could not be opened (too many open
+// files, a transient I/O error): it stays where it is, to be tried again.
+var errSpoolUnreadable = errors.New("spool file not opened")
+
 // head returns the oldest batch without removing it; nil when empty. A file
-// that cannot be read back is renamed *.corrupt (kept for a human) and
-// reported; the next one is returned.
+// that opens but does not decode is renamed *.corrupt (kept for a human) and
+// reported; one that does not open is left in place (errSpoolUnreadable).
 func (s *spool) head() (*batch, spoolFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -360,6 +368,9 @@ func (s *spool) head() (*batch, spoolFile, error) {
 	}
 	f := s.files[0]
 	b, err := readSpoolFile(f.path)
+	if errors.Is(err, errSpoolUnreadable) {
+		return nil, f, err
+	}
 	if err != nil {
 		// Set aside in the shared directory, where a human looks first,
 		// so that the run directory can go.
@@ -368,21 +379,25 @@ func (s *spool) head() (*batch, spoolFile, error) {
 			aside = f.path
 		}
 		s.dropHeadLocked()
+		name := filepath.Base(f.path)
 		f.path = aside
-		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s)", filepath.Base(f.path), err, aside)
+		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s)", name, err, aside)
 	}
 	return b, f, nil
 }
 
 func readSpoolFile(path string) (*batch, error) {
-	fh, err := os.Open(path)
+	fh, err := openSpoolFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err // gone: nothing to try again
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errSpoolUnreadable, err)
 	}
 	defer fh.Close()
 	st, err := fh.Stat()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errSpoolUnreadable, err)
 	}
 	return decodeSpool(bufio.NewReaderSize(fh, 1<<16), st.Size())
 }
