@@ -1,8 +1,13 @@
 package otlp_test
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/replaywatch/replaywatch/capture/otlp"
 	"github.com/replaywatch/replaywatch/decode"
@@ -69,5 +74,50 @@ func TestEarlyReleasesCostOnlyWhatArrivesOlder(t *testing.T) {
 				t.Errorf("%d older observations, stats %+v: want some, early releases, Late %d, LateAfterEarlyRelease %d", older, s, older, wantHits)
 			}
 		})
+	}
+}
+
+// TestSettlingSpansHoldBoundedBytes: spans whose attributes an exporter
+// made huge (4 MiB each: a path, a user agent, a session id) are held while
+// their trace settles by the bytes the reader keeps, every kept string
+// bounded as ids are (decode.MaxIDBytes), not by the attributes' size.
+func TestSettlingSpansHoldBoundedBytes(t *testing.T) {
+	cfg := otlp.DefaultConfig()
+	cfg.SettleDelay = time.Hour // nothing settles: every span stays buffered
+	asm := otlp.NewAssembler(cfg, []byte("assemble-test-key"), func(*decode.Observation) {})
+	huge := strings.Repeat("x", 4<<20)
+	const spans = 32
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	now := time.Now()
+	for i := range spans {
+		td := ptrace.NewTraces()
+		sp := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID{byte(i + 1)})
+		sp.SetSpanID(pcommon.SpanID{byte(i + 1)})
+		sp.SetKind(ptrace.SpanKindClient)
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Millisecond)))
+		a := sp.Attributes()
+		a.PutStr("http.request.method", "POST")
+		a.PutStr("url.full", "http://mcp.example:8080/"+huge)
+		a.PutStr("user_agent.original", huge)
+		a.PutEmptySlice("http.request.header.mcp-session-id").AppendEmpty().SetStr(huge)
+		a.PutInt("http.response.status_code", 200)
+		if err := asm.Consume(td, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(huge)
+	if st := asm.Stats(); st.Buffered != spans || st.IgnoredSpans != 0 {
+		t.Fatalf("stats %+v: want %d HTTP spans held, none ignored (the test built no span the reader keeps)", st, spans)
+	}
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d spans with 3 x 4 MiB attributes: %d KiB held", spans, held>>10)
+	if held > 16<<20 { // unbounded: 32 x 12 MiB
+		t.Errorf("%d spans hold %d MiB while they settle; want their kept strings bounded", spans, held>>20)
 	}
 }

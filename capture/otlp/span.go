@@ -171,8 +171,8 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 		server: sp.Kind() == ptrace.SpanKindServer,
 		start:  sp.StartTimestamp().AsTime(), end: sp.EndTimestamp().AsTime(),
 		statusErr: sp.Status().Code() == ptrace.StatusCodeError,
-		method:    strings.ToUpper(str(attrs, attrMethod)),
-		userAgent: str(attrs, attrUserAgent),
+		method:    strings.ToUpper(keptStr(attrs, attrMethod)),
+		userAgent: keptStr(attrs, attrUserAgent),
 		status:    int(num(attrs, attrStatus)),
 	}
 	if h.end.Before(h.start) {
@@ -229,6 +229,7 @@ func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map) {
 	if h.path == "" {
 		h.path = "/"
 	}
+	h.path, host = decode.BoundID(h.path), decode.BoundID(host)
 	h.host = host
 	if port != 0 && host != "" {
 		h.host = host + ":" + strconv.Itoa(port)
@@ -247,9 +248,9 @@ func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map) {
 // rpcOf reads the MCP request attributes.
 func (r *reader) rpcOf(attrs pcommon.Map, key spanKey) rpcRequest {
 	rq := rpcRequest{
-		method: str(attrs, attrMCPMethod), id: str(attrs, attrRequestID), tool: str(attrs, attrToolName),
-		protocol:   str(attrs, attrMCPProtocol),
-		clientInfo: str(attrs, attrClientInfo), progressToken: str(attrs, attrProgressTok),
+		method: keptStr(attrs, attrMCPMethod), id: keptStr(attrs, attrRequestID), tool: keptStr(attrs, attrToolName),
+		protocol:   keptStr(attrs, attrMCPProtocol),
+		clientInfo: keptStr(attrs, attrClientInfo), progressToken: keptStr(attrs, attrProgressTok),
 	}
 	switch {
 	case str(attrs, attrParamsHash) != "":
@@ -271,8 +272,9 @@ func (r *reader) readEvents(h *httpSpan, evs ptrace.SpanEventSlice) {
 		a := ev.Attributes()
 		switch ev.Name() {
 		case eventSSE:
-			e := sseEvent{at: ev.Timestamp().AsTime(), typ: str(a, attrEventType), size: int(num(a, attrEventSize))}
+			e := sseEvent{at: ev.Timestamp().AsTime(), typ: keptStr(a, attrEventType), size: int(num(a, attrEventSize))}
 			e.id, e.hasID = strOK(a, attrEventID)
+			e.id = decode.BoundID(e.id)
 			if v, ok := a.Get(attrEventDone); ok && v.Type() == pcommon.ValueTypeBool && !v.Bool() {
 				e.partial = true
 			}
@@ -282,7 +284,7 @@ func (r *reader) readEvents(h *httpSpan, evs ptrace.SpanEventSlice) {
 			e.msg, e.hasMsg = messageOf(a)
 			h.events = append(h.events, e)
 		case eventSSEEnd:
-			h.endHow, h.endAt = str(a, attrEndHow), ev.Timestamp().AsTime()
+			h.endHow, h.endAt = keptStr(a, attrEndHow), ev.Timestamp().AsTime()
 			if v, ok := a.Get(attrClientClosed); ok && v.Bool() {
 				h.cliClosed = true
 			}
@@ -309,7 +311,7 @@ func messageOf(a pcommon.Map) (decode.Message, bool) {
 	default:
 		return m, false
 	}
-	m.ID, m.Method = str(a, attrRequestID), str(a, attrMCPMethod)
+	m.ID, m.Method = keptStr(a, attrRequestID), keptStr(a, attrMCPMethod)
 	if m.Type == decode.MsgError {
 		m.ErrorCode = int(num(a, attrRPCStatus))
 		if v, ok := a.Get(attrUnknownSess); ok && v.Bool() {
@@ -341,7 +343,7 @@ func toolMarks(a pcommon.Map) string {
 		}
 		for i := 0; i < v.Slice().Len() && n < decode.MaxAnnotatedTools; i++ {
 			b.WriteByte(f.mark)
-			b.WriteString(v.Slice().At(i).AsString())
+			b.WriteString(decode.BoundID(v.Slice().At(i).AsString()))
 			b.WriteByte('\n')
 			n++
 		}
@@ -362,6 +364,12 @@ func links(sp ptrace.Span) []spanKey {
 }
 
 // str reads a string attribute (any scalar as text).
+// keptStr is str for a value a buffered span keeps: bounded as the packet
+// path bounds ids (decode.BoundID: at most MaxIDBytes whole, else a short
+// form), so that a settling trace holds a bounded number of bytes however
+// long the attributes an exporter sends.
+func keptStr(a pcommon.Map, k string) string { return decode.BoundID(str(a, k)) }
+
 func str(a pcommon.Map, k string) string {
 	s, _ := strOK(a, k)
 	return s
@@ -421,9 +429,9 @@ func header(a pcommon.Map, k string) (string, bool) {
 		if s.Len() == 0 {
 			return "", false
 		}
-		return s.At(0).AsString(), true
+		return decode.BoundID(s.At(0).AsString()), true
 	}
-	return v.AsString(), true
+	return decode.BoundID(v.AsString()), true
 }
 
 // addrOf is host:port as an address: the IP when host is one, else a
