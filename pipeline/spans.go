@@ -253,7 +253,10 @@ func readSpanFile(ctx context.Context, path string, asm *otlp.Assembler) (int, e
 			return n, fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", path, line, err)
 		}
 		clock = later(clock, newestEnd(td))
-		for asm.Consume(td, clock) != nil {
+		for {
+			if _, err := asm.Consume(td, clock); err == nil {
+				break
+			}
 			// Full: let the oldest traces settle, as a receiver's
 			// exporter would wait and retry.
 			asm.Advance(clock.Add(otlp.DefaultSettleDelay + time.Hour))

@@ -67,7 +67,7 @@ func BenchmarkSpanAssembly(b *testing.B) {
 				asm = otlp.NewAssembler(cfg, nil, det.Observe)
 			}
 			for _, td := range copies[i%len(copies)] {
-				if err := asm.Consume(td, now); err != nil {
+				if _, err := asm.Consume(td, now); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -90,7 +90,7 @@ func BenchmarkSpanAssembly(b *testing.B) {
 			asm := otlp.NewAssembler(cfg, nil, func(*decode.Observation) {})
 			before := heapInUse()
 			for _, td := range copies {
-				if err := asm.Consume(td, time.Now()); err != nil {
+				if _, err := asm.Consume(td, time.Now()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -27,6 +27,7 @@ type Stats struct {
 	NestedSpans  uint64 // HTTP spans under another HTTP span of the same trace: another hop of an exchange already counted
 	IgnoredSpans uint64 // spans neither HTTP nor MCP
 	Duplicates   uint64 // spans received again (an exporter's retry), dropped
+	Invalid      uint64 // spans without a trace or span id (OTLP requires both), rejected
 	Refused      uint64 // spans of exports refused because the buffer was full
 	Late         uint64 // observations that arrived after newer ones were released
 	EarlyRelease uint64 // observations released before the reorder window (MaxBufferedObservations)
@@ -127,14 +128,17 @@ func NewAssembler(cfg Config, key []byte, out func(*decode.Observation)) *Assemb
 }
 
 // Consume buffers the spans of one export. It refuses the whole export
-// (ErrFull) rather than part of it: the exporter retries it whole.
-func (a *Assembler) Consume(td ptrace.Traces, now time.Time) error {
+// (ErrFull) rather than part of it: the exporter retries it whole. Spans
+// without a trace or span id, which OTLP requires, are rejected (counted,
+// never buffered, and never taken for one another as duplicates): rejected
+// says how many, for the export's partial success.
+func (a *Assembler) Consume(td ptrace.Traces, now time.Time) (rejected int, err error) {
 	n := td.SpanCount()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.buffered > 0 && a.buffered+n > a.cfg.MaxBufferedSpans {
 		a.stats.Refused += uint64(n)
-		return ErrFull
+		return 0, ErrFull
 	}
 	a.stats.Spans += uint64(n)
 	rss := td.ResourceSpans()
@@ -145,11 +149,16 @@ func (a *Assembler) Consume(td ptrace.Traces, now time.Time) error {
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
-				a.add(res, spans.At(k), now)
+				if sp := spans.At(k); sp.TraceID().IsEmpty() || sp.SpanID().IsEmpty() {
+					a.stats.Invalid++
+					rejected++
+				} else {
+					a.add(res, sp, now)
+				}
 			}
 		}
 	}
-	return nil
+	return rejected, nil
 }
 
 func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {

@@ -39,7 +39,7 @@ func TestEarlyReleasesCostOnlyWhatArrivesOlder(t *testing.T) {
 			now := time.Now()
 			first := emitterTraces(t, "csharp.json")
 			cut := spanproj.Start(first)
-			if err := asm.Consume(first, now); err != nil {
+			if _, err := asm.Consume(first, now); err != nil {
 				t.Fatal(err)
 			}
 			if tc.quiet {
@@ -49,7 +49,7 @@ func TestEarlyReleasesCostOnlyWhatArrivesOlder(t *testing.T) {
 				}
 			}
 			// Another client's exchanges, an hour older, arrive now.
-			if err := asm.Consume(spanproj.Shift(emitterTraces(t, "otelhttp.json"), -time.Hour), now); err != nil {
+			if _, err := asm.Consume(spanproj.Shift(emitterTraces(t, "otelhttp.json"), -time.Hour), now); err != nil {
 				t.Fatal(err)
 			}
 			asm.Advance(now.Add(2 * time.Second))
@@ -105,7 +105,7 @@ func TestSettlingSpansHoldBoundedBytes(t *testing.T) {
 		a.PutStr("user_agent.original", huge)
 		a.PutEmptySlice("http.request.header.mcp-session-id").AppendEmpty().SetStr(huge)
 		a.PutInt("http.response.status_code", 200)
-		if err := asm.Consume(td, now); err != nil {
+		if _, err := asm.Consume(td, now); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -52,7 +52,7 @@ func TestEmptyBodyHidesNothing(t *testing.T) {
 					end = o.End
 				}
 			})
-			if err := asm.Consume(td, start.Add(time.Second)); err != nil {
+			if _, err := asm.Consume(td, start.Add(time.Second)); err != nil {
 				t.Fatal(err)
 			}
 			asm.Flush()

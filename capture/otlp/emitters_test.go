@@ -94,7 +94,7 @@ func TestEmitterShapes(t *testing.T) {
 			}
 			var obs []*decode.Observation
 			asm := otlp.NewAssembler(otlp.DefaultConfig(), []byte("emitters-test-key"), func(o *decode.Observation) { obs = append(obs, o) })
-			if err := asm.Consume(td, time.Now()); err != nil {
+			if _, err := asm.Consume(td, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			asm.Flush()

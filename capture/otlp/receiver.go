@@ -138,14 +138,27 @@ type grpcTraces struct {
 // UNAVAILABLE with a retry delay: OTLP's retryable answer, so the exporter
 // keeps the data and sends it again.
 func (g *grpcTraces) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
-	if err := g.r.asm.Consume(req.Traces(), time.Now()); err != nil {
+	rejected, err := g.r.asm.Consume(req.Traces(), time.Now())
+	if err != nil {
 		st := status.New(codes.Unavailable, err.Error())
 		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(RetryAfter)}); derr == nil {
 			st = d
 		}
 		return ptraceotlp.NewExportResponse(), st.Err()
 	}
-	return ptraceotlp.NewExportResponse(), nil
+	return exportResponse(rejected), nil
+}
+
+// exportResponse is a successful export's answer: a partial success when
+// some spans were rejected (without a trace or span id), as OTLP wants.
+func exportResponse(rejected int) ptraceotlp.ExportResponse {
+	resp := ptraceotlp.NewExportResponse()
+	if rejected > 0 {
+		ps := resp.PartialSuccess()
+		ps.SetRejectedSpans(int64(rejected))
+		ps.SetErrorMessage(fmt.Sprintf("%d span(s) without a trace id or span id rejected", rejected))
+	}
+	return resp
 }
 
 // serveHTTP is OTLP/HTTP: the request's encoding is the answer's.
@@ -197,12 +210,13 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		httpStatus(w, ct, http.StatusBadRequest, "not an OTLP trace export: "+err.Error())
 		return
 	}
-	if err := r.asm.Consume(ereq.Traces(), time.Now()); err != nil {
+	rejected, err := r.asm.Consume(ereq.Traces(), time.Now())
+	if err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
 		httpStatus(w, ct, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	resp := ptraceotlp.NewExportResponse()
+	resp := exportResponse(rejected)
 	var out []byte
 	if ct == "application/json" {
 		out, err = resp.MarshalJSON()

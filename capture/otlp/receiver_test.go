@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -267,4 +268,51 @@ func corrupt(b []byte) []byte {
 	b = bytes.Clone(b)
 	b[12] ^= 0xff
 	return b
+}
+
+// TestSpansWithoutIDsAreRejected: spans without a trace or span id, which
+// OTLP requires, are rejected in the answer's partial success (HTTP and
+// gRPC), never buffered, and never taken for one another as duplicates; the
+// valid span of the same export is taken.
+func TestSpansWithoutIDsAreRejected(t *testing.T) {
+	r, asm := listen(t, otlp.DefaultConfig())
+	export := func() ptrace.Traces {
+		td := ptrace.NewTraces()
+		spans := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty().Spans()
+		for i, ids := range []struct {
+			trace pcommon.TraceID
+			span  pcommon.SpanID
+		}{{}, {trace: pcommon.TraceID{1}}, {trace: pcommon.TraceID{2}, span: pcommon.SpanID{2}}} {
+			sp := spans.AppendEmpty()
+			sp.SetName(fmt.Sprint("span ", i))
+			sp.SetTraceID(ids.trace)
+			sp.SetSpanID(ids.span)
+		}
+		return td
+	}
+	body, err := ptraceotlp.NewExportRequestFromTraces(export()).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := post(t, r.HTTPAddr(), "application/x-protobuf", "", body)
+	answer := ptraceotlp.NewExportResponse()
+	b, _ := io.ReadAll(resp.Body)
+	if err := answer.UnmarshalProto(b); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP: %s, %v", resp.Status, err)
+	}
+	if got := answer.PartialSuccess().RejectedSpans(); got != 2 {
+		t.Errorf("HTTP: partial success rejects %d spans, want 2", got)
+	}
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ganswer, err := ptraceotlp.NewGRPCClient(conn).Export(context.Background(), ptraceotlp.NewExportRequestFromTraces(export()))
+	if err != nil || ganswer.PartialSuccess().RejectedSpans() != 2 {
+		t.Errorf("gRPC: %v, partial success rejects %d spans, want 2", err, ganswer.PartialSuccess().RejectedSpans())
+	}
+	if st := asm.Stats(); st.Invalid != 4 || st.Duplicates != 1 || st.Buffered != 1 {
+		t.Errorf("stats %+v: want 4 invalid, the valid span once buffered and once a duplicate", st)
+	}
 }

@@ -316,7 +316,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			for _, r := range []struct {
 				result string
 				n      uint64
-			}{{"http", s.HTTPSpans}, {"mcp", s.MCPSpans}, {"nested", s.NestedSpans}, {"ignored", s.IgnoredSpans}, {"duplicate", s.Duplicates}, {"refused", s.Refused}} {
+			}{{"http", s.HTTPSpans}, {"mcp", s.MCPSpans}, {"nested", s.NestedSpans}, {"ignored", s.IgnoredSpans}, {"duplicate", s.Duplicates}, {"invalid", s.Invalid}, {"refused", s.Refused}} {
 				o.ObserveInt64(spans, u64(r.n), attrs(attribute.String("result", r.result)))
 			}
 			o.ObserveInt64(spanObs, u64(s.Observations-s.Late-s.EarlyRelease), attrs(attribute.String("delivery", "in_order")))
