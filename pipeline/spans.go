@@ -153,6 +153,9 @@ func (s *Spans) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		err = s.recv.Close(ctx)
+		// An export still being read past ctx must be refused, not
+		// acknowledged after the flush below and lost.
+		s.asm.Stop()
 		close(s.clockStop)
 		<-s.clockDone
 		s.mu.Lock()

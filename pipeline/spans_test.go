@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 
 	"github.com/replaywatch/replaywatch/capture/otlp"
@@ -379,5 +383,52 @@ func TestSpanFilesStoppedReportWhatWasRead(t *testing.T) {
 	}
 	if !slices.ContainsFunc(s.Errors, func(e string) bool { return strings.Contains(e, context.Canceled.Error()) }) {
 		t.Errorf("the summary's errors %q do not say the run was stopped", s.Errors)
+	}
+}
+
+// TestSpansCloseAcknowledgesNothingItLoses: an OTLP/HTTP export whose body
+// is still arriving when Close's deadline passes is not answered 200 after
+// the buffer was flushed (its spans would never reach the detector): it is
+// refused as retryable, or its connection closed, so the exporter sends it
+// again.
+func TestSpansCloseAcknowledgesNothingItLoses(t *testing.T) {
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+	cfg.OTLP.HTTPAddr = "127.0.0.1:0"
+	s, err := NewSpans(cfg, jsonl.New(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", s.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: %d\r\n\r\n", otlp.TracesPath, len(body))
+	half := len(body) / 2
+	if _, err := conn.Write(body[:half]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the handler is reading the body
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	s.Close(ctx) // the deadline passes with the export half read
+	conn.Write(body[half:])
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		t.Fatalf("the export was answered 200 after Close flushed the buffer: %d spans held, never judged", s.AssemblerStats().Buffered)
+	}
+	if err == nil {
+		t.Logf("answered %s", resp.Status)
+	} else {
+		t.Logf("connection closed: %v", err)
 	}
 }

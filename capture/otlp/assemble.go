@@ -19,6 +19,11 @@ import (
 // receiver answers it with the OTLP retryable status.
 var ErrFull = errors.New("otlp: span buffer full (MaxBufferedSpans); retry later")
 
+// ErrClosed refuses an export that arrives once the assembler was stopped:
+// its spans could no longer reach the detector, so the exporter is told to
+// send them again (to this agent restarted, or another).
+var ErrClosed = errors.New("otlp: receiver shutting down; retry later")
+
 // Stats counts what the assembler did. Safe to read through Assembler.Stats.
 type Stats struct {
 	Spans        uint64 // spans received
@@ -107,6 +112,7 @@ type Assembler struct {
 	buffered int
 	seen     recentSpans
 	stats    Stats
+	stopped  bool // Stop: every later export is refused (ErrClosed)
 
 	// Owned by the caller of Advance and Flush; counts reach stats at the
 	// end of each (publish).
@@ -127,6 +133,15 @@ func NewAssembler(cfg Config, key []byte, out func(*decode.Observation)) *Assemb
 	return &Assembler{cfg: cfg, out: out, rd: reader{pk: &decode.Peeker{HashKey: key}}, traces: map[pcommon.TraceID]*traceBuf{}}
 }
 
+// Stop refuses every export from now on (ErrClosed, which receivers answer
+// as retryable). An export consumed before Stop returns is in the buffer,
+// for the caller's Flush; one after it was never acknowledged.
+func (a *Assembler) Stop() {
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+}
+
 // Consume buffers the spans of one export. It refuses the whole export
 // (ErrFull) rather than part of it: the exporter retries it whole. Spans
 // without a trace or span id, which OTLP requires, are rejected (counted,
@@ -136,6 +151,10 @@ func (a *Assembler) Consume(td ptrace.Traces, now time.Time) (rejected int, err 
 	n := td.SpanCount()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.stopped {
+		a.stats.Refused += uint64(n)
+		return 0, ErrClosed
+	}
 	if a.buffered > 0 && a.buffered+n > a.cfg.MaxBufferedSpans {
 		a.stats.Refused += uint64(n)
 		return 0, ErrFull

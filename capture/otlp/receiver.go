@@ -104,12 +104,16 @@ func (r *Receiver) Serve() {
 }
 
 // Close stops accepting exports and waits, until ctx ends, for the
-// exports being answered.
+// exports being answered; past ctx it closes the connections still open.
+// Handlers may still run after that (a body still arriving): the caller
+// stops the assembler before flushing it, so that none is acknowledged and
+// then lost.
 func (r *Receiver) Close(ctx context.Context) error {
 	var errs []error
 	if r.httpSrv != nil {
 		if err := r.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
+			r.httpSrv.Close()
 		}
 	}
 	if r.grpcSrv != nil {
