@@ -270,6 +270,15 @@ func (s *spool) put(b *batch) error {
 	tmp := path + ".tmp"
 	size, err := writeSpoolFile(tmp, b)
 	if err == nil {
+		s.mu.Lock()
+		full = s.bytes > 0 && s.bytes+size > s.maxBytes
+		s.mu.Unlock()
+		if full {
+			// The file came out larger than the batch's estimate (gob's
+			// lengths and times): the bound holds on what is on disk.
+			os.Remove(tmp)
+			return errSpoolFull
+		}
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,46 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	}
 	if b, _, _ := sp.head(); b.column(2).([]string)[0] != "C" {
 		t.Fatal("wrong head")
+	}
+}
+
+// TestSpoolBoundIsOnDiskBytes: the bound holds on the bytes the files take,
+// not on the batches' estimates (a stream_events file is about 1.6 times its
+// estimate: gob's lengths and times), and a batch refused leaves no file.
+func TestSpoolBoundIsOnDiskBytes(t *testing.T) {
+	const bound = 8000
+	sp, err := openSpool(t.TempDir(), bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts := 0
+	for ; puts < 10; puts++ {
+		b := newBatch(streamEventsTable, SchemaVersion, 100)
+		for i := range 100 {
+			appendStreamEvent(b, event(i), "", "")
+		}
+		if err := sp.put(b); errors.Is(err, errSpoolFull) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := sp.stats()
+	if st.bytes > bound || puts == 0 {
+		t.Errorf("%d batches put, the spool holds %d bytes: bound %d", puts, st.bytes, bound)
+	}
+	ents, err := os.ReadDir(sp.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".batch") || strings.HasSuffix(e.Name(), ".tmp") {
+			files++
+		}
+	}
+	if files != st.batches {
+		t.Errorf("%d files in the run directory for %d batches: a refused batch left one behind", files, st.batches)
 	}
 }
 
