@@ -414,6 +414,18 @@ func (s *Sink) spoolPut(b *batch) {
 			// The disk failed; keep trying, the rows stay in memory.
 			s.noteErr(err)
 			s.log.Error("clickhouse sink: cannot write spool", "err", err)
+			// The server may be back meanwhile: deliver what waits, the
+			// spool's head first (order is kept), then b itself, which
+			// also frees the disk.
+			if s.sp.stats().batches > 0 {
+				if s.replayHead() {
+					continue
+				}
+			} else if s.insertWithRetry(b, 0) == nil {
+				s.written.Add(int64(b.rows))
+				s.m.addRows(b.table.name, "written", b.rows)
+				return
+			}
 			if by := s.closeBy.Load(); by != 0 && time.Now().UnixNano() >= by {
 				s.lost.Add(int64(b.rows))
 				s.m.addRows(b.table.name, "lost", b.rows)

@@ -165,6 +165,37 @@ func TestSpoolFileNotOpenedIsTriedAgain(t *testing.T) {
 	}
 }
 
+// TestSpoolDiskFailsThenServerBack: while the server is down the spool's
+// disk fails (full); when the server comes back the rows waiting in memory
+// and in the spool are delivered, in order, instead of the sender retrying
+// the disk until shutdown counts them lost.
+func TestSpoolDiskFailsThenServerBack(t *testing.T) {
+	srv := &fakeServer{down: true}
+	cfg := testConfig(t)
+	cfg.BatchRows = 1
+	s, _ := newSink(srv, SchemaVersion, cfg)
+	s.StreamEvent(event(0)) // spooled while the disk is fine
+	waitFor(t, func() bool { return s.sp.stats().batches == 1 })
+	createSpoolFile = func(string) (*os.File, error) { return nil, syscall.ENOSPC }
+	t.Cleanup(func() {
+		createSpoolFile = func(path string) (*os.File, error) {
+			return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		}
+	})
+	s.StreamEvent(event(1)) // the spool's disk now fails
+	time.Sleep(100 * time.Millisecond)
+	srv.setDown(false)
+	waitFor(t, func() bool { return len(srv.ids()) == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if r := s.Close(ctx); r.Lost != 0 || r.LeftRows != 0 {
+		t.Errorf("report %+v: want both rows written, none lost or left", r)
+	}
+	if got := srv.ids(); len(got) != 2 || got[0] != "e00000" {
+		t.Errorf("delivered %v, want e00000 then e00001", got)
+	}
+}
+
 // TestRestartWithSpool: a run ends while the server is down; its rows stay
 // on disk and the next run (a new process: a new sink on the same
 // directory) sends them first.

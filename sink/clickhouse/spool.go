@@ -297,7 +297,7 @@ func (s *spool) put(b *batch) error {
 }
 
 func writeSpoolFile(path string, b *batch) (int64, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := createSpoolFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -359,8 +359,14 @@ func readMagic(r io.Reader) error {
 	return nil
 }
 
-// openSpoolFile opens a spool file to read it back (a test seam).
-var openSpoolFile = os.Open
+// openSpoolFile opens a spool file to read it back, createSpoolFile a new
+// one to write (test seams).
+var (
+	openSpoolFile   = os.Open
+	createSpoolFile = func(path string) (*os.File, error) {
+		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	}
+)
 
 // errSpoolUnreadable: a spool file could not be opened (too many open
 // files, a transient I/O error): it stays where it is, to be tried again.
