@@ -386,9 +386,9 @@ func (s *Sink) deliver(b *batch) {
 // spoolPut writes b to the spool. When the spool is full it drains the head
 // into the server first, waiting as long as that takes, except while
 // closing or once the shutdown budget hurries: then the bound gives way, so
-// that a shutdown loses nothing. A
-// disk that fails is retried until Close's deadline; past it the rows are
-// counted lost (Report.Lost), the one way a row is lost.
+// that a shutdown loses nothing. A disk that fails is retried until Close's
+// deadline, trying the server between tries (the spool's head first); past
+// it the rows are counted lost (Report.Lost), the one way a row is lost.
 func (s *Sink) spoolPut(b *batch) {
 	backoff := s.cfg.RetryBackoff
 	for {
