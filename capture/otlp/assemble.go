@@ -152,8 +152,7 @@ func (a *Assembler) Consume(td ptrace.Traces, now time.Time) (rejected int, err 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped {
-		a.stats.Refused += uint64(n)
-		return 0, ErrClosed
+		return 0, ErrClosed // not Refused: that counts the buffer's limit
 	}
 	if a.buffered > 0 && a.buffered+n > a.cfg.MaxBufferedSpans {
 		a.stats.Refused += uint64(n)
