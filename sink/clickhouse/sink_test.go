@@ -176,12 +176,9 @@ func TestSpoolDiskFailsThenServerBack(t *testing.T) {
 	s, _ := newSink(srv, SchemaVersion, cfg)
 	s.StreamEvent(event(0)) // spooled while the disk is fine
 	waitFor(t, func() bool { return s.sp.stats().batches == 1 })
+	create := createSpoolFile
+	t.Cleanup(func() { createSpoolFile = create })
 	createSpoolFile = func(string) (*os.File, error) { return nil, syscall.ENOSPC }
-	t.Cleanup(func() {
-		createSpoolFile = func(path string) (*os.File, error) {
-			return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		}
-	})
 	s.StreamEvent(event(1)) // the spool's disk now fails
 	time.Sleep(100 * time.Millisecond)
 	srv.setDown(false)
