@@ -195,6 +195,9 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replaywatch schema %s: %v\n", verb, err)
 		return exitError
 	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
 	if verb == "print" {
 		v, err := chsink.ParseVersion(*serverVersion)
 		if err != nil {
@@ -207,6 +210,9 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		d := chsink.Dialect{Version: v, Database: database, Cluster: c.connect.Cluster, RetentionDays: c.connect.RetentionDays}
+		if err := d.Validate(); err != nil { // as apply would refuse them
+			return fail(err)
+		}
 		for _, s := range d.Statements() {
 			fmt.Fprintf(stdout, "%s;\n\n", s)
 		}
@@ -231,7 +237,7 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 	d := conn.Dialect()
 	retention := "TTL"
 	if !d.HasTTL() {
-		retention = "daily partitions dropped by the sink"
+		retention = "daily partitions dropped by analyze at start and by the agent hourly"
 	}
 	if verb == "status" {
 		v, err := chsink.AppliedVersion(ctx, conn, d)

@@ -92,6 +92,8 @@ func TestBinary(t *testing.T) {
 		{name: "unknown command", args: []string{"frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
 		{name: "help on an unknown command", args: []string{"help", "frob"}, wantCode: 2, wantErr: []string{`unknown command "frob"`}},
 		{name: "help on version", args: []string{"help", "version"}, wantCode: 0, wantOut: []string{"replaywatch version"}},
+		{name: "schema print, bad cluster name", args: []string{"schema", "print", "--clickhouse-cluster", "a-b"}, wantCode: 2, wantErr: []string{`cluster name "a-b"`}},
+		{name: "schema print, extra arguments", args: []string{"schema", "print", "extra"}, wantCode: 2, wantErr: []string{"unexpected arguments"}},
 		{name: "negative shutdown timeout", args: []string{"analyze", "--shutdown-timeout", "-5s", samplePcap}, wantCode: 2, wantErr: []string{"--shutdown-timeout"}},
 	}
 	for _, tt := range tests {

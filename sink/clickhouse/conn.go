@@ -177,7 +177,7 @@ func openConn(ctx context.Context, o ConnectOptions, d *dialer) (*Conn, error) {
 		Version:  Version{Major: int(sv.Version.Major), Minor: int(sv.Version.Minor), Patch: int(sv.Version.Patch)},
 		Database: database, Cluster: o.Cluster, RetentionDays: o.RetentionDays,
 	}
-	if err := c.dialect.validate(); err != nil {
+	if err := c.dialect.Validate(); err != nil {
 		native.Close()
 		return nil, err
 	}

@@ -50,7 +50,7 @@ type Dialect struct {
 	// Distributed "<name>" sharded by session id.
 	Cluster string
 	// RetentionDays bounds how long rows are kept: a TTL where the server
-	// has it (19.6+), otherwise daily partitions dropped by the sink
+	// has it (19.6+), otherwise daily partitions dropped by analyze and the agent (DropExpiredPartitions)
 	// (DropExpiredPartitions). 0 keeps rows forever.
 	RetentionDays int
 }
@@ -140,9 +140,9 @@ func (d Dialect) sqlType(t colType) string {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// validate checks the names that go into DDL, where ClickHouse cannot bind
+// Validate checks the names that go into DDL, where ClickHouse cannot bind
 // parameters: they must be plain identifiers.
-func (d Dialect) validate() error {
+func (d Dialect) Validate() error {
 	if !identRE.MatchString(d.Database) {
 		return fmt.Errorf("database name %q: want letters, digits and _", d.Database)
 	}
@@ -267,7 +267,7 @@ type Applied struct {
 // every migration after the recorded one. It is safe to run again and from
 // several agents at once.
 func Apply(ctx context.Context, db Execer, d Dialect, target int, build string) ([]Applied, error) {
-	if err := d.validate(); err != nil {
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	if target == 0 {

@@ -299,7 +299,7 @@ func TestDialectRejectsUnsafeNames(t *testing.T) {
 	for _, d := range []Dialect{
 		{Database: "rw; DROP TABLE x"}, {Database: "rw`"}, {Database: ""}, {Database: "ok", Cluster: "a b"}, {Database: "ok", RetentionDays: -1},
 	} {
-		if err := d.validate(); err == nil {
+		if err := d.Validate(); err == nil {
 			t.Errorf("%+v: accepted", d)
 		}
 	}
