@@ -50,8 +50,8 @@ type Dialect struct {
 	// Distributed "<name>" sharded by session id.
 	Cluster string
 	// RetentionDays bounds how long rows are kept: a TTL where the server
-	// has it (19.6+), otherwise daily partitions dropped by analyze and the agent (DropExpiredPartitions)
-	// (DropExpiredPartitions). 0 keeps rows forever.
+	// has it (19.6+), otherwise daily partitions dropped by analyze and the
+	// agent (DropExpiredPartitions). 0 keeps rows forever.
 	RetentionDays int
 }
 
