@@ -266,6 +266,9 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	defer func() { stopServe(); <-served }()
 	log.Info("agent starting", "interfaces", cfg.live.Interfaces, "ports", cfg.live.Ports, "filter", cfg.live.Filter,
 		"listen", ln.Addr().String(), "node", cfg.clickhouse.sink.Node, "clickhouse", chsink.Redact(cfg.clickhouse.connect.DSN))
+	if cfg.capturesNothing() && (len(cfg.live.Ports) > 0 || cfg.live.Filter != "") {
+		log.Warn("--ports and --filter capture nothing with --interface none (spans only): ignored")
+	}
 
 	// Output: ClickHouse, or standard output.
 	var out detector.Sink

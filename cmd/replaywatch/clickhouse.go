@@ -58,6 +58,9 @@ func (c *clickhouseFlags) validateConnect() error {
 	if c.connect.RetentionDays < 0 {
 		return errors.New("--retention-days must not be negative")
 	}
+	if c.connect.DialTimeout <= 0 {
+		return errors.New("--clickhouse-dial-timeout must be positive")
+	}
 	return nil
 }
 
