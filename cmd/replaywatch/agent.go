@@ -220,6 +220,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Once the first signal came, a second one ends the process at once
+	// (the default disposition), as it does for analyze.
+	defer context.AfterFunc(ctx, stop)()
 	if err := agent(ctx, &cfg, stdout, stderr, log); err != nil {
 		var left errUndelivered
 		if errors.As(err, &left) {
@@ -235,6 +238,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 // agent runs until ctx is cancelled: capture -> decode -> detector -> out,
 // the same order as analyze, fed continuously.
 func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log *slog.Logger) error {
+	// The shutdown budget runs from the signal, whatever the agent is doing
+	// then (still dialling ClickHouse, say), or from the capture's own end.
+	// Its disarming is deferred first, so it runs last: after the metrics
+	// server and everything else have stopped.
+	sd := &shutdownClock{budget: cfg.shutdownTimeout, log: log}
+	defer sd.disarm()
+	defer context.AfterFunc(ctx, func() { sd.arm() })()
 	tel, err := telemetry.New(telemetry.Options{
 		Node: cfg.clickhouse.sink.Node, ServiceVersion: version(), PodName: os.Getenv("POD_NAME"), Namespace: os.Getenv("POD_NAMESPACE"),
 		ReadyConditions: []string{"capture", "output"}, Logger: log,
@@ -273,6 +283,7 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	// Output: ClickHouse, or standard output.
 	var out detector.Sink
 	var store *chsink.Sink
+	var jw *jsonl.Writer // JSON Lines on standard output
 	var flushOut func()
 	if cfg.clickhouse.enabled() {
 		cfg.clickhouse.sink.MeterProvider = tel.MeterProvider()
@@ -297,8 +308,8 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		out = s
 		cfg.decode.KeepToolArguments = cfg.clickhouse.sink.StoreArguments
 	} else if cfg.format == "json" {
-		w := jsonl.New(stdout)
-		out, flushOut = w, func() { w.Flush() }
+		jw = jsonl.New(stdout)
+		out, flushOut = jw, func() { jw.Flush() }
 	} else {
 		out = text.NewStream(stdout)
 	}
@@ -336,13 +347,8 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 	// Shut down in pipeline order (pipeline.Live.Close), then the sink,
 	// within the shutdown timeout: the sink gets what is left of it (less a
 	// tenth for the last words), sends what it can and spools the rest
-	// before then. The timer is the backstop of a stage that hangs.
-	shutdownBy := time.Now().Add(cfg.shutdownTimeout)
-	backstop := time.AfterFunc(cfg.shutdownTimeout, func() {
-		log.Error("shutdown took longer than --shutdown-timeout; exiting with what was flushed")
-		os.Exit(exitError)
-	})
-	defer backstop.Stop()
+	// before then.
+	shutdownBy := sd.arm()
 	tel.NotReady("capture", "stopping")
 	sinkBy := shutdownBy.Add(-cfg.shutdownTimeout / 10)
 	if store != nil {
@@ -354,6 +360,13 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		log.Warn("OTLP receiver stopped with exports unanswered", "err", err.Error())
 	}
 	beat.Stop()
+	if jw != nil {
+		// A write that failed (a closed pipe, a full disk) lost findings:
+		// say so, and exit non-zero, as analyze does.
+		if err := jw.Flush(); err != nil {
+			return fmt.Errorf("writing findings to standard output: %w", err)
+		}
+	}
 	var undelivered error
 	if store != nil {
 		closeCtx, cancel := context.WithDeadline(context.Background(), sinkBy)
@@ -514,5 +527,39 @@ func keepRetention(ctx context.Context, conn *chsink.Conn, log *slog.Logger) {
 			return
 		case <-time.After(retentionEvery):
 		}
+	}
+}
+
+// shutdownClock is the agent's shutdown budget: armed by the first signal
+// (or by the capture's end), it ends the process past --shutdown-timeout,
+// the backstop of a stage that hangs.
+type shutdownClock struct {
+	budget time.Duration
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	by    time.Time
+	timer *time.Timer
+}
+
+// arm starts the budget unless it runs already, and says when it ends.
+func (c *shutdownClock) arm() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer == nil {
+		c.by = time.Now().Add(c.budget)
+		c.timer = time.AfterFunc(c.budget, func() {
+			c.log.Error("shutdown took longer than --shutdown-timeout; exiting with what was flushed")
+			os.Exit(exitError)
+		})
+	}
+	return c.by
+}
+
+func (c *shutdownClock) disarm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
 	}
 }

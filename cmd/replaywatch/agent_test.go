@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
 	"github.com/replaywatch/replaywatch/test/chtest"
 	"github.com/replaywatch/replaywatch/test/netnsrig"
+	"github.com/replaywatch/replaywatch/test/spanproj"
 	"github.com/replaywatch/replaywatch/test/testenv"
 )
 
@@ -341,5 +347,91 @@ func TestAgentDropsExpiredPartitions(t *testing.T) {
 	a.stop(t)
 	if n := chCount(t, srv, q); n != 0 {
 		t.Errorf("%d violations left past the retention", n)
+	}
+}
+
+// TestAgentShutdownBudgetRunsFromTheSignal: a SIGTERM that arrives while the
+// agent still dials a ClickHouse that accepts and never answers ends the
+// process within --shutdown-timeout of the signal, not after the dial and
+// the start it was waiting for.
+func TestAgentShutdownBudgetRunsFromTheSignal(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	bin := buildBinary(t)
+	a := &liveAgent{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a.cmd = exec.Command(bin, "agent", "--interface", "none", "--otlp-http", freeAddr(t), "--listen", "127.0.0.1:0",
+		"--clickhouse", "clickhouse://"+hung.Addr().String()+"/db", "--clickhouse-dial-timeout", "20s", "--spool-dir", t.TempDir(),
+		"--shutdown-timeout", "1s", "--hash-key-file", filepath.Join(t.TempDir(), "key"))
+	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Kill() })
+	waitForLog(t, a.stderr, `"msg":"agent starting"`)
+	time.Sleep(300 * time.Millisecond) // dialling the hung server
+	signalled := time.Now()
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case <-done:
+		if took := time.Since(signalled); took > 3*time.Second {
+			t.Errorf("the agent stopped %v after SIGTERM, with --shutdown-timeout 1s", took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the agent is still running 15 s after SIGTERM (--shutdown-timeout 1s):\n%s", a.stderr)
+	}
+}
+
+// TestAgentStdoutWriteErrorFails: findings the agent could not write to
+// standard output (a full disk, here /dev/full) make it exit 2 with the
+// error, not 0 as if they had been delivered.
+func TestAgentStdoutWriteErrorFails(t *testing.T) {
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("..", "..", "pipeline", "testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	bin := buildBinary(t)
+	addr := freeAddr(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(bin, "agent", "--interface", "none", "--otlp-http", addr, "--listen", "127.0.0.1:0", "--format", "json",
+		"--hash-key-file", filepath.Join(t.TempDir(), "key"))
+	cmd.Stdout, cmd.Stderr = full, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitForLog(t, stderr, `"msg":"receiving OTLP traces"`)
+	resp, err := http.Post("http://"+addr+"/v1/traces", "application/x-protobuf", bytes.NewReader(body))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("export: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitError || !strings.Contains(stderr.String(), "writing findings to standard output") {
+		t.Errorf("findings written to /dev/full: exit %v, want %d and the error in the log:\n%s", err, exitError, stderr)
 	}
 }

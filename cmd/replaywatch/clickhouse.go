@@ -132,7 +132,11 @@ func (c *clickhouseFlags) openSink(ctx context.Context, source string, stderr io
 		if serr != nil {
 			return nil, nil, fmt.Errorf("%v, and the spool cannot hold the findings either: %w", err, serr)
 		}
-		fmt.Fprintf(stderr, "replaywatch: warning: %v\nreplaywatch: findings are kept in the spool %s and sent when ClickHouse is back\n", err, cfg.SpoolDir)
+		if log != nil { // the agent's log is JSON: no plain line in it
+			log.Warn("clickhouse unreachable; findings are kept in the spool and sent when it is back", "err", err.Error(), "spool", cfg.SpoolDir)
+		} else {
+			fmt.Fprintf(stderr, "replaywatch: warning: %v\nreplaywatch: findings are kept in the spool %s and sent when ClickHouse is back\n", err, cfg.SpoolDir)
+		}
 		return s, nil, nil
 	}
 	s, err := chsink.New(ctx, conn, cfg)
