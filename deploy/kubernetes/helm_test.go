@@ -385,7 +385,7 @@ podAnnotations:
 				}},
 				{"spool-owner chowns the spool", func() error {
 					ic := findContainer(ds.Spec.Template.Spec.InitContainers, "spool-owner")
-					if ic == nil || !slices.Equal(ic.Command, []string{"chown", "65532:65532", "/data/replaywatch/spool"}) || mountAt(ic, "/data/replaywatch/spool") == nil {
+					if ic == nil || !slices.Equal(ic.Command, []string{"chown", "-R", "65532:65532", "/data/replaywatch/spool"}) || mountAt(ic, "/data/replaywatch/spool") == nil {
 						return fmt.Errorf("spool-owner %+v: want chown of /data/replaywatch/spool, mounted", ic)
 					}
 					return nil
@@ -429,6 +429,33 @@ podAnnotations:
 						return fmt.Errorf("adds %q", sc.Capabilities.Add)
 					}
 					return lockedDown(c)
+				}},
+				{"the spool given to uid 0", func() error {
+					// Root with NET_RAW alone has no DAC_OVERRIDE: a spool
+					// owned by 65532 would refuse its writes.
+					ic := findContainer(ds.Spec.Template.Spec.InitContainers, "spool-owner")
+					if ic == nil || !slices.Equal(ic.Command, []string{"chown", "-R", "0:65532", "/var/lib/replaywatch/spool"}) {
+						return fmt.Errorf("spool-owner %+v: want the spool chowned to 0:65532", ic)
+					}
+					return nil
+				}},
+			}
+		},
+	},
+	{
+		name:     "a shorter grace period",
+		values:   "terminationGracePeriodSeconds: 12\n",
+		want:     defaultAgent,
+		existing: map[string]string{"replaywatch-clickhouse": "password"},
+		skip:     map[string]string{"30 s to flush on SIGTERM": "12 s on purpose"},
+		checks: func(t *testing.T, r *rendering) []check {
+			c := agentOf(t, r)
+			return []check{
+				{"--shutdown-timeout inside the grace period", func() error {
+					if !slices.Contains(c.Args, "--shutdown-timeout=7s") {
+						return fmt.Errorf("args %q: want --shutdown-timeout=7s (the grace period less 5 s)", c.Args)
+					}
+					return nil
 				}},
 			}
 		},
@@ -607,6 +634,7 @@ func TestHelmSchema(t *testing.T) {
 		{"unknown top-level key", "hostNetwork: false\n", "hostNetwork"},
 		{"password in the DSN", "clickhouse:\n  dsn: clickhouse://rw:secret@clickhouse:9000/replaywatch\n", "/clickhouse/dsn"},
 		{"image tag latest", "image:\n  tag: latest\n", "/image/tag"},
+		{"spool-owner image with neither tag nor digest", "spoolOwner:\n  image:\n    tag: \"\"\n", "set a tag or a digest"},
 		{"short hash key", "hashKey:\n  value: abc\n", "/hashKey/value"},
 		{"no memory limit", "resources:\n  limits:\n    memory: null\n", "/resources/limits"},
 		{"extraEnv overriding GOMEMLIMIT", "extraEnv:\n  - name: GOMEMLIMIT\n    value: 1GiB\n", "/extraEnv/0/name"},

@@ -84,7 +84,13 @@ An image reference from {repository, tag, digest}: repository:tag, and
 {{- define "replaywatch-agent.imageRef" -}}
 {{- $image := index . 0 }}
 {{- $tag := default (index . 1) $image.tag }}
-{{- $ref := printf "%s:%s" $image.repository $tag }}
+{{- if not (or $tag $image.digest) }}
+{{- fail (printf "image %s: set a tag or a digest (an empty one would mean latest)" $image.repository) }}
+{{- end }}
+{{- $ref := $image.repository }}
+{{- if $tag }}
+{{- $ref = printf "%s:%s" $ref $tag }}
+{{- end }}
 {{- if $image.digest }}
 {{- $ref = printf "%s@%s" $ref $image.digest }}
 {{- end }}
