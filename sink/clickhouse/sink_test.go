@@ -217,21 +217,29 @@ func TestRestartWithSpool(t *testing.T) {
 	}
 }
 
-// TestSpoolFullIsBackPressure: with the server down and the spool full,
-// the sink makes the caller wait instead of dropping; rows flow again when
-// the server returns.
-func TestSpoolFullIsBackPressure(t *testing.T) {
-	srv := &fakeServer{down: true}
+// fullSpoolProducer starts a sink whose server is down and whose spool
+// holds one batch, and a producer of 10 one-row batches, which the spool's
+// bound soon blocks; done closes when the producer is through.
+func fullSpoolProducer(t *testing.T) (s *Sink, srv *fakeServer, done chan struct{}) {
+	srv = &fakeServer{down: true}
 	cfg := testConfig(t)
 	cfg.BatchRows, cfg.QueueBatches, cfg.MaxSpoolBytes = 1, 1, 1
-	s, _ := newSink(srv, SchemaVersion, cfg)
-	done := make(chan struct{})
+	s, _ = newSink(srv, SchemaVersion, cfg)
+	done = make(chan struct{})
 	go func() {
 		for i := range 10 {
 			s.StreamEvent(event(i))
 		}
 		close(done)
 	}()
+	return s, srv, done
+}
+
+// TestSpoolFullIsBackPressure: with the server down and the spool full,
+// the sink makes the caller wait instead of dropping; rows flow again when
+// the server returns.
+func TestSpoolFullIsBackPressure(t *testing.T) {
+	s, srv, done := fullSpoolProducer(t)
 	select {
 	case <-done:
 		t.Fatal("10 batches accepted with room for ~3 (spool, queue, sender)")
@@ -252,17 +260,7 @@ func TestSpoolFullIsBackPressure(t *testing.T) {
 // bound gives way once the budget hurries, instead of waiting for a server
 // that is not coming while Close cannot begin.
 func TestShutdownWithFullSpoolKeepsItsDeadline(t *testing.T) {
-	srv := &fakeServer{down: true}
-	cfg := testConfig(t)
-	cfg.BatchRows, cfg.QueueBatches, cfg.MaxSpoolBytes = 1, 1, 1
-	s, _ := newSink(srv, SchemaVersion, cfg)
-	produced := make(chan struct{})
-	go func() {
-		for i := range 10 {
-			s.StreamEvent(event(i))
-		}
-		close(produced)
-	}()
+	s, _, produced := fullSpoolProducer(t)
 	time.Sleep(100 * time.Millisecond) // the producer is blocked
 	deadline := time.Now().Add(time.Second)
 	s.ShutdownBy(deadline)
