@@ -28,8 +28,8 @@ func observe(h *httpSpan, connID uint64) []*decode.Observation {
 	conn := decode.Conn{ID: connID, Client: h.clientAddr, Server: h.serverAddr, StartSeen: true}
 	req := &decode.Request{
 		Method: h.method, Path: h.path, Host: h.host,
-		SessionID: decode.BoundID(h.reqSession), HasSessionID: h.hasReqSession,
-		LastEventID: decode.BoundID(h.lastEventID), HasLastEventID: h.hasLastEventID,
+		SessionID: h.reqSession, HasSessionID: h.hasReqSession,
+		LastEventID: h.lastEventID, HasLastEventID: h.hasLastEventID,
 		ProtocolVersion: h.protocol, UserAgent: h.userAgent,
 	}
 	if h.rpc.known() {
@@ -49,7 +49,7 @@ func observe(h *httpSpan, connID uint64) []*decode.Observation {
 	}
 	req.MCP = req.HasSessionID || req.ProtocolVersion != "" || h.rpc.known()
 	resp := &decode.Response{
-		Status: h.status, SessionID: decode.BoundID(h.respSession), HasSessionID: h.hasRespSession,
+		Status: h.status, SessionID: h.respSession, HasSessionID: h.hasRespSession,
 		ContentType: h.contentType, SSE: strings.Contains(strings.ToLower(h.contentType), "text/event-stream"),
 		ContentLength: -1,
 	}
@@ -96,10 +96,10 @@ func appendEvents(obs []*decode.Observation, h *httpSpan, conn decode.Conn, req 
 	var hasLast bool
 	for _, e := range h.events {
 		if e.partial {
-			end.PartialID, end.HasPartialID = decode.BoundID(e.id), e.hasID
+			end.PartialID, end.HasPartialID = e.id, e.hasID
 			continue
 		}
-		id := decode.BoundID(e.id)
+		id := e.id // bounded when the span was read
 		if e.hasID {
 			last, hasLast = id, true
 		}
