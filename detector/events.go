@@ -297,9 +297,12 @@ func (d *Detector) checkOrder(ex *exchange, s *session, st *stream, p parsedID, 
 	var why string
 	if st.maxNum >= 0 && n <= st.maxNum && s.orderProven() {
 		why = fmt.Sprintf("new id %s is not after %d, already issued on the same stream", o.Event.ID, st.maxNum)
-	} else if s.shape == shapeDecimal && s.orderProven() && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
+	} else if s.shape == shapeDecimal && st.maxNum < 0 && s.orderProven() && n < s.decMax && o.Time.Sub(s.decMaxAt) > d.cfg.ReorderTolerance {
 		// mcp-go shares one counter between all sessions of a process, so
 		// ids jump forward; only going back means the counter restarted.
+		// Judged on a stream's first id only: a restarted process serves
+		// new streams, and a server that numbers each stream in its own
+		// range (unique ids, as the spec asks) goes on above its own.
 		why = fmt.Sprintf("new id %s is below %d, issued in this session at %s", o.Event.ID, s.decMax, s.decMaxAt.Format("15:04:05.000"))
 	}
 	if n > st.maxNum {
