@@ -24,6 +24,13 @@ func (d *Detector) checkUnknownSessionStatus(ex *exchange, o *decode.Observation
 	if !notFoundStatus(ex.status) || !ex.hasReqSession || ex.sessionless {
 		return
 	}
+	if ex.status == 401 {
+		// Authorization runs before the session is looked up, and an
+		// expired or invalid token must get 401 (MCP's authorization
+		// spec): a dead session proves nothing about a 401. Only its
+		// body calling the session unknown does (unknownSessionSaid).
+		return
+	}
 	switch s := ex.sess; {
 	case ex.afterDelete && !ex.tombForgotten:
 		d.unknownSessionNot404(ex, o.Time, "was deleted (DELETE answered) before")
