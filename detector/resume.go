@@ -28,7 +28,13 @@ type resumeState struct {
 	owedMax, maxGot int32
 	got             []uint64
 	owedLeft        int
-	moved           bool // a new event arrived: the server is past the replay
+	// moved: a new event arrived (at movedAt; movedPast describes it)
+	// while owed events were still missing. A server may interleave its
+	// replay with new events, so the missing ones are judged only once
+	// interleavedReplayGrace has passed since, or at the stream's end.
+	moved     bool
+	movedAt   time.Time
+	movedPast string
 	// go-sdk ids are dense: after cursor P_n the next event must be P_(n+1).
 	goPrefix     string
 	goCursor     int64
@@ -483,11 +489,8 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 		case ref.pos <= rs.owedMax:
 			rs.markOwed(ref.pos, s.streams[rs.stream])
 		}
-	} else if !known {
-		rs.moved = true
-		if rs.stream >= 0 {
-			d.checkOwed(ex, s, o, rs.owedMax)
-		}
+	} else if !known && !rs.moved {
+		rs.moved, rs.movedAt, rs.movedPast = true, o.Time, describeEvent(o)
 	}
 	if ev.HasID && rs.goOK && !reused {
 		if p := parseEventID(ev.ID); p.shape == shapeGoSDK && p.prefix == rs.goPrefix {
@@ -521,13 +524,24 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 			}
 		}
 	}
+	overdue := rs.moved && rs.stream >= 0 && rs.owedLeft > 0 && o.Time.Sub(rs.movedAt) > interleavedReplayGrace
+	if overdue {
+		d.checkOwed(ex, s, o, rs.owedMax, rs.movedPast+" arrived instead")
+	}
 	// The outcome is known once the replay is over: the cursor was not
 	// indexed (nothing owed we could know of), every owed event came, or
-	// the server moved on to new events.
-	if !rs.emitted && (rs.stream < 0 || rs.moved || rs.owedLeft == 0) {
+	// the server moved on to new events and the owed ones did not follow.
+	if !rs.emitted && (rs.stream < 0 || rs.owedLeft == 0 || (rs.moved && overdue)) {
 		d.finishResume(ex, o.Time)
 	}
 }
+
+// interleavedReplayGrace is how long after a resumed stream's first new
+// event the owed events it has not replayed yet may still come: nothing in
+// the protocol orders a replay before new events, and a server may send
+// both as they are ready (the catalogue's "in any order or interleaved with
+// new ones"). A replay comes from the server's own store, so well within it.
+const interleavedReplayGrace = 2 * time.Second
 
 // maxPrimingScan bounds primingBetween's walk over the ids a go-sdk replay
 // skipped.
@@ -578,7 +592,7 @@ func (rs *resumeState) missingOwed(st *stream, upto int32) []int32 {
 
 // checkOwed raises incomplete_replay when owed positions up to upto were
 // not replayed although the server went past them.
-func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32) {
+func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, upto int32, what string) {
 	rs := ex.resume
 	if rs.owedLeft == 0 || rs.unverifiable != "" || ex.gap || ex.limit != "" {
 		return // nothing owed, or lost bytes could hold the missing events
@@ -587,10 +601,6 @@ func (d *Detector) checkOwed(ex *exchange, s *session, o *decode.Observation, up
 	missing := rs.missingOwed(st, upto)
 	if len(missing) == 0 || !ex.once(onceIncomplete) {
 		return
-	}
-	what := "the stream ended cleanly"
-	if o.Event != nil {
-		what = describeEvent(o) + " arrived instead"
 	}
 	d.incomplete(ex, s, o, fmt.Sprintf("%d event(s) the server sent on stream %s after the cursor before the break (positions %s) were never replayed; %s", len(missing), streamName(st), positions(missing), what))
 }
@@ -667,12 +677,24 @@ func (d *Detector) resumeEnd(ex *exchange, o *decode.Observation) {
 		d.resolveResume(ex, o.Time, ResumeUnverifiable, limitReason(ex.limit))
 		return
 	}
+	if o.End.How != decode.EndClean && rs.moved && rs.stream >= 0 && rs.owedLeft > 0 && o.Time.Sub(rs.movedAt) > interleavedReplayGrace {
+		// The server went on past the missing events long before the
+		// stream broke: they were not coming.
+		d.checkOwed(ex, ex.sess, o, rs.owedMax, rs.movedPast+" arrived instead")
+	}
 	switch o.End.How {
 	case decode.EndClean:
+		if rs.owedLeft > 0 && rs.moved {
+			// New events sent instead of the missing ones, and the
+			// stream closed: the client's cursor is past them, lost.
+			d.checkOwed(ex, ex.sess, o, rs.owedMax, rs.movedPast+" arrived instead, and the stream ended cleanly")
+			d.finishResume(ex, o.Time)
+			return
+		}
 		if rs.owedLeft > 0 {
 			// Events replayed past a missing one leave the client a
 			// cursor beyond it: lost. Otherwise it may resume again.
-			d.checkOwed(ex, ex.sess, o, rs.maxGot)
+			d.checkOwed(ex, ex.sess, o, rs.maxGot, "the stream ended cleanly")
 			reason := ReasonOwedNotReplayed
 			if rs.unverifiable != "" && contentUnread(rs.unverifiable) {
 				reason = rs.unverifiable
