@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -352,6 +353,59 @@ func TestHeaderIterMatchesReference(t *testing.T) {
 		}
 		if !slices.Equal(got, want) || it.bad == wantOK {
 			t.Fatalf("head %q:\n got %v bad=%v\nwant %v ok=%v", head, got, it.bad, want, wantOK)
+		}
+	}
+}
+
+// Start lines past MaxStartLineBytes (8 KiB) are legal (RFC 9112 asks for at
+// least 8,000 bytes; servers take 16 KiB and more): within MaxHeaderBytes
+// they are read as any other, at a captured connection start and on a
+// keep-alive connection; one past even that is skipped, as any line that is
+// not a start line, without giving the connection up.
+func TestLongStartLines(t *testing.T) {
+	long := "/mcp?token=" + strings.Repeat("a", 9000)
+	over := "/mcp?token=" + strings.Repeat("a", DefaultMaxHeaderBytes)
+	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	post := func(target string) string {
+		return "C> POST " + target + " HTTP/1.1\nC> Content-Length: " + strconv.Itoa(len(body)) + "\nC>\nc> " + body + "\n"
+	}
+	const ok = "S> HTTP/1.1 200 OK\nS> Content-Length: 0\nS>\n"
+	for _, tc := range []struct {
+		name, script string
+		want         string // observation kinds
+		paths        int    // requests for /mcp
+	}{
+		{"request line at a captured start",
+			"C> GET " + long + " HTTP/1.1\nC> Mcp-Session-Id: s1\nC>\n" +
+				"S> HTTP/1.1 200 OK\nS> Content-Type: text/event-stream\nS> Content-Length: 15\nS>\ns> id: 1\\ndata: x\\n\\n\n" +
+				post("/mcp") + ok,
+			"request response event end request response end", 2},
+		{"request lines on a keep-alive connection",
+			post("/mcp") + ok + post(long) + post("/mcp") + ok + ok,
+			"request response end request request response end response end", 3},
+		{"status line",
+			post("/mcp") + "S> HTTP/1.1 200 O" + strings.Repeat("K", 9000) + "\nS> Content-Length: 0\nS>\n" + post("/mcp") + ok,
+			"request response end request response end", 2},
+		{"request line past MaxHeaderBytes at a captured start",
+			"C> GET " + over + " HTTP/1.1\nC> Mcp-Session-Id: s1\nC>\n" + post("/mcp") + ok + ok,
+			"request response end response end", 1},
+	} {
+		for name, split := range map[string]splitter{"whole": whole, "pieces": randomPieces(7)} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				obs, st := run(t, DefaultConfig(), split, parseScript(t, tc.script))
+				var kinds []string
+				paths := 0
+				for _, o := range obs {
+					kinds = append(kinds, o.Kind.String())
+					if o.Kind == KindRequest && strings.HasPrefix(o.Request.Path, "/mcp") {
+						paths++
+					}
+				}
+				if got := strings.Join(kinds, " "); got != tc.want || paths != tc.paths || st.NonHTTPConnections != 0 {
+					t.Fatalf("got %q, %d requests for /mcp, NonHTTPConnections %d; want %q, %d\n%s",
+						got, paths, st.NonHTTPConnections, tc.want, tc.paths, render(obs))
+				}
+			})
 		}
 	}
 }

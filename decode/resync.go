@@ -71,6 +71,38 @@ func isBinary(b []byte) bool {
 	return false
 }
 
+// longStartLine says whether a line past MaxStartLineBytes, d.buf then seg,
+// may still be a start line: it begins like one and stays within
+// MaxHeaderBytes, the bound its head has anyway. RFC 9112 asks for request
+// lines of at least 8,000 bytes, and servers take 16 KiB and more (a long
+// query string); skipping such a line would lose its exchange and, at a
+// captured connection start, the whole connection.
+func (d *dir) longStartLine(seg []byte) bool {
+	if len(d.buf)+len(seg) > d.c.w.cfg.MaxHeaderBytes {
+		return false
+	}
+	b := d.buf
+	if len(b) == 0 {
+		b = seg
+	}
+	if d.role != roleClient && bytes.HasPrefix(b, []byte("HTTP/1.")) {
+		return true
+	}
+	if d.role == roleServer || len(b) == 0 || b[0] < 'A' || b[0] > 'Z' {
+		return false
+	}
+	sp := bytes.IndexByte(b[:min(len(b), maxMethodLen+1)], ' ')
+	if sp <= 0 {
+		return false
+	}
+	for _, c := range b[:sp] {
+		if !isTchar(c) {
+			return false
+		}
+	}
+	return true
+}
+
 // sync looks for a start line, one line at a time.
 func (d *dir) sync(p []byte) []byte {
 	i := bytes.IndexByte(p, '\n')
@@ -87,9 +119,12 @@ func (d *dir) sync(p []byte) []byte {
 	if i >= 0 {
 		seg = p[:i+1]
 	}
-	if len(d.buf)+len(seg) > MaxStartLineBytes {
+	if len(d.buf)+len(seg) > MaxStartLineBytes && !d.longStartLine(seg) {
 		d.skipped(d.buf, seg)
 		d.buf = d.buf[:0]
+		// Skipped bytes lose the place: the next line is searched
+		// for, not taken as proof that the connection is not HTTP.
+		d.resyncing = true
 		if i < 0 {
 			d.skipLine = true
 			return nil
