@@ -112,7 +112,11 @@ func (pk *Peeker) peekOne(raw []byte) (Message, bool) {
 		case "result":
 			f.result = value
 		case "error":
-			f.errObj = value
+			// "error": null beside a result (JSON-RPC 1.0's shape, a
+			// struct encoded without omitempty) is no error.
+			if string(value) != "null" {
+				f.errObj = value
+			}
 		}
 	})
 	if err != nil {
@@ -395,6 +399,14 @@ func hasSpace(b []byte) bool {
 func compactJSON(raw []byte) string {
 	if s, ok := smallIntString(raw); ok {
 		return s
+	}
+	if len(raw) > 0 && raw[0] == '"' && bytes.IndexByte(raw, '\\') >= 0 {
+		// One string spelled with escapes or without ("\u00e9", "é") is
+		// one id: a response echoes the request's id by value, not by
+		// spelling. Re-escaped minimally, as CanonicalJSON does.
+		if v, ok := jsonString(raw); ok {
+			return string(appendJSONString(nil, v))
+		}
 	}
 	if !hasSpace(raw) {
 		return string(raw)

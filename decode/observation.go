@@ -426,7 +426,7 @@ func (t MsgType) String() string {
 // Config.KeepToolArguments is set (Arguments).
 type Message struct {
 	Type   MsgType
-	ID     string // the id as compact JSON text (`1`, `"abc"`); "" when absent
+	ID     string // the id as compact JSON text (`1`, `"abc"`; a string re-escaped minimally, so `"\u00e9"` and `"é"` are one id); "" when absent
 	Method string
 	// Tool is params.name of a tools/call request.
 	Tool string
