@@ -113,6 +113,23 @@ func (d *Detector) sentByAnother(ex *exchange, s *session) bool {
 // session belongs to another client or authorization, high when it is the
 // same client's. It rests on s's whole history being captured (else the id
 // may be its own, unseen).
+// broadcastNotification says whether ev carries only a notification whose
+// content is the same for every session that gets it: a server announces a
+// changed list, or an updated resource, to all its sessions (or all
+// subscribers) alike, and a server whose stream is a shared log gives each
+// the same id, unique within every session as the protocol asks.
+func broadcastNotification(ev *decode.Event) bool {
+	if len(ev.Messages) != 1 || ev.Messages[0].Type != decode.MsgNotification {
+		return false
+	}
+	switch ev.Messages[0].Method {
+	case "notifications/tools/list_changed", "notifications/prompts/list_changed",
+		"notifications/resources/list_changed", "notifications/resources/updated":
+		return true
+	}
+	return false
+}
+
 func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observation, data uint64) {
 	ev := o.Event
 	e, ok := d.serverEvents[d.serverEventKey(ex.endpoint, ev.ID)]
@@ -125,6 +142,8 @@ func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observa
 		reason = ReasonLimitPrefix + "MaxEventsIndexedPerServer"
 	case e.sessionKey == s.key || e.shared || e.data != data || d.idsShared(ex.endpoint):
 		return
+	case broadcastNotification(ev):
+		reason = ReasonBroadcast
 	case !s.startSeen:
 		reason = ReasonStartNotCaptured
 	case s.indexLimit != "":

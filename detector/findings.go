@@ -309,6 +309,11 @@ const (
 	// which a gateway also answers when no server got the request.
 	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"
 	ReasonStartNotCaptured  = "session start not captured"
+	// ReasonBroadcast: an event another session was sent too is a
+	// notification a server may send every session alike (a list changed,
+	// a resource updated), with the same data and, from a shared log, the
+	// same id: it proves no leak.
+	ReasonBroadcast = "notification a server may broadcast to every session"
 	// ReasonClientStartNotCaptured: without sessions, a call broke within
 	// LinkWindow of the capture's beginning, and the client's
 	// server/discover was not seen: identical calls answered before the

@@ -143,7 +143,7 @@ func unverifiableCode(reason string) string {
 	switch reason {
 	case ReasonCaptureGap, ReasonStartNotCaptured, ReasonCaptureEnded, ReasonStreamCut, ReasonOwedNotReplayed,
 		ReasonIndexLimit, ReasonStreamLimit, ReasonSessionEvicted, ReasonStateEvicted, ReasonSessionDeleted, ReasonTSGetStream,
-		ReasonPartialHistory, ReasonResumedStreamNotSeen, ReasonBrokenStreamsUnresumed:
+		ReasonPartialHistory, ReasonResumedStreamNotSeen, ReasonBrokenStreamsUnresumed, ReasonBroadcast:
 		return reason
 	}
 	if contentUnread(reason) {
