@@ -4,7 +4,6 @@ import {
   CoreApp,
   DataFrame,
   DataSourceInstanceSettings,
-  DataTopic,
   Field,
   ScopedVars,
   TimeRange,
@@ -25,6 +24,7 @@ export class DataSource extends DataSourceWithBackend<ReplaywatchQuery, Replaywa
     // findings give one marker each; resume health gives none.
     this.annotations = {
       getDefaultQuery: () => ({ queryType: 'findings' }),
+      prepareQuery: (anno: AnnotationQuery<ReplaywatchQuery>) => annotationQuery(anno.target),
       processEvents: (_anno: AnnotationQuery<ReplaywatchQuery>, frames: DataFrame[]) => of(toAnnotations(frames)),
     };
   }
@@ -70,6 +70,21 @@ export class DataSource extends DataSourceWithBackend<ReplaywatchQuery, Replaywa
   }
 }
 
+/**
+ * The query an annotation runs: a story asks for its annotations part only,
+ * which the backend sends unmarked, as data (Grafana 10.4 to 11.2 hand
+ * processEvents the data frames only); other queries as they are.
+ */
+export function annotationQuery(target?: ReplaywatchQuery): ReplaywatchQuery | undefined {
+  if (!target) {
+    return undefined;
+  }
+  if ((target.queryType ?? 'story') === 'story') {
+    return { ...target, part: 'annotations' };
+  }
+  return target;
+}
+
 function fieldOf(frame: DataFrame, name: string): Field | undefined {
   return frame.fields.find((f) => f.name === name);
 }
@@ -80,11 +95,12 @@ function valueAt(field: Field | undefined, i: number): string {
 }
 
 /**
- * Annotation events from a query's frames: the frame the backend marks as
- * annotations (a story's), else one event per finding.
+ * Annotation events from a query's frames, picked by name (Grafana may mark
+ * every frame it hands over as annotations): a story's frame `annotations`,
+ * else one event per row of `findings`; none from other frames.
  */
 export function toAnnotations(frames: DataFrame[]): AnnotationEvent[] {
-  const marked = frames.find((f) => f.meta?.dataTopic === DataTopic.Annotations || f.name === 'annotations');
+  const marked = frames.find((f) => f.name === 'annotations');
   if (marked) {
     const time = fieldOf(marked, 'time');
     const title = fieldOf(marked, 'title');

@@ -66,7 +66,7 @@ export interface ReplaywatchOptions extends DataSourceJsonData {
   user?: string;
   /** Rows one query reads per frame (default 10000, at most 1000000). */
   maxRows?: number;
-  /** Longest time range one query may read (default 31). */
+  /** Longest time range one query may read (default 31, at most 36500). */
   maxRangeDays?: number;
 }
 
@@ -92,6 +92,7 @@ export const DEFAULT_DATABASE = 'replaywatch';
 export const DEFAULT_MAX_ROWS = 10000;
 export const HARD_MAX_ROWS = 1000000;
 export const DEFAULT_MAX_RANGE_DAYS = 31;
+export const HARD_MAX_RANGE_DAYS = 36500;
 
 /**
  * Finding kinds and severities as the detector writes them

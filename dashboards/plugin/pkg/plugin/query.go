@@ -95,6 +95,13 @@ func (d *Datasource) run(ctx context.Context, q backend.DataQuery) (data.Frames,
 		}
 		for _, f := range frames {
 			if f.Name == StoryParts[m.Part] {
+				if m.Part == "annotations" && f.Meta != nil {
+					// Alone, the annotations are the data asked for: an
+					// annotation query (the editor asks for this part) reads
+					// its events from the series, and Grafana 10.4 to 11.2
+					// give it no frame marked as annotations.
+					f.Meta.DataTopic = ""
+				}
 				return data.Frames{f}, nil
 			}
 		}
@@ -210,9 +217,11 @@ func parseTime(s string) (time.Time, error) {
 }
 
 // story is one session's frames: its epochs (the session, the one it
-// replaced and the one that replaced it), the transitions between them
+// replaced and the one that replaced it, each when it overlaps the range,
+// as the session search finds them), the transitions between them
 // with their cause, its SSE events by stream, its resumes, its findings,
-// and annotations for the moments that matter.
+// and annotations for the moments that matter (marked as annotations, so
+// that a panel of the whole story draws them over its data).
 func (r reader) story(ctx context.Context, session string) (data.Frames, error) {
 	inRange := func(column string) string { return column + " >= ? AND " + column + " <= ?" }
 	epochs, err := r.frame(ctx, "epochs", []col{
@@ -223,7 +232,7 @@ func (r reader) story(ctx context.Context, session string) (data.Frames, error) 
 		{"resumes", "resumes", kInt}, {"violations", "violations", kInt},
 	}, "sessions",
 		"(session_id = ? OR previous_session_id = ? OR session_id IN (SELECT previous_session_id FROM "+r.d.settings.Database+
-			".sessions FINAL WHERE session_id = ?)) AND "+inRange("last_seen"),
+			".sessions FINAL WHERE session_id = ?)) AND last_seen >= ? AND first_seen <= ?",
 		"first_seen, session_id", session, session, session, r.from, r.to)
 	if err != nil {
 		return nil, err
@@ -370,16 +379,12 @@ var resumeOutcomes = []detector.ResumeOutcome{
 
 // resumeHealth counts resumes per outcome and interval over the range: a
 // wide time series, every interval present (zero when nothing happened),
-// so an alert rule can reduce it.
+// so an alert rule can reduce it. Each count field is labelled with its
+// outcome (and the server, when one is asked for): Grafana's server-side
+// expressions split the frame into one series per field and tell them
+// apart by their labels only.
 func (r reader) resumeHealth(ctx context.Context, server string, interval time.Duration) (*data.Frame, error) {
-	step := int64(interval / time.Second)
-	if step < 1 {
-		step = 1
-	}
-	// Never more points than rows allowed.
-	if n := (r.to.Unix()-r.from.Unix())/step + 1; n > int64(r.limit) {
-		step = (r.to.Unix()-r.from.Unix())/int64(r.limit) + 1
-	}
+	step, first, n := healthPoints(r.from.Unix(), r.to.Unix(), interval, r.limit)
 	where, args := "time >= ? AND time <= ?", []any{r.from, r.to}
 	if server != "" {
 		where += " AND server = ?"
@@ -391,8 +396,6 @@ func (r reader) resumeHealth(ctx context.Context, server string, interval time.D
 	if err != nil {
 		return nil, fmt.Errorf("reading resumes: %v", err)
 	}
-	first := r.from.Unix() / step * step
-	n := int((r.to.Unix()-first)/step) + 1
 	times := make([]time.Time, n)
 	for i := range times {
 		times[i] = time.Unix(first+int64(i)*step, 0).UTC()
@@ -404,7 +407,7 @@ func (r reader) resumeHealth(ctx context.Context, server string, interval time.D
 	for _, row := range rows {
 		b, err1 := strconv.ParseInt(row[0], 10, 64)
 		c, err2 := strconv.ParseInt(row[2], 10, 64)
-		i := int((b - first) / step)
+		i := int(floorDiv(b-first, step))
 		if err1 != nil || err2 != nil || i < 0 || i >= n || counts[row[1]] == nil {
 			continue
 		}
@@ -412,8 +415,53 @@ func (r reader) resumeHealth(ctx context.Context, server string, interval time.D
 	}
 	f := data.NewFrame("resume health", data.NewField("time", nil, times))
 	for _, o := range resumeOutcomes {
-		f.Fields = append(f.Fields, data.NewField(string(o), nil, counts[string(o)]))
+		labels := data.Labels{"outcome": string(o)}
+		if server != "" {
+			labels["server"] = server
+		}
+		field := data.NewField(string(o), labels, counts[string(o)])
+		// Panels name the series by outcome, as before the labels.
+		field.Config = &data.FieldConfig{DisplayNameFromDS: string(o)}
+		f.Fields = append(f.Fields, field)
 	}
 	f.Meta = &data.FrameMeta{Type: data.FrameTypeTimeSeriesWide, PreferredVisualization: data.VisTypeGraph}
 	return f, nil
+}
+
+// healthPoints are resume health's points over [from, to] (seconds since
+// 1970): a step of the interval (at least a second), the first point from
+// rounded down to a multiple of the step, and their number, at most limit:
+// the step is widened until the points from the first to to fit.
+func healthPoints(from, to int64, interval time.Duration, limit int) (step, first int64, n int) {
+	step = max(int64(interval/time.Second), 1)
+	count := func(step int64) int64 { return floorDiv(to, step) - floorDiv(from, step) + 1 }
+	if limit < 1 || count(step) <= int64(limit) {
+		return step, floorDiv(from, step) * step, int(count(step))
+	}
+	// No step below ceil((to-from)/limit) fits; ceil((to-from)/(limit-1))
+	// always does (any limit-1 steps cover the range). Between them
+	// whether one fits depends on where the multiples fall: try the
+	// shorter ones first, a bounded number of them.
+	span, lim := to-from, int64(limit)
+	sure := to + 1 // limit 1: one point, from 1970, when no shorter step fits
+	if limit > 1 {
+		sure = (span + lim - 2) / (lim - 1)
+	}
+	s := max(step+1, (span+lim-1)/lim)
+	for tries := 0; s < sure && count(s) > lim && tries < 1<<16; tries++ {
+		s++
+	}
+	if count(s) > lim {
+		s = sure
+	}
+	return s, floorDiv(from, s) * s, int(count(s))
+}
+
+// floorDiv is a/b rounded down (b > 0), also for times before 1970.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
@@ -25,6 +28,9 @@ const (
 	// HardMaxRows is the most MaxRows may be set to: a frame is built in
 	// the plugin's memory.
 	HardMaxRows = 1_000_000
+	// HardMaxRangeDays is the most MaxRangeDays may be set to (about
+	// 100 years).
+	HardMaxRangeDays = 36_500
 )
 
 // Settings are the data source's settings: jsonData, and the password
@@ -70,17 +76,28 @@ func LoadSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 		return Settings{}, fmt.Errorf("settings: database %q: want letters, digits and _", st.Database)
 	case st.MaxRows < 0 || st.MaxRows > HardMaxRows:
 		return Settings{}, fmt.Errorf("settings: maxRows %d: want 1 to %d", st.MaxRows, HardMaxRows)
-	case st.MaxRangeDays < 0:
-		return Settings{}, fmt.Errorf("settings: maxRangeDays %d: want a positive number", st.MaxRangeDays)
+	case st.MaxRangeDays < 0 || st.MaxRangeDays > HardMaxRangeDays:
+		return Settings{}, fmt.Errorf("settings: maxRangeDays %d: want 1 to %d", st.MaxRangeDays, HardMaxRangeDays)
 	}
-	if _, _, err := net.SplitHostPort(st.Address); err != nil {
+	_, port, err := net.SplitHostPort(st.Address)
+	if err != nil {
 		return Settings{}, fmt.Errorf("settings: address %q: want host:port (%v)", st.Address, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "" {
+		return Settings{}, fmt.Errorf("settings: address %q: want a port number from 1 to 65535 after the host, e.g. clickhouse:9000", st.Address)
 	}
 	return st, nil
 }
 
-// MaxRange is MaxRangeDays as a duration.
-func (s Settings) MaxRange() time.Duration { return time.Duration(s.MaxRangeDays) * 24 * time.Hour }
+// MaxRange is MaxRangeDays as a duration; days past what a duration
+// holds (about 292 years) are the longest duration.
+func (s Settings) MaxRange() time.Duration {
+	const day = 24 * time.Hour
+	if s.MaxRangeDays > int(math.MaxInt64/day) {
+		return math.MaxInt64
+	}
+	return time.Duration(s.MaxRangeDays) * day
+}
 
 // dsn is the sink package's DSN for these settings (the password in it
 // is redacted from every message by that package).

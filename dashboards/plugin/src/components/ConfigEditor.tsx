@@ -6,6 +6,7 @@ import {
   DEFAULT_DATABASE,
   DEFAULT_MAX_RANGE_DAYS,
   DEFAULT_MAX_ROWS,
+  HARD_MAX_RANGE_DAYS,
   HARD_MAX_ROWS,
   ReplaywatchOptions,
   ReplaywatchSecureJsonData,
@@ -15,14 +16,19 @@ type Props = DataSourcePluginOptionsEditorProps<ReplaywatchOptions, ReplaywatchS
 
 // The checks the backend makes when it loads the settings
 // (pkg/plugin/settings.go LoadSettings), shown before saving.
-const HOST_PORT = /^(\[[^\]]+\]|[^:\s]+):\d+$/;
+const HOST_PORT = /^(\[[^\]]+\]|[^:\s]+):(\d+)$/;
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 function addressError(address?: string): string | undefined {
   if (!address) {
     return 'Required: host:port of ClickHouse’s native protocol';
   }
-  return HOST_PORT.test(address) ? undefined : 'Want host:port, e.g. clickhouse:9000';
+  const port = HOST_PORT.exec(address)?.[2];
+  if (port === undefined) {
+    return 'Want host:port, e.g. clickhouse:9000';
+  }
+  const n = Number(port);
+  return n >= 1 && n <= 65535 ? undefined : 'Want a port number from 1 to 65535, e.g. clickhouse:9000';
 }
 
 function databaseError(database?: string): string | undefined {
@@ -34,7 +40,7 @@ function maxRowsError(n?: number): string | undefined {
 }
 
 function maxRangeDaysError(n?: number): string | undefined {
-  return n === undefined || n >= 1 ? undefined : 'Want a positive number of days';
+  return n === undefined || (n >= 1 && n <= HARD_MAX_RANGE_DAYS) ? undefined : `Want 1 to ${HARD_MAX_RANGE_DAYS} days`;
 }
 
 /** A whole number from a number input; undefined when empty (the backend's default applies). */
@@ -146,6 +152,7 @@ export function ConfigEditor({ options, onOptionsChange }: Props) {
             id="config-max-range-days"
             type="number"
             min={1}
+            max={HARD_MAX_RANGE_DAYS}
             width={20}
             value={jsonData.maxRangeDays ?? ''}
             placeholder={String(DEFAULT_MAX_RANGE_DAYS)}
