@@ -106,13 +106,6 @@ func (d *Detector) sentByAnother(ex *exchange, s *session) bool {
 	return ok && e.sessionKey != s.key && !e.shared && !d.idsShared(ex.endpoint) && drawnAtRandom(ex.cursor)
 }
 
-// checkCrossSession judges an event a resume of s delivers whose id s never
-// sent: if another session first sent that very event (same id, same data)
-// and the endpoint's ids are unique across its sessions, the server replayed another session's
-// messages into this one: cross_stream_replay, critical when the other
-// session belongs to another client or authorization, high when it is the
-// same client's. It rests on s's whole history being captured (else the id
-// may be its own, unseen).
 // broadcastNotification says whether ev carries only a notification whose
 // content is the same for every session that gets it: a server announces a
 // changed list, or an updated resource, to all its sessions (or all
@@ -130,6 +123,13 @@ func broadcastNotification(ev *decode.Event) bool {
 	return false
 }
 
+// checkCrossSession judges an event a resume of s delivers whose id s never
+// sent: if another session first sent that very event (same id, same data)
+// and the endpoint's ids are unique across its sessions, the server replayed another session's
+// messages into this one: cross_stream_replay, critical when the other
+// session belongs to another client or authorization, high when it is the
+// same client's. It rests on s's whole history being captured (else the id
+// may be its own, unseen).
 func (d *Detector) checkCrossSession(ex *exchange, s *session, o *decode.Observation, data uint64) {
 	ev := o.Event
 	e, ok := d.serverEvents[d.serverEventKey(ex.endpoint, ev.ID)]

@@ -531,7 +531,7 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 	// The outcome is known once the replay is over: the cursor was not
 	// indexed (nothing owed we could know of), every owed event came, or
 	// the server moved on to new events and the owed ones did not follow.
-	if !rs.emitted && (rs.stream < 0 || rs.owedLeft == 0 || (rs.moved && overdue)) {
+	if !rs.emitted && (rs.stream < 0 || rs.owedLeft == 0 || overdue) {
 		d.finishResume(ex, o.Time)
 	}
 }
