@@ -409,3 +409,25 @@ func TestLongStartLines(t *testing.T) {
 		}
 	}
 }
+
+func TestParseChunkSize(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		n    int64
+		ok   bool
+	}{
+		{"5\r\n", 5, true},
+		{"1a;name=\"x;y\"\r\n", 26, true},
+		{"0000000000000005\r\n", 5, true}, // leading zeros: 1*HEXDIG, any number of them
+		{"00000000000000000\r\n", 0, true},
+		{"7fffffffffffffff\r\n", 0, false}, // past what is worth reading
+		{"fffffffffffffff\r\n", 1<<60 - 1, true},
+		{"\r\n", 0, false},
+		{"5x\r\n", 0, false},
+	} {
+		n, ok := parseChunkSize([]byte(tc.line))
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("parseChunkSize(%q) = %d, %v; want %d, %v", tc.line, n, ok, tc.n, tc.ok)
+		}
+	}
+}

@@ -150,7 +150,15 @@ func parseChunkSize(line []byte) (int64, bool) {
 		line = line[:i]
 	}
 	line = trimOWS(line)
-	if len(line) == 0 || len(line) > 15 {
+	if len(line) == 0 {
+		return 0, false
+	}
+	// Leading zeros are legal in any number (RFC 9112 7.1: 1*HEXDIG);
+	// 15 digits after them fit an int64.
+	for len(line) > 1 && line[0] == '0' {
+		line = line[1:]
+	}
+	if len(line) > 15 {
 		return 0, false
 	}
 	var n int64
