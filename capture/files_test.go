@@ -32,6 +32,7 @@ func TestLinkTypes(t *testing.T) {
 		{"raw", layers.LinkTypeRaw, raw},
 		{"raw-ipv4", layers.LinkTypeIPv4, raw},
 		{"raw-ipv6", layers.LinkTypeIPv6, raw},
+		{"raw-ipv6-hop-by-hop", layers.LinkTypeIPv6, hopByHop},
 	}
 	plain := len(links)
 	links = append(links, tunnelLinks...)

@@ -267,6 +267,15 @@ func null(order binary.AppendByteOrder, v6family uint32) func([]byte) []byte {
 
 func raw(ip []byte) []byte { return ip }
 
+// hopByHop puts an 8-byte hop-by-hop header (a PadN option) between an IPv6
+// header and its TCP segment, counted in the payload length.
+func hopByHop(ip []byte) []byte {
+	out := append(append(append([]byte(nil), ip[:40]...), byte(layers.IPProtocolTCP), 0, 1, 4, 0, 0, 0, 0), ip[40:]...)
+	out[6] = byte(layers.IPProtocolIPv6HopByHop)
+	binary.BigEndian.PutUint16(out[4:], binary.BigEndian.Uint16(ip[4:])+8)
+	return out
+}
+
 // tunnel frames ip as traffic mirroring or an overlay network delivers it:
 // encap(ip) in an outer IPv4 packet of protocol proto between two tunnel
 // ends, in an Ethernet frame.

@@ -203,7 +203,13 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 			d.tunnelled = d.tunnelled || sawIP
 			sawIP, net = true, d.ip6.NetworkFlow()
 			d.src, d.dst, d.ipID = d.ip6.SrcIP, d.ip6.DstIP, 0
-			d.cut = max(0, int(d.ip6.Length)-len(d.ip6.Payload))
+			// The payload length counts a hop-by-hop header, which
+			// gopacket takes out of Payload (and leaves in Length).
+			hbh := 0
+			if d.ip6.HopByHop != nil {
+				hbh = len(d.ip6.HopByHop.Contents)
+			}
+			d.cut = max(0, int(d.ip6.Length)-hbh-len(d.ip6.Payload))
 		case layers.LayerTypeTCP:
 			// The payload layer after TCP never fails, so a decoded TCP
 			// layer is a usable segment whatever err says.
