@@ -362,6 +362,13 @@ func (w *worker) handleSeg(s *tcpSeg) {
 	if w.earlierCount > 0 && w.earlierOnOpen(c, s) {
 		return
 	}
+	if s.flags&flagRST != 0 && !c.resetInWindow(s) {
+		// A receiver drops an RST outside its window (RFC 9293
+		// 3.10.7.4): a stale one, a forged one. The connection goes
+		// on, and so must its bytes.
+		w.stats.StaleResets++
+		return
+	}
 	if s.flags&flagSYN != 0 {
 		if i := senderIndex(s.fromLo); !c.syn[i] {
 			c.syn[i], c.synSeq[i] = true, s.seq
@@ -555,6 +562,23 @@ func (w *worker) proveLoss(c *conn, s *tcpSeg) {
 		c.seen[d] = end + 1
 		c.proof[d] = latest(c.proof[d], c.seen[d])
 	}
+}
+
+// maxResetAhead is how far past the bytes seen an RST's sequence number may
+// be and still be in its receiver's window: the largest window TCP can
+// advertise (RFC 7323: 2^30 bytes).
+const maxResetAhead = 1 << 30
+
+// resetInWindow says whether an RST could be in its receiver's window: not
+// before what the receiver has acknowledged (its window starts there), nor
+// past the largest window beyond the bytes seen. Where the half is not
+// known yet, nothing says otherwise.
+func (c *conn) resetInWindow(s *tcpSeg) bool {
+	d := c.dirOf(s.fromLo)
+	if !c.known[d] {
+		return true
+	}
+	return !after(c.proof[d], s.seq) && !after(s.seq, c.seen[d]+maxResetAhead)
 }
 
 // latest returns whichever of two sequence numbers comes later.

@@ -101,6 +101,37 @@ func TestReassembly(t *testing.T) {
 			},
 		},
 		{
+			// RFC 9293 3.10.7.4: the client acknowledged the server's
+			// bytes up to 5006, so an RST at 5001 is outside its window
+			// (stale), as is one far ahead; both are dropped, the
+			// connection goes on, and no gap is made up.
+			name: "RST outside the receiver's window",
+			segs: []seg{syn, synAck, c2s(1001, "req1", ms), withAck(s2c(5001, "resp1", 2*ms), 1005),
+				withAck(withFlags(c2s(1005, "", 3*ms), "A"), 5006),
+				withFlags(s2c(5001, "", 4*ms), "R"), withFlags(s2c(0x70000000, "", 4*ms), "R"),
+				withAck(c2s(1005, "req2", 5*ms), 5006), withAck(s2c(5006, "resp2", 6*ms), 1009)},
+			calls: []string{`data A "req1"`, `data B "resp1"`, `data A "req2"`, `data B "resp2"`, "close eof"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.StaleResets != 2 || st.Resets != 0 || st.Gaps != 0 {
+					t.Errorf("stats %+v", st)
+				}
+			},
+		},
+		{
+			// The client acknowledged 5004 of the server's 5009: an RST
+			// at 5004 (what a restarted server answers a segment
+			// acknowledging 5004 with) is at its window's edge.
+			name: "RST at what the receiver acknowledged, before the bytes seen",
+			segs: []seg{syn, synAck, c2s(1001, "req", ms), withAck(s2c(5001, "abc", 2*ms), 1004), withAck(s2c(5004, "defgh", 3*ms), 1004),
+				withAck(c2s(1004, "more", 4*ms), 5004), withFlags(s2c(5004, "", 5*ms), "R")},
+			calls: []string{`data A "req"`, `data B "abc"`, `data B "defgh"`, `data A "more"`, "close reset"},
+			check: func(t *testing.T, s *recStream, st Stats) {
+				if st.StaleResets != 0 || st.Resets != 1 {
+					t.Errorf("stats %+v", st)
+				}
+			},
+		},
+		{
 			name:  "FIN from one side, then the capture ends",
 			segs:  []seg{syn, synAck, c2s(1001, "bye", ms), withFlags(c2s(1004, "", 2*ms), "FA")},
 			calls: []string{`data A "bye"`, "fin A", "close fin"},

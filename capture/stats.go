@@ -22,6 +22,7 @@ type Stats struct {
 	SnaplenBytes          uint64 // payload bytes packets lost to the capture's snap length
 	Fins                  uint64 // TCPStream.Fin calls
 	Resets                uint64 // connections closed by an RST
+	StaleResets           uint64 // RSTs outside their receiver's window (RFC 9293 3.10.7.4), ignored as it ignores them
 	IdleFlushes           uint64 // connections closed after IdleTimeout without packets
 	Evictions             uint64 // connections closed because MaxConnections was reached
 	PageLimitHits         uint64 // gaps forced by a buffered-pages limit rather than by a timeout
@@ -55,6 +56,7 @@ func (s *Stats) add(o Stats) {
 	s.SnaplenBytes += o.SnaplenBytes
 	s.Fins += o.Fins
 	s.Resets += o.Resets
+	s.StaleResets += o.StaleResets
 	s.IdleFlushes += o.IdleFlushes
 	s.Evictions += o.Evictions
 	s.PageLimitHits += o.PageLimitHits

@@ -282,6 +282,7 @@ func (t *Telemetry) RegisterPipeline(src PipelineSources) (metric.Registration, 
 			o.ObserveInt64(skipped, u64(s.NonTCP), attrs(attribute.String("reason", "non_tcp")))
 			o.ObserveInt64(skipped, u64(s.Fragments), attrs(attribute.String("reason", "fragment")))
 			o.ObserveInt64(skipped, u64(s.Undecodable), attrs(attribute.String("reason", "undecodable")))
+			o.ObserveInt64(skipped, u64(s.StaleResets), attrs(attribute.String("reason", "stale_reset")))
 			limit(o, "capture.MaxBufferedPages", u64(s.PageLimitHits))
 			limit(o, "capture.MaxConnections", u64(s.Evictions))
 		}
