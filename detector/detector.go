@@ -683,7 +683,10 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		ex.rev = revDefault
 	}
 	d.countRevision(ex, ex.rev)
-	ex.sessionless = revAtLeast(ex.rev, revSessionless)
+	// An initialize's asked revision is not yet its own: a server that
+	// speaks only older ones answers with one of them, and a session id
+	// (onResponse decides).
+	ex.sessionless = revAtLeast(ex.rev, revSessionless) && !ex.revAsked
 	if ex.sessionless {
 		d.checkReissue(ex, o)
 		for i := range ex.msgs {
@@ -884,6 +887,13 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 			ex.rev = r.ProtocolVersion
 		}
 		ex.sessionless = revAtLeast(ex.rev, revSessionless)
+	}
+	if ex.revAsked && revAtLeast(ex.rev, revSessionless) && !ex.hasRespSession {
+		// An initialize asking for a revision without sessions, answered
+		// without a session id: no session is made either way. One
+		// answered with a session id goes on as a session's start; its
+		// result says which revision the server chose (onMessages).
+		ex.sessionless = true
 	}
 	if ex.sessionless {
 		d.checkSessionless(ex, o)

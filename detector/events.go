@@ -371,6 +371,11 @@ func (d *Detector) onMessages(ex *exchange, o *decode.Observation, msgs []decode
 				ex.rev, ex.revAsked = m.ProtocolVersion, false
 				if s != nil {
 					s.rev, s.revFromInit = m.ProtocolVersion, true
+					if revAtLeast(m.ProtocolVersion, revSessionless) && !ex.sessionless && ex.hasRespSession && ex.ok2xx() {
+						// The server chose a revision without
+						// sessions, and minted one.
+						d.sessionOnSessionless(ex, o)
+					}
 				}
 			}
 			if m.Tools != "" {

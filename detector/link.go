@@ -884,24 +884,32 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 	}, ex, nil, "form3")
 }
 
+// sessionOnSessionless raises resume_on_sessionless_revision, once per
+// session id: the server answered ex, of a revision without sessions, with
+// a session id.
+func (d *Detector) sessionOnSessionless(ex *exchange, o *decode.Observation) {
+	if !d.firstCause(ex.endpoint, ex.respSession, "session") {
+		return
+	}
+	verb := "minted"
+	if ex.hasReqSession && ex.reqSession == ex.respSession {
+		verb = "echoed"
+	}
+	d.violation(&Violation{
+		Kind: KindResumeOnSessionlessRevision, Time: o.Time, SessionID: ex.respSession, ProtocolVersion: ex.rev,
+		Explanation: fmt.Sprintf("Under protocol revision %s, which has no sessions, the server %s session id %s. "+
+			"Clients of this revision do not scope state by session, so anything the server keys on it (event ids, "+
+			"resumption) is a contract the client never agreed to. Check the server's transport for left-over "+
+			"session handling.", ex.rev, verb, ex.respSession),
+		Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence()},
+	}, ex, nil, "session")
+}
+
 // checkSessionless: under 2026-07-28 and later a server must neither use a
 // session id nor honor Last-Event-ID.
 func (d *Detector) checkSessionless(ex *exchange, o *decode.Observation) {
 	if ex.hasRespSession && ex.ok2xx() {
-		if d.firstCause(ex.endpoint, ex.respSession, "session") {
-			verb := "minted"
-			if ex.hasReqSession && ex.reqSession == ex.respSession {
-				verb = "echoed"
-			}
-			d.violation(&Violation{
-				Kind: KindResumeOnSessionlessRevision, Time: o.Time, SessionID: ex.respSession, ProtocolVersion: ex.rev,
-				Explanation: fmt.Sprintf("Under protocol revision %s, which has no sessions, the server %s session id %s. "+
-					"Clients of this revision do not scope state by session, so anything the server keys on it (event ids, "+
-					"resumption) is a contract the client never agreed to. Check the server's transport for left-over "+
-					"session handling.", ex.rev, verb, ex.respSession),
-				Evidence: []Evidence{ex.requestEvidence(), ex.responseEvidence()},
-			}, ex, nil, "session")
-		}
+		d.sessionOnSessionless(ex, o)
 	}
 	if ex.resume == nil {
 		return
