@@ -1049,14 +1049,16 @@ func (d *Detector) checkUnresumableClose(ex *exchange, o *decode.Observation) {
 
 // answerHeldCloses settles s's held unresumable_close findings by ex's
 // answer: a 404 after a stream ended says the server ended the session
-// with it, which is not this finding; any other answer to a request sent
-// after it says the session outlived the stream, which is.
+// with it, which is not this finding; a 2xx to a request sent after it
+// says the session outlived the stream, which is. Other answers say
+// neither: a gateway's 503 while the server restarts, a redirect that
+// reached no MCP handler, a 400 or 401 that may be the dead session's.
 func (d *Detector) answerHeldCloses(s *session, ex *exchange) {
 	held := s.heldCloses[:0]
 	for _, v := range s.heldCloses {
 		switch {
 		case ex.status == 404 && ex.respAt.After(v.Time):
-		case ex.status != 404 && ex.start.After(v.Time):
+		case ex.ok2xx() && ex.start.After(v.Time):
 			v.Evidence = append(v.Evidence, ex.requestEvidence(), ex.responseEvidence())
 			d.emitViolation(v, s)
 		default:
