@@ -198,6 +198,10 @@ func (d *Detector) resumeResponse(ex *exchange, o *decode.Observation) {
 			reason = ReasonCaptureGap
 		case d.cfg.PartialHistory:
 			reason = ReasonPartialHistory
+		case !s.startSeen:
+			// The event may have come whole before the capture began
+			// (a replay of it, cut here, is the server's doing).
+			reason = ReasonStartNotCaptured
 		}
 		if reason != "" {
 			d.unverifiable(o.Time, s, ex, string(KindTruncatedResume), reason, ex.cursor)
