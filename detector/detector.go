@@ -688,7 +688,6 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	// (onResponse decides).
 	ex.sessionless = revAtLeast(ex.rev, revSessionless) && !ex.revAsked
 	if ex.sessionless {
-		d.checkReissue(ex, o)
 		for i := range ex.msgs {
 			if m := &ex.msgs[i]; m.Type == decode.MsgRequest && m.Method == "server/discover" {
 				d.noteStart(ex, m)
@@ -896,6 +895,12 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		ex.sessionless = true
 	}
 	if ex.sessionless {
+		if ex.ok2xx() {
+			// Judged on the answer, as in a session: a re-issue
+			// refused (a 429, a redirect) ran nothing, and the broken
+			// call waits for the next.
+			d.checkReissue(ex, o)
+		}
 		d.checkSessionless(ex, o)
 		return
 	}

@@ -213,11 +213,12 @@ func (d *Detector) expireBrokenCalls(now time.Time) {
 	}
 }
 
-// checkReissue: a sessionless tools/call request. If the same client's
-// identical call (tool and arguments; never _meta) broke within
-// LinkWindow, this re-issue may run it a second time: critical for a tool
-// annotated destructiveHint, high for one not annotated, nothing for one
-// annotated readOnlyHint or idempotentHint.
+// checkReissue: a sessionless tools/call request, answered 2xx (a re-issue
+// refused ran nothing, and the broken call waits for the next). If the
+// same client's identical call (tool and arguments; never _meta) broke
+// within LinkWindow, this re-issue may run it a second time: critical for a
+// tool annotated destructiveHint, high for one not annotated, nothing for
+// one annotated readOnlyHint or idempotentHint.
 func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 	if len(d.brokenCalls) == 0 {
 		return // the usual case: no key to hash for every call
