@@ -390,7 +390,13 @@ func TestLongStartLines(t *testing.T) {
 			"C> GET " + over + " HTTP/1.1\nC> Mcp-Session-Id: s1\nC>\n" + post("/mcp") + ok + ok,
 			"request response end response end", 1},
 	} {
-		for name, split := range map[string]splitter{"whole": whole, "pieces": randomPieces(7)} {
+		twoIn := func(b []byte) [][]byte { // a segment boundary in the line's first bytes
+			if len(b) <= 2 {
+				return [][]byte{b}
+			}
+			return [][]byte{b[:2], b[2:]}
+		}
+		for name, split := range map[string]splitter{"whole": whole, "pieces": randomPieces(7), "two bytes in": twoIn} {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
 				obs, st := run(t, DefaultConfig(), split, parseScript(t, tc.script))
 				var kinds []string

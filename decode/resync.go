@@ -81,17 +81,18 @@ func (d *dir) longStartLine(seg []byte) bool {
 	if len(d.buf)+len(seg) > d.c.w.cfg.MaxHeaderBytes {
 		return false
 	}
-	b := d.buf
-	if len(b) == 0 {
-		b = seg
-	}
+	// The line's first bytes, wherever the segments cut it.
+	var first [maxMethodLen + 1]byte
+	n := copy(first[:], d.buf)
+	n += copy(first[n:], seg)
+	b := first[:n]
 	if d.role != roleClient && bytes.HasPrefix(b, []byte("HTTP/1.")) {
 		return true
 	}
 	if d.role == roleServer || len(b) == 0 || b[0] < 'A' || b[0] > 'Z' {
 		return false
 	}
-	sp := bytes.IndexByte(b[:min(len(b), maxMethodLen+1)], ' ')
+	sp := bytes.IndexByte(b, ' ')
 	if sp <= 0 {
 		return false
 	}
