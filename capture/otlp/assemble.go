@@ -107,12 +107,15 @@ type Assembler struct {
 	mu       sync.Mutex
 	rd       reader
 	traces   map[pcommon.TraceID]*traceBuf
-	arrivals []arrival   // in order of arrival; an entry older than its trace's lastAt is stale
-	forced   []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
-	buffered int
-	seen     recentSpans
-	stats    Stats
-	stopped  bool // Stop: every later export is refused (ErrClosed)
+	arrivals []arrival // in order of arrival; an entry older than its trace's lastAt is stale
+	// lastArrival is when the last span came (wall time): the input is
+	// quiet since then, whatever settled.
+	lastArrival time.Time
+	forced      []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
+	buffered    int
+	seen        recentSpans
+	stats       Stats
+	stopped     bool // Stop: every later export is refused (ErrClosed)
 
 	// Owned by the caller of Advance and Flush; counts reach stats at the
 	// end of each (publish).
@@ -197,6 +200,9 @@ func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {
 		tb.lastAt = now
 		a.arrivals = append(a.arrivals, arrival{tb, now})
 	}
+	if now.After(a.lastArrival) {
+		a.lastArrival = now
+	}
 	switch {
 	case h != nil:
 		tb.http = append(tb.http, h)
@@ -258,11 +264,14 @@ func (a *Assembler) Stats() Stats {
 	return s
 }
 
-// quietSince reports whether no span arrived after t.
+// quietSince reports whether no span arrived after t. Settling empties
+// the arrivals queue, so it cannot tell: a stream's span still to come
+// (one that ends later than shorter exchanges that began after it) is
+// what the reorder window waits for.
 func (a *Assembler) quietSince(t time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.arrivals) == 0 || a.arrivals[len(a.arrivals)-1].at.Before(t)
+	return a.lastArrival.Before(t)
 }
 
 // settle takes the traces whose last span arrived before t (and those cut

@@ -43,7 +43,10 @@ func TestEarlyReleasesCostOnlyWhatArrivesOlder(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.quiet {
-				asm.Advance(now.Add(time.Second))
+				// Quiet for the reorder window: no span can still be
+				// on its way.
+				now = now.Add(cfg.ReorderWindow + time.Second)
+				asm.Advance(now)
 				if s := asm.Stats(); s.EarlyRelease == 0 || s.Late != 0 || s.Pending != 0 {
 					t.Fatalf("in-order spans, then quiet: stats %+v; want early releases, none late, nothing pending", s)
 				}
@@ -119,5 +122,58 @@ func TestSettlingSpansHoldBoundedBytes(t *testing.T) {
 	t.Logf("%d spans with 3 x 4 MiB attributes: %d KiB held", spans, held>>10)
 	if held > 16<<20 { // unbounded: 32 x 12 MiB
 		t.Errorf("%d spans hold %d MiB while they settle; want their kept strings bounded", spans, held>>20)
+	}
+}
+
+// TestReorderWindowOutlastsSettling: one client exporting in batches (the
+// SDK's every 5 s) has a short POST at 2 s, exported at 5 s, and a stream
+// from 0 to 8 s, whose span is exported when it ends, at 10 s. The stream's
+// observations are older than the POST's, and well within ReorderWindow:
+// none may be late. The window ended when every buffered trace had
+// settled (their arrivals queue was empty, which read as a quiet input),
+// 2 s after each export.
+func TestReorderWindowOutlastsSettling(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	span := func(trace byte, start, end time.Duration, status int, sse bool) ptrace.Traces {
+		td := ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.instance.id", "agent-1")
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID{trace})
+		sp.SetSpanID(pcommon.SpanID{trace})
+		sp.SetKind(ptrace.SpanKindClient)
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(t0.Add(start)))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(t0.Add(end)))
+		a := sp.Attributes()
+		a.PutStr("http.request.method", "POST")
+		a.PutStr("url.full", "http://mcp.example:8080/mcp")
+		a.PutEmptySlice("http.request.header.mcp-session-id").AppendEmpty().SetStr("S1")
+		a.PutInt("http.response.status_code", int64(status))
+		if sse {
+			a.PutEmptySlice("http.response.header.content-type").AppendEmpty().SetStr("text/event-stream")
+		}
+		return td
+	}
+	var obs []*decode.Observation
+	asm := otlp.NewAssembler(otlp.DefaultConfig(), []byte("assemble-test-key"), func(o *decode.Observation) { obs = append(obs, o) })
+	wall := t0.Add(time.Hour)
+	exports := map[time.Duration]ptrace.Traces{5 * time.Second: span(1, 2*time.Second, 2100*time.Millisecond, 202, false),
+		10 * time.Second: span(2, 0, 8*time.Second, 200, true)}
+	for now := time.Duration(0); now <= 10*time.Second; now += 250 * time.Millisecond {
+		if td, ok := exports[now]; ok {
+			if _, err := asm.Consume(td, wall.Add(now)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asm.Advance(wall.Add(now))
+	}
+	asm.Flush()
+	for _, o := range obs {
+		if o.Late != decode.NotLate {
+			t.Errorf("%s observation at %v delivered with Late %v", o.Kind, o.Time.Sub(t0), o.Late)
+		}
+	}
+	if len(obs) == 0 {
+		t.Fatal("no observations")
 	}
 }
