@@ -1,6 +1,7 @@
 package otlp_test
 
 import (
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -175,5 +176,58 @@ func TestReorderWindowOutlastsSettling(t *testing.T) {
 	}
 	if len(obs) == 0 {
 		t.Fatal("no observations")
+	}
+}
+
+// TestClientSpansNeedAnInstance: a client span's client is the process that
+// emitted it, known by its resource. service.name alone is every replica's
+// (the SDKs' default resource carries nothing more), so two such spans are
+// two clients, not one: otherwise one replica's call looks re-made by
+// another after its stream broke (a critical reissued_call_after_break).
+func TestClientSpansNeedAnInstance(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	span := func(trace byte, res map[string]string) ptrace.Traces {
+		td := ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		for k, v := range res {
+			rs.Resource().Attributes().PutStr(k, v)
+		}
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID{trace})
+		sp.SetSpanID(pcommon.SpanID{trace})
+		sp.SetKind(ptrace.SpanKindClient)
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(t0.Add(time.Duration(trace) * time.Second)))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(t0.Add(time.Duration(trace)*time.Second + time.Millisecond)))
+		sp.Attributes().PutStr("http.request.method", "POST")
+		sp.Attributes().PutStr("url.full", "http://mcp.example:8080/mcp")
+		sp.Attributes().PutInt("http.response.status_code", 202)
+		return td
+	}
+	for _, tc := range []struct {
+		name       string
+		res        map[string]string
+		sameClient bool
+	}{
+		{"service.name alone", map[string]string{"service.name": "worker", "telemetry.sdk.language": "go"}, false},
+		{"an instance id", map[string]string{"service.name": "worker", "service.instance.id": "pod-a"}, true},
+		{"a host name", map[string]string{"service.name": "worker", "host.name": "node-1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var clients []netip.AddrPort
+			asm := otlp.NewAssembler(otlp.DefaultConfig(), []byte("assemble-test-key"), func(o *decode.Observation) {
+				if o.Kind == decode.KindRequest {
+					clients = append(clients, o.Conn.Client)
+				}
+			})
+			for trace := byte(1); trace <= 2; trace++ {
+				if _, err := asm.Consume(span(trace, tc.res), t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			asm.Flush()
+			if len(clients) != 2 || (clients[0] == clients[1]) != tc.sameClient {
+				t.Errorf("clients %v: want the same client %v", clients, tc.sameClient)
+			}
+		})
 	}
 }

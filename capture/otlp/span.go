@@ -178,7 +178,7 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 	if h.end.Before(h.start) {
 		h.end = h.start
 	}
-	r.readURL(h, attrs, res)
+	r.readURL(h, attrs, res, key.trace)
 	h.reqSession, h.hasReqSession = header(attrs, attrReqSession)
 	h.lastEventID, h.hasLastEventID = header(attrs, attrReqLastEventID)
 	h.protocol, _ = header(attrs, attrReqProtocol)
@@ -207,7 +207,7 @@ func (r *reader) read(res pcommon.Map, sp ptrace.Span) (h *httpSpan, m *mcpSpan)
 }
 
 // readURL fills the path, host and the two endpoints.
-func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map) {
+func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map, trace pcommon.TraceID) {
 	host, port := str(attrs, attrServerAddress), int(num(attrs, attrServerPort))
 	h.path = str(attrs, attrURLPath)
 	if u, err := url.Parse(str(attrs, attrURLFull)); err == nil && u.Host != "" {
@@ -242,7 +242,7 @@ func (r *reader) readURL(h *httpSpan, attrs, res pcommon.Map) {
 		}
 	}
 	// A client span's client is the process that emitted it.
-	h.clientAddr = netip.AddrPortFrom(resourceAddr(res), 0)
+	h.clientAddr = netip.AddrPortFrom(resourceAddr(res, trace), 0)
 }
 
 // rpcOf reads the MCP request attributes.
@@ -444,17 +444,28 @@ func addrOf(host string, port int) netip.AddrPort {
 	return netip.AddrPortFrom(synthetic("host", host), uint16(port))
 }
 
-// resourceAttrs identify the process that emitted a span, most specific first.
-var resourceAttrs = []string{"service.instance.id", "k8s.pod.uid", "host.name", "process.pid", "service.name"}
+// instanceAttrs tell one process of a service from another, most specific
+// first; service.name alone does not (every replica of a deployment shares
+// it, and the SDKs' default resource carries nothing more).
+var instanceAttrs = []string{"service.instance.id", "k8s.pod.uid", "host.name", "process.pid"}
 
 // resourceAddr stands for the process a client span came from: the client
-// of every exchange it made, as an address keys a client on the wire.
-func resourceAddr(res pcommon.Map) netip.Addr {
+// of every exchange it made, as an address keys a client on the wire. A
+// resource that names no instance says nothing of which process sent the
+// span: each trace is then a client of its own, so that two replicas are
+// never taken for one client re-making another's call.
+func resourceAddr(res pcommon.Map, trace pcommon.TraceID) netip.Addr {
 	var b strings.Builder
-	for _, k := range resourceAttrs {
+	for _, k := range instanceAttrs {
 		if v, ok := res.Get(k); ok {
 			b.WriteString(k + "=" + v.AsString() + "\x00")
 		}
+	}
+	if b.Len() == 0 {
+		return synthetic("trace", string(trace[:]))
+	}
+	if v, ok := res.Get("service.name"); ok {
+		b.WriteString("service.name=" + v.AsString() + "\x00")
 	}
 	return synthetic("process", b.String())
 }
