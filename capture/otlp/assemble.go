@@ -46,18 +46,20 @@ type Stats struct {
 	Pending               int    // observations waiting now
 }
 
-// recentSpans remembers the last RememberedSpans span ids received, to
-// drop a span sent twice.
-type recentSpans struct {
-	set  map[spanKey]struct{}
+// recentSpans remembers something of the last RememberedSpans span ids
+// added: that a span was received (to drop one sent twice), or what an
+// HTTP span made into an exchange stands for (hopRole).
+type recentSpans[V any] struct {
+	set  map[spanKey]V
 	ring []spanKey
 	next int
 }
 
-// add records k and reports whether it was new.
-func (r *recentSpans) add(k spanKey) bool {
+// add records k with v and reports whether k was new (a known k keeps its
+// value).
+func (r *recentSpans[V]) add(k spanKey, v V) bool {
 	if r.set == nil {
-		r.set = make(map[spanKey]struct{}, 1024)
+		r.set = make(map[spanKey]V, 1024)
 	}
 	if _, dup := r.set[k]; dup {
 		return false
@@ -69,9 +71,22 @@ func (r *recentSpans) add(k spanKey) bool {
 		r.ring[r.next] = k
 		r.next = (r.next + 1) % RememberedSpans
 	}
-	r.set[k] = struct{}{}
+	r.set[k] = v
 	return true
 }
+
+// hopRole is what a remembered span id stands for once a trace settled.
+type hopRole uint8
+
+const (
+	// hopCounted: an HTTP span made into an exchange.
+	hopCounted hopRole = iota + 1
+	// hopAbove: a span above a counted one that its trace's buffer did not
+	// hold: an HTTP span with that id arriving later, carrying MCP, is an
+	// outer hop of the counted exchange (a client's span exported after
+	// its server's).
+	hopAbove
+)
 
 // maxAncestors bounds the walk up a span's parents.
 const maxAncestors = 64
@@ -113,7 +128,11 @@ type Assembler struct {
 	lastArrival time.Time
 	forced      []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
 	buffered    int
-	seen        recentSpans
+	seen        recentSpans[struct{}]
+	// hops: the HTTP spans already made into exchanges, and the spans
+	// above them, so that another hop of one exchange settling later (the
+	// two ends' exporters send apart) is not counted again.
+	hops recentSpans[hopRole]
 	stats       Stats
 	stopped     bool // Stop: every later export is refused (ErrClosed)
 
@@ -183,7 +202,7 @@ func (a *Assembler) Consume(td ptrace.Traces, now time.Time) (rejected int, err 
 }
 
 func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {
-	if !a.seen.add(spanKey{sp.TraceID(), sp.SpanID()}) {
+	if !a.seen.add(spanKey{sp.TraceID(), sp.SpanID()}, struct{}{}) {
 		// An exporter that retried an export the receiver had taken
 		// sends its spans again: counting them twice would deliver every
 		// event twice.
@@ -322,9 +341,19 @@ func (a *Assembler) convert(tb *traceBuf) {
 		}
 	}
 	for _, h := range tb.http {
-		if nestedHop(h, tb, byID, mcpByID) {
+		nested, above := nestedHop(h, tb, byID, mcpByID)
+		if nested || a.hops.set[spanKey{tb.id, above}] == hopCounted || a.hops.set[h.key] == hopAbove && h.mcpLike() {
 			a.counts.nested++
 			continue
+		}
+		if h.mcpLike() {
+			// Only an MCP hop stands for the exchange: a web server's
+			// span for its own request is no hop of the MCP calls it
+			// makes while serving it.
+			a.hops.add(h.key, hopCounted)
+			if !above.IsEmpty() {
+				a.hops.add(spanKey{tb.id, above}, hopAbove)
+			}
 		}
 		// Only a POST carries a JSON-RPC request: a resume GET under the
 		// same MCP span (the C# SDK's) sends none.
@@ -342,29 +371,34 @@ func (a *Assembler) convert(tb *traceBuf) {
 	}
 }
 
-// nestedHop reports whether h sits under another HTTP span of its trace,
+// nestedHop reports whether h sits under another HTTP span of tb,
 // directly or through other spans: a gateway's call to its backend, or a
 // server's span under its client's. The outermost HTTP span is the
 // exchange as its client saw it; counting an inner one too would deliver
-// every event twice.
-func nestedHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) bool {
+// every event twice. Otherwise above is where h's chain of parents leaves
+// tb's spans (empty if it ends): a hop that settled earlier, or will
+// later, may be there.
+func nestedHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) (nested bool, above pcommon.SpanID) {
 	p := h.parent
 	for range maxAncestors {
 		if p.IsEmpty() {
-			return false
+			return false, p
 		}
-		if _, ok := byID[p]; ok {
-			return true
+		if o, ok := byID[p]; ok {
+			// A web server's request under which it calls MCP is
+			// another exchange; a hop of the same one carries MCP too,
+			// or is the same request passed on.
+			return o.mcpLike() || o.method == h.method && o.path == h.path, pcommon.SpanID{}
 		}
 		if m, ok := mcpByID[p]; ok {
 			p = m.parent
 		} else if q, ok := tb.parents[p]; ok {
 			p = q
 		} else {
-			return false // the chain leaves the spans this trace sent
+			return false, p // the chain leaves the spans this trace sent
 		}
 	}
-	return false
+	return false, pcommon.SpanID{}
 }
 
 // owner is the MCP span of h: its parent, one that links to it, or one it

@@ -1,6 +1,7 @@
 package otlp_test
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -227,6 +228,83 @@ func TestClientSpansNeedAnInstance(t *testing.T) {
 			asm.Flush()
 			if len(clients) != 2 || (clients[0] == clients[1]) != tc.sameClient {
 				t.Errorf("clients %v: want the same client %v", clients, tc.sameClient)
+			}
+		})
+	}
+}
+
+// TestHopsOfOneExchangeCountOnce: a client's HTTP span and its server's,
+// one exchange, count once however far apart the two ends' exporters send
+// them (each batches on its own timer: 5 s in the SDKs, longer than
+// SettleDelay), in either order. A web server's span for its own request
+// (no MCP in it), under which it calls an MCP server, is another exchange:
+// the MCP call is counted, in the same export or another.
+func TestHopsOfOneExchangeCountOnce(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	span := func(id, parent byte, server bool, path, session string) ptrace.Traces {
+		td := ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.instance.id", fmt.Sprintf("process-%v", server))
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID{1})
+		sp.SetSpanID(pcommon.SpanID{id})
+		if parent != 0 {
+			sp.SetParentSpanID(pcommon.SpanID{parent})
+		}
+		sp.SetKind(ptrace.SpanKindClient)
+		if server {
+			sp.SetKind(ptrace.SpanKindServer)
+			sp.Attributes().PutStr("url.path", path)
+			sp.Attributes().PutStr("server.address", "mcp.example")
+			sp.Attributes().PutStr("client.address", "10.0.0.1")
+		} else {
+			sp.Attributes().PutStr("url.full", "http://mcp.example:8080"+path)
+		}
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(t0.Add(time.Duration(id) * time.Millisecond)))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(t0.Add(time.Second - time.Duration(id)*time.Millisecond)))
+		sp.Attributes().PutStr("http.request.method", "POST")
+		sp.Attributes().PutInt("http.response.status_code", 202)
+		if session != "" {
+			sp.Attributes().PutEmptySlice("http.request.header.mcp-session-id").AppendEmpty().SetStr(session)
+		}
+		return td
+	}
+	client, server := span(2, 1, false, "/mcp", "S1"), span(3, 2, true, "/mcp", "S1")
+	app, call := span(1, 0, true, "/api/chat", ""), span(2, 1, false, "/mcp", "S1")
+	for _, tc := range []struct {
+		name           string
+		exports        [][]ptrace.Traces // one export every 3 s
+		http, requests int               // exchanges, and those for /mcp
+	}{
+		{"client, then server, together", [][]ptrace.Traces{{client, server}}, 1, 1},
+		{"client, then server 3 s later", [][]ptrace.Traces{{client}, {server}}, 1, 1},
+		{"server, then client 3 s later", [][]ptrace.Traces{{server}, {client}}, 1, 1},
+		{"a web server's request and its MCP call, together", [][]ptrace.Traces{{app, call}}, 2, 1},
+		{"a web server's request, then its MCP call", [][]ptrace.Traces{{app}, {call}}, 2, 1},
+		{"an MCP call, then the web server's request", [][]ptrace.Traces{{call}, {app}}, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requests := 0
+			asm := otlp.NewAssembler(otlp.DefaultConfig(), []byte("assemble-test-key"), func(o *decode.Observation) {
+				if o.Kind == decode.KindRequest && o.Request.Path == "/mcp" {
+					requests++
+				}
+			})
+			wall := t0.Add(time.Hour)
+			for i, export := range tc.exports {
+				now := wall.Add(time.Duration(i) * 3 * time.Second)
+				for _, td := range export {
+					cp := ptrace.NewTraces()
+					td.CopyTo(cp)
+					if _, err := asm.Consume(cp, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+				asm.Advance(now.Add(2500 * time.Millisecond))
+			}
+			asm.Flush()
+			if st := asm.Stats(); int(st.HTTPSpans) != tc.http || requests != tc.requests {
+				t.Errorf("stats %+v, %d requests for /mcp: want %d exchanges, %d for /mcp", st, requests, tc.http, tc.requests)
 			}
 		})
 	}

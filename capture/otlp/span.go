@@ -135,6 +135,13 @@ type httpSpan struct {
 	emptyBody bool
 }
 
+// mcpLike says whether h shows it carried MCP: a session or protocol
+// header, a cursor, a JSON-RPC request, or an event stream.
+func (h *httpSpan) mcpLike() bool {
+	return h.hasReqSession || h.hasRespSession || h.hasLastEventID || h.protocol != "" || h.rpc.known() ||
+		strings.HasPrefix(strings.ToLower(h.contentType), "text/event-stream")
+}
+
 // mcpSpan is an MCP span (mcp.method.name without HTTP attributes): the
 // JSON-RPC request that one or more HTTP spans carried.
 type mcpSpan struct {
