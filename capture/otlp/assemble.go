@@ -132,9 +132,9 @@ type Assembler struct {
 	// hops: the HTTP spans already made into exchanges, and the spans
 	// above them, so that another hop of one exchange settling later (the
 	// two ends' exporters send apart) is not counted again.
-	hops recentSpans[hopRole]
-	stats       Stats
-	stopped     bool // Stop: every later export is refused (ErrClosed)
+	hops    recentSpans[hopRole]
+	stats   Stats
+	stopped bool // Stop: every later export is refused (ErrClosed)
 
 	// Owned by the caller of Advance and Flush; counts reach stats at the
 	// end of each (publish).
