@@ -829,6 +829,14 @@ func (d *Detector) ranNothing(ex *exchange) {
 	}
 }
 
+// mcpMethod says whether a request of this method reaches an MCP handler
+// (the method "" when the request was not captured): a router answers
+// others (OPTIONS, HEAD) itself, often 404 (gin's default), which says
+// nothing of the session.
+func mcpMethod(method string) bool {
+	return method == "" || method == "POST" || method == "GET" || method == "DELETE"
+}
+
 // dropCalls forgets the requests of ex: the server refused the exchange,
 // so they did not run.
 func (d *Detector) dropCalls(ex *exchange) {
@@ -837,8 +845,15 @@ func (d *Detector) dropCalls(ex *exchange) {
 		return
 	}
 	for c := range unansweredCalls(s, ex) {
-		s.calls.del(c.id)
-		s.inflight--
+		if p := c.replaced; p != nil && p.id == c.id {
+			// A retry under the same id (a proxy re-sending the
+			// request whole after its upstream reset) took the place
+			// of an attempt that may have run: it is the one in flight.
+			s.calls.set(p.id, p)
+		} else {
+			s.calls.del(c.id)
+			s.inflight--
+		}
 		if k := (toolKey{c.tool, c.paramsHash}); s.toolCalls.at(k) == c {
 			if p := c.replaced; p != nil && s.calls.at(p.id) == p {
 				s.toolCalls.set(k, p)
@@ -925,7 +940,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	case ex.status == 404:
 		if s != nil {
 			d.dropCalls(ex)
-			if !s.deleted && !s.gone {
+			if !s.deleted && !s.gone && mcpMethod(ex.method) {
 				d.sessionLost(s, ex, o.Time, "404", "the server answered 404 for the session")
 			}
 		}

@@ -633,6 +633,15 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 			historyLimit := d.limitOn(l.firstSeen, addrKey{l.client.Addr(), l.server})
 			switch {
 			case l.isRepeatable(m.Tool) || s.isRepeatable(m.Tool):
+			case c.answered && c.failed:
+				// Answered with an error: a failed call tried again, as
+				// a client may (tool errors come back for the model to
+				// correct and retry).
+			case c.answered && l.deleteSent:
+				// The client ended the lost session itself (the 404
+				// answered its DELETE: the server had lost it already):
+				// a completed call made again is a new run's, not a
+				// replay of the old session's.
 			case c.answered && c.habitual:
 				// A poller's next poll: the completed call is one the
 				// client made over and over, not one it replays.

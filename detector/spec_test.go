@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -430,9 +431,14 @@ func (r *specRun) body(args []string) error {
 	return nil
 }
 
-// end CONN clean|truncated|reset|gap|open [partial=X] [last=X] [client-closed] [mid-event]
+// end CONN clean|truncated|reset|gap|open [partial=X] [last=X] [client-closed] [mid-event] [noresponse]
+// noresponse: the exchange ended before any status line came.
 func (r *specRun) end(args []string) error {
-	c, x, err := r.streamTarget(args, 2, "end CONN HOW")
+	c, err := r.target(args, 2, "end CONN HOW")
+	if err != nil {
+		return err
+	}
+	x, err := r.current(c, slices.Contains(args[2:], "noresponse"))
 	if err != nil {
 		return err
 	}
