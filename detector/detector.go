@@ -1120,7 +1120,10 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 		s.startSeen = true
 	}
 	s.client, s.server = ex.conn.Client, ex.conn.Server
-	if ex.rev != "" && !s.revFromInit {
+	// A revision without sessions that the initialize asked for is not
+	// the session's: the server answered with a session, so it chose an
+	// older one, which its result names (onMessages).
+	if ex.rev != "" && !s.revFromInit && !(ex.revAsked && revAtLeast(ex.rev, revSessionless)) {
 		s.rev = ex.rev
 	}
 	if ex.sess != s {
