@@ -283,7 +283,7 @@ func TestHeldDataNeverRaisesATick(t *testing.T) {
 	w := newWorker(Config{Workers: 1}.WithDefaults(), f)
 	dec := newPacketDecoder()
 	for i, s := range []seg{syn, synAck, c2s(1001, "a", time.Millisecond), c2s(1003, "c", time.Minute)} { // "b" lost
-		net, ok := dec.classify(&Stats{}, ethernet()(ipPacket(t, s)), layers.LinkTypeEthernet)
+		net, ok := dec.classify(&Stats{}, ethernet()(ipPacket(t, s)), layers.LinkTypeEthernet, 0)
 		if !ok {
 			t.Fatal("test frame not TCP")
 		}
@@ -730,7 +730,7 @@ func TestEvictionFarFuture(t *testing.T) {
 	for i := range 10 {
 		c := netip.AddrPortFrom(client.Addr(), uint16(43000+i))
 		frame := ethernet()(ipPacket(t, seg{src: c, dst: server, seq: 1, flags: "PA", payload: "x"}))
-		net, ok := dec.classify(&Stats{}, frame, 1)
+		net, ok := dec.classify(&Stats{}, frame, 1, 0)
 		if !ok {
 			t.Fatal("test frame not TCP")
 		}

@@ -76,8 +76,8 @@ func RawRead(ctx context.Context, paths []string) (Stats, error) {
 	}
 	dec := newPacketDecoder()
 	var counts Stats
-	st, readErr := readFiles(ctx, paths, total, nil, func(data []byte, _ gopacket.CaptureInfo, lt layers.LinkType) {
-		dec.classify(&counts, data, lt)
+	st, readErr := readFiles(ctx, paths, total, nil, func(data []byte, ci gopacket.CaptureInfo, lt layers.LinkType) {
+		dec.classify(&counts, data, lt, ci.Length)
 	})
 	counts.Files, counts.TruncatedFiles, counts.CorruptFiles = st.Files, st.TruncatedFiles, st.CorruptFiles
 	return counts, readErr

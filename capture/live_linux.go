@@ -624,7 +624,7 @@ func (r *liveReader) handle(data []byte, ci gopacket.CaptureInfo) {
 	if ts.After(r.feed.now) {
 		r.feed.now = ts
 	}
-	if _, ok := r.dec.classify(&r.stats, data, r.linkType(ci.InterfaceIndex)); ok {
+	if _, ok := r.dec.classify(&r.stats, data, r.linkType(ci.InterfaceIndex), ci.Length); ok {
 		tcp := &r.dec.tcp
 		if r.miss != nil && r.miss(r.s.iface, tcp) {
 			return

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // TestHolesProvenBySequenceNumbers: a lost segment with no data after it is
@@ -198,5 +201,47 @@ func TestProvenHoleReleasesHeldData(t *testing.T) {
 		if got, limit := s.times[1], t0.Add(100*ms); got.After(limit) {
 			t.Errorf("workers %d: data after the hole delivered at %v, want by %v", workers, got, limit)
 		}
+	}
+}
+
+// TestSnaplenCutOfTotalLengthZero: a TSO segment captured on the sending host
+// carries an IPv4 total length of 0, so only the capture record's original
+// length shows that the snap length cut it. It was delivered short, as if
+// whole; now its bytes are a gap, as for any cut segment.
+func TestSnaplenCutOfTotalLengthZero(t *testing.T) {
+	ms := time.Millisecond
+	body := strings.Repeat("y", 3000)
+	segs := []seg{syn, synAck, c2s(1001, "GET", ms), s2c(5001, body, 2*ms), s2c(8001, "tail", 3*ms)}
+	const snap = 200
+	var b bytes.Buffer
+	w := pcapgo.NewWriterNanos(&b)
+	if err := w.WriteFileHeader(snap, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		ip := ipPacket(t, s)
+		if len(s.payload) == len(body) {
+			ip[2], ip[3] = 0, 0 // TSO: total length 0
+		}
+		frame := ethernet()(ip)
+		n := min(len(frame), snap)
+		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: t0.Add(s.at), CaptureLength: n, Length: len(frame)}, frame[:n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, st, err := run(t, Config{Workers: 1}, writeTemp(t, "tso.pcap", b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.streams()
+	want := []string{`data A "GET"`, "gap B 3000", `data B "tail"`, "close eof"}
+	if len(got) != 1 || !slices.Equal(got[0].calls, want) {
+		for _, g := range got {
+			t.Logf("calls %.300q", g.calls)
+		}
+		t.Fatalf("want one stream with %q", want)
+	}
+	if st.SnaplenBytes != uint64(len(body)) {
+		t.Errorf("SnaplenBytes = %d, want %d", st.SnaplenBytes, len(body))
 	}
 }

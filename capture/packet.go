@@ -59,6 +59,11 @@ type packetDecoder struct {
 	// did not keep (a snap length shorter than the packet): the IP header
 	// says how long the packet was.
 	cut int
+	// recordCut is how much of the packet its capture record did not keep
+	// (the record's original length less its captured one): what cut is
+	// where the IP header cannot say (an IPv4 total length of 0: a TSO
+	// segment captured on the sending host).
+	recordCut int
 	// tunnelled says the last TCP segment came out of a tunnel.
 	tunnelled bool
 }
@@ -199,6 +204,10 @@ func (d *packetDecoder) decodeLayers(data []byte, first gopacket.LayerType) (net
 			// gopacket keeps what a snap length left of a longer
 			// packet; the total length tells what is missing.
 			d.cut = max(0, int(d.ip4.Length)-len(d.ip4.Contents)-len(d.ip4.Payload))
+			if c := d.ip4.Contents; len(c) >= 4 && c[2] == 0 && c[3] == 0 {
+				// Total length 0: gopacket took what was captured.
+				d.cut = d.recordCut
+			}
 		case layers.LayerTypeIPv6:
 			d.tunnelled = d.tunnelled || sawIP
 			sawIP, net = true, d.ip6.NetworkFlow()

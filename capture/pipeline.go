@@ -265,10 +265,12 @@ func (p *pipeline) run(w *worker, q <-chan *batch) {
 }
 
 // classify counts a packet and decodes it; ok says it is a TCP segment, now
-// in p.dec.tcp.
-func (d *packetDecoder) classify(st *Stats, data []byte, lt layers.LinkType) (net gopacket.Flow, ok bool) {
+// in p.dec.tcp. wireLen is the packet's length as its capture record gives
+// it (0: as captured).
+func (d *packetDecoder) classify(st *Stats, data []byte, lt layers.LinkType, wireLen int) (net gopacket.Flow, ok bool) {
 	st.Packets++
 	st.Bytes += uint64(len(data))
+	d.recordCut = max(0, wireLen-len(data))
 	net, v := d.decode(data, lt)
 	switch v {
 	case verdictTCP:
@@ -311,7 +313,7 @@ func (p *pipeline) handlePacket(data []byte, ci gopacket.CaptureInfo, lt layers.
 		p.nextIdle = p.now.Add(p.idleEvery)
 		p.idleCheck()
 	}
-	if _, ok := p.dec.classify(&p.stats, data, lt); ok {
+	if _, ok := p.dec.classify(&p.stats, data, lt, ci.Length); ok {
 		p.dispatch(&p.dec.tcp, ci.Timestamp)
 	}
 	if len(p.workers) == 1 {
