@@ -1628,6 +1628,7 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 			// whole answer that was no stream broke nothing either.
 			if c.method == "tools/call" && c.broke == nil && !c.cancelled && !ex.endedWhole(e.How) {
 				b := ex.callBreak(c.id, o.Time, e.How)
+				b.clientClosed = e.ClientClosed
 				c.broke = &b
 				d.charge(s, callBreakBytes+int64(len(b.how)+len(b.request.Detail)+len(b.broke.Detail)))
 			}

@@ -30,6 +30,10 @@ type callBreak struct {
 	progress int    // progress notifications before the break: the tool had started
 	request  Evidence
 	broke    Evidence
+	// clientClosed: the client ended the stream itself (its FIN came
+	// first): with a notifications/cancelled for the call, before or
+	// after, it gave the call up.
+	clientClosed bool
 }
 
 // brokenCall is a sessionless tools/call whose request reached the server
@@ -300,6 +304,14 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 		first := c.replaced
 		b := first.broke
 		if b == nil || b.brokeAt.After(c.at) || c.at.Sub(b.brokeAt) > d.cfg.LinkWindow {
+			continue
+		}
+		if b.clientClosed && first.cancelled {
+			// The client closed the stream and cancelled the call (go-sdk
+			// and mcp-go cancel through the context: the close first,
+			// then the notification, racing the server's end of the
+			// stream): it gave the call up, as a client that cancels with
+			// the stream open does, and may make it again.
 			continue
 		}
 		note := d.annotationsOf(ex.endpoint, m.Tool)
