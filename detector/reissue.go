@@ -234,11 +234,13 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 		}
 		k := d.brokenKey(ex, m)
 		b := d.brokenCalls[k]
-		if b == nil {
+		if b == nil || b.brokeAt.After(ex.start) {
+			// Sent before the break (an identical call in parallel):
+			// not its re-issue; the broken call waits for that.
 			continue
 		}
 		delete(d.brokenCalls, k)
-		if o.Time.Sub(b.brokeAt) > d.cfg.LinkWindow {
+		if ex.start.Sub(b.brokeAt) > d.cfg.LinkWindow {
 			continue
 		}
 		note := d.annotationsOf(ex.endpoint, m.Tool)

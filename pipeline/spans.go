@@ -136,8 +136,15 @@ func (s *Spans) clock() {
 			s.asm.Advance(now)
 			// Sessions expire, links time out: on quiet input nothing else
 			// moves the detector's clock. It stays behind the wall by what
-			// a span may still take to reach the detector.
-			s.det.Advance(now.Add(-s.cfg.OTLP.SettleDelay - s.cfg.OTLP.ReorderWindow - 2*SpansStep))
+			// a span may still take to reach the detector, and behind the
+			// oldest observation the assembler still holds (the reorder
+			// window waits in the spans' time, past an exporter's batch
+			// delay).
+			safe := now.Add(-s.cfg.OTLP.SettleDelay - s.cfg.OTLP.ReorderWindow - 2*SpansStep)
+			if held, ok := s.asm.HeldSince(); ok && held.Before(safe) {
+				safe = held.Add(-time.Nanosecond)
+			}
+			s.det.Advance(safe)
 			s.storeStats()
 			if s.cfg.Tick != nil {
 				s.cfg.Tick()

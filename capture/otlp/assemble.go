@@ -129,16 +129,16 @@ type Assembler struct {
 	forced      []*traceBuf // cut at MaxSpansPerTrace, to join at the next settle
 	buffered    int
 	seen        recentSpans[struct{}]
-	// hops: the HTTP spans already made into exchanges, and the spans
-	// above them, so that another hop of one exchange settling later (the
-	// two ends' exporters send apart) is not counted again.
-	hops    recentSpans[hopRole]
-	stats   Stats
-	stopped bool // Stop: every later export is refused (ErrClosed)
+	stats       Stats
+	stopped     bool // Stop: every later export is refused (ErrClosed)
 
 	// Owned by the caller of Advance and Flush; counts reach stats at the
 	// end of each (publish).
-	counts   joinCounts
+	counts joinCounts
+	// hops: the HTTP spans already made into exchanges, and the spans
+	// above them, so that another hop of one exchange settling later (the
+	// two ends' exporters send apart) is not counted again.
+	hops     recentSpans[hopRole]
 	pending  obsHeap
 	seq      uint64
 	newest   time.Time // the newest observation time converted
@@ -253,6 +253,16 @@ func (a *Assembler) Advance(now time.Time) {
 	idle := a.quietSince(now.Add(-a.cfg.SettleDelay - a.cfg.ReorderWindow))
 	a.release(idle)
 	a.publish()
+}
+
+// HeldSince is the time of the oldest observation Advance holds back (ok
+// false when it holds none): a consumer's clock must stay behind it, since
+// it is still to come. Call it from Advance's caller.
+func (a *Assembler) HeldSince() (t time.Time, ok bool) {
+	if len(a.pending) == 0 {
+		return time.Time{}, false
+	}
+	return a.pending[0].o.Time, true
 }
 
 // Flush joins and releases everything: the input ended.

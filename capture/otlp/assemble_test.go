@@ -168,6 +168,16 @@ func TestReorderWindowOutlastsSettling(t *testing.T) {
 			}
 		}
 		asm.Advance(wall.Add(now))
+		if now == 9*time.Second {
+			// The POST's observations are held (and the pipeline keeps
+			// the detector's clock behind them): HeldSince says so.
+			if held, ok := asm.HeldSince(); !ok || !held.Equal(t0.Add(2*time.Second)) {
+				t.Errorf("at 9 s HeldSince = %v, %v; want the POST's request at 2 s, held", held.Sub(t0), ok)
+			}
+		}
+	}
+	if _, ok := asm.HeldSince(); !ok {
+		t.Error("the stream's observations, released only when the input is quiet or newer ones come, are not held")
 	}
 	asm.Flush()
 	for _, o := range obs {
