@@ -71,16 +71,13 @@ func isBinary(b []byte) bool {
 	return false
 }
 
-// longStartLine says whether a line past MaxStartLineBytes, d.buf then seg,
-// may still be a start line: it begins like one and stays within
-// MaxHeaderBytes, the bound its head has anyway. RFC 9112 asks for request
-// lines of at least 8,000 bytes, and servers take 16 KiB and more (a long
-// query string); skipping such a line would lose its exchange and, at a
-// captured connection start, the whole connection.
-func (d *dir) longStartLine(seg []byte) bool {
-	if len(d.buf)+len(seg) > d.c.w.cfg.MaxHeaderBytes {
-		return false
-	}
+// startLike says whether a line of this direction that begins d.buf then
+// seg may be a start line: a method and a space (a client), or HTTP/1. (a
+// server). RFC 9112 asks for request lines of at least 8,000 bytes, and
+// servers take 16 KiB and more (a long query string): such a line is read
+// up to MaxHeaderBytes, the bound its head has anyway, not skipped at
+// MaxStartLineBytes, which would lose its exchange.
+func (d *dir) startLike(seg []byte) bool {
 	// The line's first bytes, wherever the segments cut it.
 	var first [maxMethodLen + 1]byte
 	n := copy(first[:], d.buf)
@@ -104,6 +101,17 @@ func (d *dir) longStartLine(seg []byte) bool {
 	return true
 }
 
+// startLineTooLong reports a start line past MaxHeaderBytes, skipped: its
+// message is lost, so which request a later response answers is not known
+// (pairingLost), and the consumer is told (a momentary gap naming the
+// limit), as for a head over the limit.
+func (d *dir) startLineTooLong() {
+	c := d.c
+	c.w.stats.headerLimitHits.Add(1)
+	c.emit(&Observation{Kind: KindGap, Time: d.ts, Gap: &Gap{FromClient: d.fromA, Lost: -1, Limit: "MaxHeaderBytes", Momentary: true}})
+	c.pairingLost = true
+}
+
 // sync looks for a start line, one line at a time.
 func (d *dir) sync(p []byte) []byte {
 	i := bytes.IndexByte(p, '\n')
@@ -120,7 +128,10 @@ func (d *dir) sync(p []byte) []byte {
 	if i >= 0 {
 		seg = p[:i+1]
 	}
-	if len(d.buf)+len(seg) > MaxStartLineBytes && !d.longStartLine(seg) {
+	if n := len(d.buf) + len(seg); n > MaxStartLineBytes && (n > d.c.w.cfg.MaxHeaderBytes || !d.startLike(seg)) {
+		if d.startLike(seg) {
+			d.startLineTooLong()
+		}
 		d.skipped(d.buf, seg)
 		d.buf = d.buf[:0]
 		// Skipped bytes lose the place: the next line is searched
