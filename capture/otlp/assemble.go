@@ -228,7 +228,7 @@ func (a *Assembler) add(res pcommon.Map, sp ptrace.Span, now time.Time) {
 	case m != nil:
 		tb.mcp = append(tb.mcp, m)
 	default:
-		// Kept only as a link in the chain of parents (nestedHop).
+		// Kept only as a link in the chain of parents (ancestorHop).
 		a.stats.IgnoredSpans++
 		if tb.parents == nil {
 			tb.parents = map[pcommon.SpanID]pcommon.SpanID{}
@@ -350,65 +350,128 @@ func (a *Assembler) convert(tb *traceBuf) {
 			mcpLinks[l] = m
 		}
 	}
+	// Each HTTP span under another of its exchange in this buffer is a hop
+	// of that one's (outer), never counted itself.
+	outer := map[*httpSpan]*httpSpan{}
 	for _, h := range tb.http {
-		nested, above := nestedHop(h, tb, byID, mcpByID)
-		if nested || a.hops.set[spanKey{tb.id, above}] == hopCounted || a.hops.set[h.key] == hopAbove && h.mcpLike() {
+		if o := outermostHop(h, tb, byID, mcpByID); o != nil {
+			outer[h] = o
+		}
+	}
+	// An exchange a hop of which settled before, and was counted: one of
+	// its hops here is the span above that one.
+	counted := map[*httpSpan]bool{}
+	for h, o := range outer {
+		if a.hops.set[h.key] == hopAbove {
+			counted[o] = true
+		}
+	}
+	for _, h := range tb.http {
+		if outer[h] != nil {
 			a.counts.nested++
 			continue
 		}
-		if h.mcpLike() {
-			// Only an MCP hop stands for the exchange: a web server's
-			// span for its own request is no hop of the MCP calls it
-			// makes while serving it.
-			a.hops.add(h.key, hopCounted)
-			if !above.IsEmpty() {
-				a.hops.add(spanKey{tb.id, above}, hopAbove)
-			}
-		}
 		// Only a POST carries a JSON-RPC request: a resume GET under the
 		// same MCP span (the C# SDK's) sends none.
+		joined := false
 		if !h.rpc.known() && h.method == "POST" {
 			if m := owner(h, mcpByID, mcpLinks); m != nil {
-				h.rpc = m.rpc
+				h.rpc, joined = m.rpc, true
 				if h.protocol == "" {
 					h.protocol = m.rpc.protocol
 				}
-				a.counts.mcp++
 			}
+		}
+		_, above := ancestorHop(h, tb, byID, mcpByID)
+		// Counted before: through a hop under this one (counted[h]),
+		// the one above it, or one under which it is above.
+		dup := counted[h] || a.hops.set[spanKey{tb.id, above}] == hopCounted || a.hops.set[h.key] == hopAbove && h.mcpLike()
+		if dup || h.mcpLike() {
+			// Only an MCP hop stands for the exchange: a web server's
+			// span for its own request is no hop of the MCP calls it
+			// makes while serving it. Its hops here, and the span above
+			// them, are remembered, so that a hop of the exchange
+			// settling later, below or above, is not counted.
+			a.rememberHop(h.key, hopCounted)
+			for n, o := range outer {
+				if o == h {
+					a.rememberHop(n.key, hopCounted)
+				}
+			}
+			if !above.IsEmpty() {
+				a.rememberHop(spanKey{tb.id, above}, hopAbove)
+			}
+		}
+		if dup {
+			a.counts.nested++
+			continue
+		}
+		if joined {
+			a.counts.mcp++
 		}
 		a.counts.http++
 		a.queue(h)
 	}
 }
 
-// nestedHop reports whether h sits under another HTTP span of tb,
-// directly or through other spans: a gateway's call to its backend, or a
-// server's span under its client's. The outermost HTTP span is the
-// exchange as its client saw it; counting an inner one too would deliver
-// every event twice. Otherwise above is where h's chain of parents leaves
-// tb's spans (empty if it ends): a hop that settled earlier, or will
-// later, may be there.
-func nestedHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) (nested bool, above pcommon.SpanID) {
+// rememberHop records what span k stands for; a counted hop stays counted
+// (the span above one counted hop may be another counted one).
+func (a *Assembler) rememberHop(k spanKey, role hopRole) {
+	if !a.hops.add(k, role) && role == hopCounted {
+		a.hops.set[k] = hopCounted
+	}
+}
+
+// outermostHop is the outermost HTTP span of tb that h is a hop under
+// (nestedUnder, repeated), or nil when h is no hop.
+func outermostHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) *httpSpan {
+	var o *httpSpan
+	for range maxAncestors {
+		p := nestedUnder(h, tb, byID, mcpByID)
+		if p == nil {
+			return o
+		}
+		o, h = p, p
+	}
+	return o
+}
+
+// nestedUnder is the HTTP span of tb that h sits under as another hop of
+// its exchange, directly or through other spans (a gateway's call to its
+// backend; a server's span under its client's), or nil. The outermost HTTP
+// span is the exchange as its client saw it; counting an inner one too
+// would deliver every event twice. A web server's request under which it
+// calls MCP is another exchange: a hop of the same one carries MCP too, or
+// is the same request passed on.
+func nestedUnder(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) *httpSpan {
+	o, _ := ancestorHop(h, tb, byID, mcpByID)
+	if o != nil && (o.mcpLike() || o.method == h.method && o.path == h.path) {
+		return o
+	}
+	return nil
+}
+
+// ancestorHop walks up h's parents in tb to the nearest HTTP span (o), or
+// to where the chain leaves tb's spans (above; empty if it ends): a hop
+// that settled earlier, or will later, may be there.
+func ancestorHop(h *httpSpan, tb *traceBuf, byID map[pcommon.SpanID]*httpSpan, mcpByID map[pcommon.SpanID]*mcpSpan) (o *httpSpan, above pcommon.SpanID) {
 	p := h.parent
 	for range maxAncestors {
 		if p.IsEmpty() {
-			return false, p
+			return nil, p
 		}
 		if o, ok := byID[p]; ok {
-			// A web server's request under which it calls MCP is
-			// another exchange; a hop of the same one carries MCP too,
-			// or is the same request passed on.
-			return o.mcpLike() || o.method == h.method && o.path == h.path, pcommon.SpanID{}
+			return o, pcommon.SpanID{}
 		}
 		if m, ok := mcpByID[p]; ok {
 			p = m.parent
 		} else if q, ok := tb.parents[p]; ok {
 			p = q
 		} else {
-			return false, p // the chain leaves the spans this trace sent
+			return nil, p // the chain leaves the spans this trace sent
 		}
 	}
-	return false, pcommon.SpanID{}
+	return nil, pcommon.SpanID{}
 }
 
 // owner is the MCP span of h: its parent, one that links to it, or one it

@@ -281,6 +281,22 @@ func TestHopsOfOneExchangeCountOnce(t *testing.T) {
 	}
 	client, server := span(2, 1, false, "/mcp", "S1"), span(3, 2, true, "/mcp", "S1")
 	app, call := span(1, 0, true, "/api/chat", ""), span(2, 1, false, "/mcp", "S1")
+	// A gateway between: the client's span (2), the gateway's server and
+	// client spans (3, 4, one export), the backend's (5).
+	gateway := ptrace.NewTraces()
+	span(3, 2, true, "/mcp", "S1").ResourceSpans().CopyTo(gateway.ResourceSpans())
+	span(4, 3, false, "/mcp", "S1").ResourceSpans().MoveAndAppendTo(gateway.ResourceSpans())
+	backend := span(5, 4, true, "/mcp", "S1")
+	// A client whose HTTP span shows no MCP of its own: its MCP span (1,
+	// tools/call) does, once joined; the server's span shows none either.
+	rpcClient := span(2, 1, false, "/mcp", "")
+	mcp := rpcClient.ResourceSpans().At(0).ScopeSpans().At(0).Spans().AppendEmpty()
+	mcp.SetTraceID(pcommon.TraceID{1})
+	mcp.SetSpanID(pcommon.SpanID{1})
+	mcp.SetKind(ptrace.SpanKindClient)
+	mcp.Attributes().PutStr("mcp.method.name", "tools/call")
+	mcp.Attributes().PutStr("jsonrpc.request.id", "7")
+	plainServer := span(3, 2, true, "/mcp", "")
 	for _, tc := range []struct {
 		name           string
 		exports        [][]ptrace.Traces // one export every 3 s
@@ -292,6 +308,10 @@ func TestHopsOfOneExchangeCountOnce(t *testing.T) {
 		{"a web server's request and its MCP call, together", [][]ptrace.Traces{{app, call}}, 2, 1},
 		{"a web server's request, then its MCP call", [][]ptrace.Traces{{app}, {call}}, 2, 1},
 		{"an MCP call, then the web server's request", [][]ptrace.Traces{{call}, {app}}, 2, 1},
+		{"backend, gateway, client", [][]ptrace.Traces{{backend}, {gateway}, {client}}, 1, 1},
+		{"client, gateway, backend", [][]ptrace.Traces{{client}, {gateway}, {backend}}, 1, 1},
+		{"gateway, backend, client", [][]ptrace.Traces{{gateway}, {backend}, {client}}, 1, 1},
+		{"a client MCP only by its MCP span, then its server", [][]ptrace.Traces{{rpcClient}, {plainServer}}, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requests := 0
