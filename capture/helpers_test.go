@@ -267,6 +267,17 @@ func null(order binary.AppendByteOrder, v6family uint32) func([]byte) []byte {
 
 func raw(ip []byte) []byte { return ip }
 
+// jumbogram makes an IPv6 packet a jumbogram (RFC 2675), as Linux BIG TCP
+// hands a capture on the sending host: payload length 0, the length in a
+// hop-by-hop Jumbo Payload option.
+func jumbogram(ip []byte) []byte {
+	n := uint32(len(ip) - 40 + 8)
+	out := append(append(append([]byte(nil), ip[:40]...), byte(layers.IPProtocolTCP), 0, 0xc2, 4, byte(n>>24), byte(n>>16), byte(n>>8), byte(n)), ip[40:]...)
+	out[6] = byte(layers.IPProtocolIPv6HopByHop)
+	binary.BigEndian.PutUint16(out[4:], 0)
+	return out
+}
+
 // hopByHop puts an 8-byte hop-by-hop header (a PadN option) between an IPv6
 // header and its TCP segment, counted in the payload length.
 func hopByHop(ip []byte) []byte {
