@@ -404,7 +404,9 @@ func compactJSON(raw []byte) string {
 		// One string spelled with escapes or without ("\u00e9", "é") is
 		// one id: a response echoes the request's id by value, not by
 		// spelling. Re-escaped minimally, as CanonicalJSON does.
-		if v, ok := jsonString(raw); ok {
+		// Unless decoding lost something: a lone surrogate ("\ud800")
+		// decodes to U+FFFD, as does another, so the text stays.
+		if v, ok := jsonString(raw); ok && !strings.ContainsRune(v, utf8.RuneError) {
 			return string(appendJSONString(nil, v))
 		}
 	}

@@ -39,6 +39,8 @@ func TestPeekJSONRPC(t *testing.T) {
 			isJSON: true, want: []Message{{Type: MsgRequest, ID: "\"r-\u00e9/x\"", Method: "ping"}}},
 		{name: "unescaped string id", in: "{\"jsonrpc\":\"2.0\",\"id\":\"r-\u00e9/x\",\"result\":{}}",
 			isJSON: true, want: []Message{{Type: MsgResponse, ID: "\"r-\u00e9/x\""}}},
+		{name: "lone surrogate id kept as written", in: `{"jsonrpc":"2.0","id":"\ud800","method":"ping"}`,
+			isJSON: true, want: []Message{{Type: MsgRequest, ID: `"\ud800"`, Method: "ping"}}},
 		{name: "escaped progress token", in: `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t\u0031","progress":1}}`,
 			isJSON: true, want: []Message{{Type: MsgNotification, Method: "notifications/progress", ProgressToken: `"t1"`, Progress: 1, HasProgress: true}}},
 		{name: "wrong version", in: `{"jsonrpc":"1.0","id":1,"method":"x"}`, isJSON: true, want: []Message{{Type: MsgInvalid, ID: "1"}}},

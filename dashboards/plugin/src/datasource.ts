@@ -79,7 +79,7 @@ export function annotationQuery(target?: ReplaywatchQuery): ReplaywatchQuery | u
   if (!target) {
     return undefined;
   }
-  if ((target.queryType ?? 'story') === 'story') {
+  if ((target.queryType || 'story') === 'story') {
     return { ...target, part: 'annotations' };
   }
   return target;
