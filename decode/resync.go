@@ -128,20 +128,22 @@ func (d *dir) sync(p []byte) []byte {
 	if i >= 0 {
 		seg = p[:i+1]
 	}
-	if n := len(d.buf) + len(seg); n > MaxStartLineBytes && (n > d.c.w.cfg.MaxHeaderBytes || !d.startLike(seg)) {
-		if d.startLike(seg) {
-			d.startLineTooLong()
+	if n := len(d.buf) + len(seg); n > MaxStartLineBytes {
+		if like := d.startLike(seg); !like || n > d.c.w.cfg.MaxHeaderBytes {
+			if like {
+				d.startLineTooLong()
+			}
+			d.skipped(d.buf, seg)
+			d.buf = d.buf[:0]
+			// Skipped bytes lose the place: the next line is searched
+			// for, not taken as proof that the connection is not HTTP.
+			d.resyncing = true
+			if i < 0 {
+				d.skipLine = true
+				return nil
+			}
+			return p[i+1:]
 		}
-		d.skipped(d.buf, seg)
-		d.buf = d.buf[:0]
-		// Skipped bytes lose the place: the next line is searched
-		// for, not taken as proof that the connection is not HTTP.
-		d.resyncing = true
-		if i < 0 {
-			d.skipLine = true
-			return nil
-		}
-		return p[i+1:]
 	}
 	if d.buf == nil {
 		d.buf = d.c.w.getBuf()

@@ -829,6 +829,13 @@ func (d *Detector) ranNothing(ex *exchange) {
 	}
 }
 
+// asksSessionless says whether ex is an initialize asking for a revision
+// without sessions, which the server has not yet chosen: one answered with a
+// session id chose an older one.
+func (ex *exchange) asksSessionless() bool {
+	return ex.revAsked && revAtLeast(ex.rev, revSessionless)
+}
+
 // mcpMethod says whether a request of this method reaches an MCP handler
 // (the method "" when the request was not captured): a router answers
 // others (OPTIONS, HEAD) itself, often 404 (gin's default), which says
@@ -902,7 +909,7 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 		}
 		ex.sessionless = revAtLeast(ex.rev, revSessionless)
 	}
-	if ex.revAsked && revAtLeast(ex.rev, revSessionless) && !ex.hasRespSession {
+	if ex.asksSessionless() && !ex.hasRespSession {
 		// An initialize asking for a revision without sessions, answered
 		// without a session id: no session is made either way. One
 		// answered with a session id goes on as a session's start; its
@@ -1123,7 +1130,7 @@ func (d *Detector) onInitialized(ex *exchange, o *decode.Observation) {
 	// A revision without sessions that the initialize asked for is not
 	// the session's: the server answered with a session, so it chose an
 	// older one, which its result names (onMessages).
-	if ex.rev != "" && !s.revFromInit && !(ex.revAsked && revAtLeast(ex.rev, revSessionless)) {
+	if ex.rev != "" && !s.revFromInit && !ex.asksSessionless() {
 		s.rev = ex.rev
 	}
 	if ex.sess != s {

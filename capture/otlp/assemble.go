@@ -353,17 +353,17 @@ func (a *Assembler) convert(tb *traceBuf) {
 	// Each HTTP span under another of its exchange in this buffer is a hop
 	// of that one's (outer), never counted itself.
 	outer := map[*httpSpan]*httpSpan{}
-	for _, h := range tb.http {
-		if o := outermostHop(h, tb, byID, mcpByID); o != nil {
-			outer[h] = o
-		}
-	}
+	under := map[*httpSpan][]*httpSpan{} // outer's hops
 	// An exchange a hop of which settled before, and was counted: one of
 	// its hops here is the span above that one.
 	counted := map[*httpSpan]bool{}
-	for h, o := range outer {
-		if a.hops.set[h.key] == hopAbove {
-			counted[o] = true
+	for _, h := range tb.http {
+		if o := outermostHop(h, tb, byID, mcpByID); o != nil {
+			outer[h] = o
+			under[o] = append(under[o], h)
+			if a.hops.set[h.key] == hopAbove {
+				counted[o] = true
+			}
 		}
 	}
 	for _, h := range tb.http {
@@ -393,10 +393,8 @@ func (a *Assembler) convert(tb *traceBuf) {
 			// them, are remembered, so that a hop of the exchange
 			// settling later, below or above, is not counted.
 			a.rememberHop(h.key, hopCounted)
-			for n, o := range outer {
-				if o == h {
-					a.rememberHop(n.key, hopCounted)
-				}
+			for _, n := range under[h] {
+				a.rememberHop(n.key, hopCounted)
 			}
 			if !above.IsEmpty() {
 				a.rememberHop(spanKey{tb.id, above}, hopAbove)

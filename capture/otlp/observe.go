@@ -50,7 +50,7 @@ func observe(h *httpSpan, connID uint64) []*decode.Observation {
 	req.MCP = req.HasSessionID || req.ProtocolVersion != "" || h.rpc.known()
 	resp := &decode.Response{
 		Status: h.status, SessionID: h.respSession, HasSessionID: h.hasRespSession,
-		ContentType: h.contentType, SSE: strings.Contains(strings.ToLower(h.contentType), "text/event-stream"),
+		ContentType: h.contentType, SSE: h.eventStream(),
 		ContentLength: -1,
 	}
 	at := h.start

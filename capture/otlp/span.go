@@ -138,8 +138,12 @@ type httpSpan struct {
 // mcpLike says whether h shows it carried MCP: a session or protocol
 // header, a cursor, a JSON-RPC request, or an event stream.
 func (h *httpSpan) mcpLike() bool {
-	return h.hasReqSession || h.hasRespSession || h.hasLastEventID || h.protocol != "" || h.rpc.known() ||
-		strings.HasPrefix(strings.ToLower(h.contentType), "text/event-stream")
+	return h.hasReqSession || h.hasRespSession || h.hasLastEventID || h.protocol != "" || h.rpc.known() || h.eventStream()
+}
+
+// eventStream says whether h's answer was a text/event-stream.
+func (h *httpSpan) eventStream() bool {
+	return strings.Contains(strings.ToLower(h.contentType), "text/event-stream")
 }
 
 // mcpSpan is an MCP span (mcp.method.name without HTTP attributes): the
