@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,9 +180,12 @@ func (s *Spans) Close(ctx context.Context) error {
 
 // SpanFiles analyses files of OTLP JSON trace exports, one
 // ExportTraceServiceRequest per line (the OpenTelemetry Collector's file
-// exporter writes them so): the offline spans pipeline. Spans settle by
-// their own clock (the newest span end read so far), as if they had
-// arrived when they ended.
+// exporter writes them so). Several files are merged export by export in
+// order of their newest span end, as captures are merged packet by packet:
+// files of several collectors cover the same hours, and a file read after
+// another would reach the detector hours late. Spans settle by their own
+// clock (the newest span end read so far), as if they had arrived when
+// they ended.
 func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detector.Sink) (*sink.Summary, error) {
 	if err := cfg.OTLP.Validate(); err != nil {
 		return nil, err
@@ -199,18 +203,54 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 		det.Observe(o)
 	})
 	var problems []string
-	read, stopped := 0, false
+	var open []*spanFile
 	for _, path := range files {
-		n, err := readSpanFile(ctx, path, asm)
-		read += n
+		f, err := openSpanFile(path)
 		if err != nil {
 			problems = append(problems, err.Error())
+			continue
 		}
+		defer f.close()
+		if f.next(); f.err != nil {
+			problems = append(problems, f.err.Error())
+		}
+		if f.pending {
+			open = append(open, f)
+		}
+	}
+	read, stopped := 0, false
+	var clock time.Time
+	for len(open) > 0 {
 		if ctx.Err() != nil {
 			// Stopped (a signal): the report covers what was read, as
 			// for captures.
+			problems = append(problems, ctx.Err().Error())
 			stopped = true
 			break
+		}
+		i := 0
+		for j, f := range open {
+			if f.end.Before(open[i].end) {
+				i = j
+			}
+		}
+		f := open[i]
+		clock = later(clock, f.end)
+		for {
+			if _, err := asm.Consume(f.traces, clock); err == nil {
+				break
+			}
+			// Full: let the oldest traces settle, as a receiver's
+			// exporter would wait and retry.
+			asm.Advance(clock.Add(otlp.DefaultSettleDelay + time.Hour))
+		}
+		asm.Advance(clock)
+		read++
+		if f.next(); f.err != nil {
+			problems = append(problems, f.err.Error())
+		}
+		if !f.pending {
+			open = slices.Delete(open, i, i+1)
 		}
 	}
 	if read == 0 && len(problems) > 0 && !stopped {
@@ -235,49 +275,56 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 // maxSpanLine bounds one line of a span file.
 const maxSpanLine = otlp.MaxRequestBytes
 
-// readSpanFile feeds one file's exports to asm and returns how many were read.
-func readSpanFile(ctx context.Context, path string, asm *otlp.Assembler) (int, error) {
+// spanFile reads one file's exports one line ahead, so that files can be
+// merged by time.
+type spanFile struct {
+	path    string
+	f       *os.File
+	sc      *bufio.Scanner
+	u       ptrace.JSONUnmarshaler
+	line    int
+	pending bool          // traces holds the next export
+	traces  ptrace.Traces // the next export
+	end     time.Time     // its newest span end
+	err     error         // why the file stopped early
+}
+
+func openSpanFile(path string) (*spanFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxSpanLine)
-	var u ptrace.JSONUnmarshaler
-	var clock time.Time
-	n, line := 0, 0
-	for sc.Scan() {
-		line++
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		if len(sc.Bytes()) == 0 {
+	return &spanFile{path: path, f: f, sc: sc}, nil
+}
+
+func (f *spanFile) close() { f.f.Close() }
+
+// next reads the file's next export; pending is false at its end or at
+// its first error (err says which line).
+func (f *spanFile) next() {
+	f.pending = false
+	for f.sc.Scan() {
+		f.line++
+		if len(f.sc.Bytes()) == 0 {
 			continue
 		}
-		td, err := u.UnmarshalTraces(sc.Bytes())
+		td, err := f.u.UnmarshalTraces(f.sc.Bytes())
 		if err != nil {
-			if line == 1 && capture.IsCaptureStart(sc.Bytes()) {
-				return n, fmt.Errorf("%s: a packet capture, not OTLP JSON: analyse it without --spans", path)
+			if f.line == 1 && capture.IsCaptureStart(f.sc.Bytes()) {
+				f.err = fmt.Errorf("%s: a packet capture, not OTLP JSON: analyse it without --spans", f.path)
+			} else {
+				f.err = fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", f.path, f.line, err)
 			}
-			return n, fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", path, line, err)
+			return
 		}
-		clock = later(clock, newestEnd(td))
-		for {
-			if _, err := asm.Consume(td, clock); err == nil {
-				break
-			}
-			// Full: let the oldest traces settle, as a receiver's
-			// exporter would wait and retry.
-			asm.Advance(clock.Add(otlp.DefaultSettleDelay + time.Hour))
-		}
-		asm.Advance(clock)
-		n++
+		f.traces, f.end, f.pending = td, newestEnd(td), true
+		return
 	}
-	if err := sc.Err(); err != nil {
-		return n, fmt.Errorf("%s:%d: %v", path, line+1, err)
+	if err := f.sc.Err(); err != nil {
+		f.err = fmt.Errorf("%s:%d: %v", f.path, f.line+1, err)
 	}
-	return n, nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -362,6 +362,43 @@ func TestSpanFileReportsWhatEarlyReleasesCost(t *testing.T) {
 	}
 }
 
+// TestSpanFilesMergedByTime: the spans of one traffic written to two files
+// (two collectors, each exporting every other trace, over the same half
+// hour) are the traffic of the one file. Read one file after the other,
+// the second file's spans reached the detector twenty minutes late and
+// lost their findings.
+func TestSpanFilesMergedByTime(t *testing.T) {
+	pcaps, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.pcap"))
+	for _, pcap := range pcaps {
+		name := strings.TrimSuffix(filepath.Base(pcap), ".pcap")
+		td, err := spanproj.FromPcap(context.Background(), []string{pcap}, spanproj.Guard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		td = spanproj.Merge(td, spanproj.Shift(spanproj.Renumber(td, 1), 10*time.Minute),
+			spanproj.Shift(spanproj.Renumber(td, 2), 20*time.Minute))
+		halves := [2]ptrace.Traces{ptrace.NewTraces(), ptrace.NewTraces()}
+		for i, trace := range spanproj.Split(td, 1) {
+			trace.ResourceSpans().MoveAndAppendTo(halves[i%2].ResourceSpans())
+		}
+		dir := t.TempDir()
+		paths := []string{filepath.Join(dir, "whole.json"), filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")}
+		for i, part := range []ptrace.Traces{td, halves[0], halves[1]} {
+			if err := spanproj.WriteJSONLines(paths[i], part, 7); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := findingKeys(spansJSON(t, paths[0]))
+		got := findingKeys(spansJSON(t, paths[1:]...))
+		if extra := missing(got, want); len(extra) > 0 {
+			t.Errorf("%s in two files: findings the one file does not show: %v", name, extra)
+		}
+		if lost := missing(want, got); len(lost) > 0 {
+			t.Errorf("%s in two files: lost %v", name, lost)
+		}
+	}
+}
+
 // TestSpanFilesStoppedReportWhatWasRead: a run of span files stopped (a
 // signal cancels its context) ends with a summary of what was read and the
 // stop among its errors, as a run of captures does, not with no report.
