@@ -134,40 +134,20 @@ func TestGapStateIsBounded(t *testing.T) {
 	}
 }
 
-// TestUnseenCallBounds: the endpoints noted for missed calls and the
-// endpoints known per server are bounded by MaxSessions; past it both start
-// again, a missed call counting for every time before (so a re-issue check
-// looking back there withholds its link), and the hit is counted.
-func TestUnseenCallBounds(t *testing.T) {
+// TestServerEndpointBounds: the endpoints known per server are bounded by
+// MaxSessions; past it they start again, and the hit is counted.
+func TestServerEndpointBounds(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxSessions = 2
 	d := New(cfg, &recorder{})
 	server := netip.MustParseAddrPort("10.0.0.2:8080")
-	ex := &exchange{endpoint: "c.test/mcp", conn: decode.Conn{Server: server}}
-	lost := &session{firstSeen: t0}
-	for i, ep := range []string{"a.test/mcp", "b.test/mcp", "c.test/mcp"} {
-		d.callMayBeUnseen(ep, t0.Add(time.Duration(i)*time.Second))
-	}
-	if got := len(d.unseenCalls); got != 1 || !d.unseenCallsFloor.Equal(t0.Add(2*time.Second)) {
-		t.Fatalf("after a third endpoint: %d noted, floor %v", got, d.unseenCallsFloor)
-	}
-	other := &exchange{endpoint: "d.test/mcp", conn: decode.Conn{Server: server}}
-	if !d.callsMayBeUnseen(other, t0.Add(3*time.Second), lost) {
-		t.Error("a check looking back past the floor found no missed call")
-	}
-	if d.callsMayBeUnseen(other, t0.Add(time.Hour), &session{firstSeen: t0.Add(time.Hour)}) {
-		t.Error("a check after the floor, on an endpoint with no missed call, found one")
-	}
-	if !d.callsMayBeUnseen(ex, t0.Add(time.Hour), &session{firstSeen: t0.Add(2 * time.Second)}) {
-		t.Error("the endpoint noted last lost its missed call")
-	}
 	for i := range 3 {
 		d.noteServerEndpoint(netip.AddrPortFrom(server.Addr(), uint16(9000+i)), "x.test/mcp")
 	}
 	if got := len(d.serverEndpoints); got != 1 {
 		t.Errorf("servers known after a third: %d, want 1", got)
 	}
-	if got := d.Stats().LimitsHit["MaxSessions"]; got != 2 {
-		t.Errorf("MaxSessions hits counted: %d, want 2", got)
+	if got := d.Stats().LimitsHit["MaxSessions"]; got != 1 {
+		t.Errorf("MaxSessions hits counted: %d, want 1", got)
 	}
 }

@@ -83,14 +83,8 @@ type Detector struct {
 	// live sessions were seen making the very same call (countCall), at
 	// most MaxEventsIndexedPerServer (past it every tool counts as shared).
 	sharedTools map[uint64]struct{}
-	// unseenCalls is, per endpoint (a server's address: any endpoint
-	// there), the last time the capture may have missed a call to it
-	// (callMayBeUnseen), at most MaxSessions endpoints; every time before
-	// unseenCallsFloor counts as one.
-	unseenCalls      map[string]time.Time
-	unseenCallsFloor time.Time
-	hashSeed         maphash.Seed // for the index's keys (membership only: no output depends on it)
-	keyScratch       []byte       // scratchKey's buffer
+	hashSeed    maphash.Seed // for the index's keys (membership only: no output depends on it)
+	keyScratch  []byte       // scratchKey's buffer
 	// sharedIDEndpoints are the endpoints whose sessions were seen to
 	// send the same event id (idsShared).
 	sharedIDEndpoints map[string]struct{}
@@ -166,7 +160,6 @@ func New(cfg Config, sink Sink) *Detector {
 		sessions:          map[string]*session{},
 		connEndpoint:      map[uint64]string{},
 		serverEndpoints:   map[netip.AddrPort][]string{},
-		unseenCalls:       map[string]time.Time{},
 		connSession:       map[uint64]string{},
 		sharedConns:       map[addrKey]struct{}{},
 		brokenCalls:       map[uint64]*brokenCall{},
@@ -778,16 +771,6 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 	}
 }
 
-// noteStartUnseen: ex's session, if its start was not captured
-// (session.startUnseen), was one the server held, so calls of it may have
-// gone unseen.
-func (d *Detector) noteStartUnseen(ex *exchange) {
-	if s := ex.sess; s != nil && s.startUnseen {
-		s.startUnseen = false
-		d.callMayBeUnseen(ex.endpoint, ex.start)
-	}
-}
-
 // redirected handles a request answered 3xx: a router sent it elsewhere
 // (Starlette's mount redirects /mcp to /mcp/, an ingress http to https)
 // before any MCP handler saw it, and the client sends it again there. It
@@ -932,11 +915,6 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 	}
 	if ex.dropped != nil {
 		d.judgeDroppedCursor(ex)
-	}
-	if ex.status < 300 || ex.status >= 400 {
-		// Not a router's redirect (a session known only from those is
-		// another endpoint's).
-		d.noteStartUnseen(ex)
 	}
 	if ex.status >= 400 && ex.status < 500 && s != nil && ex.hasCursor && ex.resume != nil {
 		// A rejected resume may still carry a lost session's cursor.
@@ -1369,12 +1347,10 @@ type lostRequest struct {
 // session.
 func (d *Detector) unanswered(g *pairGaps, lr lostRequest, t time.Time) {
 	if lr.owner == nil {
-		d.callMayBeUnseen(lr.server.String(), t)
 		g.hiding = later(g.hiding, t)
 		return
 	}
 	lr.owner.requestsLost = true
-	d.callMayBeUnseen(lr.owner.endpoint(), t)
 	d.mayBeLost(lr.owner, g, t)
 }
 
@@ -1462,15 +1438,12 @@ func (d *Detector) onUnpaired(o *decode.Observation) {
 		d.mayBeLost(s, g, o.Time)
 	case s != nil:
 		s.gap, s.requestsLost = true, true
-		d.callMayBeUnseen(s.endpoint(), o.Time)
 	case r.HasSessionID && r.Status < 300:
 		// A session the capture does not know yet: the lost request was
 		// its initialize, or all it did so far is unseen (it will be a
 		// session whose start was not captured).
-		d.callMayBeUnseen(d.endpointOf(o), o.Time)
 	default:
 		g.hiding = o.Time
-		d.callMayBeUnseen(o.Conn.Server.String(), o.Time)
 	}
 }
 
@@ -1547,9 +1520,6 @@ func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {
 
 func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	e := o.End
-	if !ex.hasResponse {
-		d.noteStartUnseen(ex) // whether it was redirected is unknown
-	}
 	if e.Limit != "" && ex.limit == "" {
 		ex.limit = e.Limit
 	}

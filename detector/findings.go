@@ -299,12 +299,12 @@ const (
 	// certain (the same connection and clientInfo): the new session may be
 	// another replica's, making its own call.
 	ReasonCommonCall = "call other sessions made too, linked by what identical clients share"
-	// ReasonCallMayBeCommon: as ReasonCommonCall, but the other session's
-	// call is only possible: the capture lost a request to the endpoint, or
-	// did not see a session of it begin, and the unseen part may have made
-	// the same call (asked where live sessions were seen making identical
-	// calls of the tool).
-	ReasonCallMayBeCommon = "another session's unseen requests may have made the call too, linked by what identical clients share"
+	// ReasonCallMayBeCommon: as ReasonCommonCall, where no other session
+	// was seen making the call, but live sessions of the endpoint were seen
+	// making the very same calls of the tool side by side: its clients are
+	// replicas doing the same work, and the new session may be another
+	// replica's, making its own copy of the call.
+	ReasonCallMayBeCommon = "the endpoint's clients were seen making the very same calls of the tool, linked by what identical clients share"
 	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,
 	// which a gateway also answers when no server got the request.
 	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"

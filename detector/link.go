@@ -382,22 +382,6 @@ func (d *Detector) toolShared(endpoint, tool string) bool {
 	return ok
 }
 
-// callMayBeUnseen notes that at t the capture may have missed a call made
-// to endpoint: a request lost that may have been one (not shown harmless by
-// its answer), or a session first seen without its start. Where the
-// endpoint is not known, the server's address (endpointOf's fallback)
-// stands for any endpoint there.
-func (d *Detector) callMayBeUnseen(endpoint string, t time.Time) {
-	if _, ok := d.unseenCalls[endpoint]; !ok && len(d.unseenCalls) >= d.cfg.MaxSessions {
-		// Bounded like the sessions: forget every endpoint, and count
-		// every time before now as possibly hiding calls.
-		clear(d.unseenCalls)
-		d.unseenCallsFloor = t
-		d.stats.LimitsHit["MaxSessions"]++
-	}
-	d.unseenCalls[endpoint] = later(d.unseenCalls[endpoint], t)
-}
-
 // linkHorizon is how far back a link made at t to l (nil: none) looks for
 // what may hide another client: since l began, or within LinkWindow.
 func (d *Detector) linkHorizon(t time.Time, l *session) time.Time {
@@ -406,17 +390,6 @@ func (d *Detector) linkHorizon(t time.Time, l *session) time.Time {
 		since = l.firstSeen
 	}
 	return since
-}
-
-// callsMayBeUnseen says whether, since l began or in the link window before
-// t, the capture may have missed a call to ex's endpoint (callMayBeUnseen),
-// so that no count of callSessions proves a call rare. Whose call it was is
-// not asked: l's or S2's own lost requests hold the link back anyway
-// (session.gap).
-func (d *Detector) callsMayBeUnseen(ex *exchange, t time.Time, l *session) bool {
-	since := d.linkHorizon(t, l)
-	return since.Before(d.unseenCallsFloor) || atOrAfter(d.unseenCalls[ex.endpoint], since) ||
-		atOrAfter(d.unseenCalls[ex.conn.Server.String()], since)
 }
 
 // linkMayBeHidden says whether a session the capture did not fully show
@@ -678,12 +651,12 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// too: S2 may be a replica's own session making its own
 				// call.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCommonCall, "form2", c.id)
-			case link.conf != ConfidenceCertain && d.toolShared(ex.endpoint, m.Tool) && d.callsMayBeUnseen(ex, o.Time, l):
+			case link.conf != ConfidenceCertain && d.toolShared(ex.endpoint, m.Tool):
 				// The same, for all the wire shows: live sessions of the
 				// endpoint were seen making the very same calls of the
-				// tool side by side, and a third session's start or a
-				// request of it is unseen, or lost bytes may have held
-				// one, which may have been this call.
+				// tool side by side (replicas doing the same work), so a
+				// call only the lost session and S2 made proves no link:
+				// S2's may be a replica's own copy of it.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonCallMayBeCommon, "form2", c.id)
 			default:
 				d.reissuedCall(ex, o, l, s, c, m, link)

@@ -172,11 +172,6 @@ type session struct {
 	// session's (the answer named it, or its connection carried it alone
 	// and the answer is unknown).
 	requestsLost bool
-	// startUnseen: a client named it first, in a request not answered yet
-	// (sessionUnlessDeleted): it began before the capture, or its
-	// initialize was lost or went another way, and calls of it may have
-	// gone unseen, which its first answer other than a redirect notes.
-	startUnseen bool
 	// requestGap: a request of it may be unseen or unanswered as far as
 	// the capture shows: request bytes lost on a connection carrying it
 	// alone, an unpaired answer naming it, or its DELETE cut before the
@@ -332,9 +327,7 @@ func (d *Detector) sessionUnlessDeleted(endpoint, id string, o *decode.Observati
 	if d.tombs.use(key, o.Time) || d.tombs.mayBeForgotten(key) {
 		return nil
 	}
-	s := d.newTracked(id, key, o)
-	s.startUnseen = true
-	return s
+	return d.newTracked(id, key, o)
 }
 
 // known is the live session id, touched, or nil.

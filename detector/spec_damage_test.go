@@ -408,10 +408,10 @@ var knownElsewhereGains = map[string]string{
 		"same call too went to another node: " + identicalElsewhere,
 	"unverifiable_silent_reinit_call_made_by_third_session: silent_reinit_after_404 S1": "the replicas' sessions " +
 		"that made the same call too, so that it is no rare state, went to another node: " + identicalElsewhere,
-	"unverifiable_silent_reinit_third_session_request_lost: silent_reinit_after_404 S1":       thirdElsewhere,
-	"unverifiable_silent_reinit_third_session_first_request_lost: silent_reinit_after_404 S1": thirdElsewhere,
-	"unverifiable_silent_reinit_third_session_endpoint_unseen: silent_reinit_after_404 S1":    thirdElsewhere,
-	"unverifiable_silent_reinit_third_session_start_unseen: silent_reinit_after_404 S1":       thirdElsewhere,
+	"unverifiable_silent_reinit_third_session_request_lost: silent_reinit_after_404 S1":       alikeElsewhere,
+	"unverifiable_silent_reinit_third_session_first_request_lost: silent_reinit_after_404 S1": alikeElsewhere,
+	"unverifiable_silent_reinit_third_session_endpoint_unseen: silent_reinit_after_404 S1":    alikeElsewhere,
+	"unverifiable_silent_reinit_third_session_start_unseen: silent_reinit_after_404 S1":       alikeElsewhere,
 	"unverifiable_silent_reinit_shared_connection: silent_reinit_after_404 S1": "the other sessions of the pooled " +
 		"connection, which make it no evidence of one client, went to another node",
 	"unverifiable_silent_reinit_annotations_lost: silent_reinit_after_404 S1": "S2's tools/list answer, which may " +
@@ -439,9 +439,10 @@ const oneBreakSeen = "one of two broken streams went to another node: the resume
 // catalogue's known gap), the other one's session seen elsewhere.
 const identicalElsewhere = "a second client behind the address made the very same call, on connections another node saw"
 
-// thirdElsewhere: the same, where the third session's traffic, which may
-// have made the call, went to another node whole.
-const thirdElsewhere = "the third session, whose unseen requests may have made the same call, went to another node: " + identicalElsewhere
+// alikeElsewhere: the same, where two of the three replicas seen making
+// the very same calls side by side went to another node: this node sees no
+// clients making calls alike.
+const alikeElsewhere = "two of the three replicas seen making the very same calls went to another node: " + identicalElsewhere
 
 // TestSpecsConnectionElsewhereNeverAddAViolation runs every testdata/*.test
 // case without each of its connections in turn, and without each pair: a
