@@ -279,7 +279,7 @@ func kv(args []string) map[string]string {
 	return m
 }
 
-// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [ua=USER-AGENT] [body=MSGS] [batch] [nonmcp]
+// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [ua=USER-AGENT] [body=MSGS] [batch] [nonmcp] [encoded]
 func (r *specRun) request(args []string) error {
 	c, err := r.target(args, 3, "request CONN METHOD PATH ...")
 	if err != nil {
@@ -301,6 +301,10 @@ func (r *specRun) request(args []string) error {
 		}
 		req.Messages = msgs
 		req.Batch = len(msgs) > 1
+	}
+	if _, ok := m["encoded"]; ok {
+		// A body under a Content-Encoding the decoder does not read.
+		req.ContentEncoding, req.EncodedUnread, req.BodyBytes = "br", true, 64
 	}
 	_, nonMCP := m["nonmcp"]
 	req.MCP = !nonMCP && (req.HasSessionID || req.ProtocolVersion != "" || hasMethod(req.Messages, "initialize"))
