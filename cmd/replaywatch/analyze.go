@@ -278,7 +278,7 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if interrupted != nil && strings.Contains(e, context.Canceled.Error()) {
 			continue // said below
 		}
-		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", e)
+		fmt.Fprintf(stderr, "replaywatch analyze: warning: %s\n", text.Escape(e)) // may quote the input
 	}
 	if interrupted != nil {
 		fmt.Fprintf(stderr, "replaywatch analyze: stopped by %v: the report covers what was read before it\n", interrupted)

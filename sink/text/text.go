@@ -174,7 +174,7 @@ func writeSummary(b *strings.Builder, s *sink.Summary) {
 		row("Limits hit", "%s", counts(s.LimitsHit))
 	}
 	for _, e := range s.Errors {
-		row("Input problem", "%s", e)
+		row("Input problem", "%s", Escape(e)) // may quote the input
 	}
 	switch {
 	case s.PartialReason != nil:
@@ -309,7 +309,7 @@ func counts(m map[string]int) string {
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+		parts[i] = fmt.Sprintf("%s %d", visible(k), m[k]) // a revision is the client's header
 	}
 	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
 }

@@ -202,7 +202,9 @@ func TestSummaryCoverage(t *testing.T) {
 // and a 10 KB id, as a crafted client or server would put them in session
 // ids, event ids, tool names and so into explanations and evidence, reach
 // the report (and the agent's stream) escaped and shortened: no byte that
-// a terminal acts on, valid UTF-8, and no line longer than the report's.
+// a terminal acts on, valid UTF-8, and no line longer than the report's;
+// so do a revision header's values and input problems in the summary. A
+// shortened value says its own length, without the comma after it.
 func TestHostileStrings(t *testing.T) {
 	var ctl strings.Builder
 	for c := range 0x20 {
@@ -215,7 +217,7 @@ func TestHostileStrings(t *testing.T) {
 	v := &detector.Violation{ID: "f00d", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, Time: when,
 		SessionID: hostile, NewSessionID: long, LastEventID: hostile, FirstEventID: long, JSONRPCIDs: []string{hostile}, Tool: hostile,
 		Client: "10.0.0.1:5000", Server: "10.0.0.2:80",
-		Explanation: "session " + hostile + " swapped to " + long,
+		Explanation: "session " + hostile + " swapped to " + long + " after " + strings.Repeat("M", 200) + ", then",
 		Evidence:    []detector.Evidence{{Time: when, Conn: "c", Exchange: 1, What: "request", Detail: "Mcp-Session-Id: " + hostile + " " + long}}}
 	u := &detector.UnknownOutcome{SessionID: hostile, Method: hostile, JSONRPCID: hostile, Tool: long, Reason: "lost " + hostile, ReissuedInSession: long}
 
@@ -224,7 +226,7 @@ func TestHostileStrings(t *testing.T) {
 	w.Violation(v)
 	w.UnknownOutcome(u)
 	w.Unverifiable(&detector.Unverifiable{SessionID: long, Check: hostile, Reason: hostile})
-	if err := w.Finish(&sink.Summary{Violations: 1}); err != nil {
+	if err := w.Finish(&sink.Summary{Violations: 1, Revisions: map[string]int{hostile: 1}, Errors: []string{"spans.json:3: " + hostile}}); err != nil {
 		t.Fatal(err)
 	}
 	s := NewStream(&stream)
@@ -244,10 +246,15 @@ func TestHostileStrings(t *testing.T) {
 				t.Errorf("%s: a %d-byte line: a long value was not shortened", name, len(line))
 			}
 		}
-		for _, want := range []string{`S\u202e\xff\x1b]0;pwned\x07\x1b[2J`, "(10240 bytes)"} {
+		for _, want := range []string{`S\u202e\xff\x1b]0;pwned\x07\x1b[2J`, "(10240 bytes)", "…(200", "bytes),"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s lacks %q", name, want)
 			}
+		}
+	}
+	for _, row := range []string{"Revisions", "Input problem"} {
+		if !strings.Contains(report.String(), "  "+row) {
+			t.Errorf("the report has no %s row", row)
 		}
 	}
 }

@@ -16,8 +16,10 @@ const maxShownBytes = 120
 // characters (C0, DEL, C1), format characters that reorder text (bidi
 // overrides, zero-width) and invalid UTF-8 are written as escapes (\x1b,
 // \u202e), so a crafted Mcp-Session-Id cannot set a terminal's title or
-// clear its screen; and it is shortened to maxShownBytes.
+// clear its screen; and it is shortened to maxShownBytes, with its length
+// on the wire.
 func visible(s string) string {
+	n := len(s)
 	s = Escape(s)
 	if len(s) <= maxShownBytes {
 		return s
@@ -26,7 +28,7 @@ func visible(s string) string {
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], n)
 }
 
 // Escape writes what visible escapes, without shortening: for any text
@@ -66,11 +68,13 @@ func needsEscape(r rune) bool {
 
 // visibleWords is visible for prose that quotes wire values (an
 // explanation): each word is escaped and shortened on its own, so the
-// prose stays whole.
+// prose stays whole, and the punctuation that follows a value ("id X,")
+// is kept and not counted in its length.
 func visibleWords(s string) string {
-	words := strings.Fields(Escape(s))
+	words := strings.Split(s, " ")
 	for i, w := range words {
-		words[i] = visible(w)
+		value := strings.TrimRight(w, ",.;:)")
+		words[i] = visible(value) + w[len(value):]
 	}
 	return strings.Join(words, " ")
 }
