@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -202,30 +201,32 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 		}
 		det.Observe(o)
 	})
-	var problems []string
+	// A file that cannot be read, or is no span file at all, is an error
+	// before anything is analysed, as for captures: a report of the
+	// others would pass for the whole.
 	var open []*spanFile
+	var problems []string
 	for _, path := range files {
 		f, err := openSpanFile(path)
 		if err != nil {
-			problems = append(problems, err.Error())
-			continue
+			return nil, err
 		}
 		defer f.close()
 		if f.next(); f.err != nil {
-			problems = append(problems, f.err.Error())
+			return nil, f.err
 		}
-		if f.pending {
-			open = append(open, f)
+		if !f.pending {
+			problems = append(problems, path+": no OTLP JSON trace export in it")
+			continue
 		}
+		open = append(open, f)
 	}
-	read, stopped := 0, false
 	var clock time.Time
 	for len(open) > 0 {
 		if ctx.Err() != nil {
 			// Stopped (a signal): the report covers what was read, as
 			// for captures.
 			problems = append(problems, ctx.Err().Error())
-			stopped = true
 			break
 		}
 		i := 0
@@ -245,16 +246,11 @@ func SpanFiles(ctx context.Context, files []string, cfg SpansConfig, out detecto
 			asm.Advance(clock.Add(otlp.DefaultSettleDelay + time.Hour))
 		}
 		asm.Advance(clock)
-		read++
-		if f.next(); f.err != nil {
-			problems = append(problems, f.err.Error())
-		}
+		f.next()
 		if !f.pending {
+			problems = append(problems, f.problems()...)
 			open = slices.Delete(open, i, i+1)
 		}
-	}
-	if read == 0 && len(problems) > 0 && !stopped {
-		return nil, errors.New(problems[0])
 	}
 	asm.Flush()
 	det.Close(times.last)
@@ -283,16 +279,27 @@ type spanFile struct {
 	sc      *bufio.Scanner
 	u       ptrace.JSONUnmarshaler
 	line    int
+	read    int           // exports read
 	pending bool          // traces holds the next export
 	traces  ptrace.Traces // the next export
 	end     time.Time     // its newest span end
-	err     error         // why the file stopped early
+	err     error         // why the file is no span file (before any export)
+	bad     int           // later lines that were no export, skipped
+	notes   []string      // what the summary says of them
 }
+
+// maxBadLinesNamed is how many of a file's bad lines the summary names one
+// by one; the rest are counted.
+const maxBadLinesNamed = 10
 
 func openSpanFile(path string) (*spanFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	if info, err := f.Stat(); err == nil && info.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s: a directory, not a file of OTLP JSON exports", path)
 	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), maxSpanLine)
@@ -301,8 +308,10 @@ func openSpanFile(path string) (*spanFile, error) {
 
 func (f *spanFile) close() { f.f.Close() }
 
-// next reads the file's next export; pending is false at its end or at
-// its first error (err says which line).
+// next reads the file's next export; pending is false at its end or when
+// it cannot be read further. A line that is no export is skipped and
+// noted (an exporter's line cut by a crash loses that line, not the rest
+// of the file); one before any export makes the file no span file.
 func (f *spanFile) next() {
 	f.pending = false
 	for f.sc.Scan() {
@@ -312,19 +321,40 @@ func (f *spanFile) next() {
 		}
 		td, err := f.u.UnmarshalTraces(f.sc.Bytes())
 		if err != nil {
-			if f.line == 1 && capture.IsCaptureStart(f.sc.Bytes()) {
+			switch {
+			case f.read > 0:
+				f.bad++
+				if f.bad <= maxBadLinesNamed {
+					f.notes = append(f.notes, fmt.Sprintf("%s:%d: not an OTLP JSON trace export, skipped: %v", f.path, f.line, err))
+				}
+				continue
+			case capture.IsCaptureStart(f.sc.Bytes()):
 				f.err = fmt.Errorf("%s: a packet capture, not OTLP JSON: analyse it without --spans", f.path)
-			} else {
-				f.err = fmt.Errorf("%s:%d: not an OTLP JSON trace export: %v", f.path, f.line, err)
+			default:
+				f.err = fmt.Errorf("%s:%d: not an OTLP JSON trace export (one ExportTraceServiceRequest per line): %v", f.path, f.line, err)
 			}
 			return
 		}
 		f.traces, f.end, f.pending = td, newestEnd(td), true
+		f.read++
 		return
 	}
 	if err := f.sc.Err(); err != nil {
-		f.err = fmt.Errorf("%s:%d: %v", f.path, f.line+1, err)
+		// A line past maxSpanLine, or a read error: the rest is unread.
+		err = fmt.Errorf("%s:%d: %v", f.path, f.line+1, err)
+		if f.read == 0 {
+			f.err = err
+		}
+		f.notes = append(f.notes, err.Error()+": the rest of the file is not read")
 	}
+}
+
+// problems are what the summary says of the file once it is read.
+func (f *spanFile) problems() []string {
+	if f.bad > maxBadLinesNamed {
+		return append(f.notes, fmt.Sprintf("%s: %d more lines that were no OTLP JSON trace export, skipped", f.path, f.bad-maxBadLinesNamed))
+	}
+	return f.notes
 }
 
 func later(a, b time.Time) time.Time {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -396,6 +397,57 @@ func TestSpanFilesMergedByTime(t *testing.T) {
 		if lost := missing(want, got); len(lost) > 0 {
 			t.Errorf("%s in two files: lost %v", name, lost)
 		}
+	}
+}
+
+// TestSpanFilesInputProblems: a span file that cannot be read (missing, a
+// directory, not OTLP JSON from its first line) is an error before
+// anything is analysed, as a capture is: a report of the other files
+// would pass for the whole. A bad line after good ones (an exporter cut
+// by a crash) is skipped and named, and the lines after it are read.
+func TestSpanFilesInputProblems(t *testing.T) {
+	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	if err := spanproj.WriteJSONLines(good, td, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := findingKeys(spansJSON(t, good))
+	if len(want) == 0 {
+		t.Fatal("the fixture's spans show no violation")
+	}
+	lines, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, rest, _ := bytes.Cut(lines, []byte("\n"))
+	cut := filepath.Join(dir, "cut.json")
+	garbage := filepath.Join(dir, "garbage.json")
+	for file, body := range map[string][]byte{
+		cut:     slices.Concat(first, []byte("\n{\"resourceSpans\": [{\"res\n"), rest),
+		garbage: []byte("not json\n"),
+	} {
+		if err := os.WriteFile(file, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
+	for _, bad := range []string{filepath.Join(dir, "missing.json"), dir, garbage} {
+		if s, err := SpanFiles(context.Background(), []string{good, bad}, cfg, jsonl.New(io.Discard)); err == nil {
+			t.Errorf("%s beside a good file: no error (summary errors %q)", bad, s.Errors)
+		}
+	}
+	recs := recordsOf(t, []string{cut}, func(w *jsonl.Writer) (*sink.Summary, error) {
+		return SpanFiles(context.Background(), []string{cut}, cfg, w)
+	})
+	if lost := missing(want, findingKeys(recs)); len(lost) > 0 {
+		t.Errorf("a bad second line lost the findings of the lines after it: %v", lost)
+	}
+	if errs := fmt.Sprint(recs[len(recs)-1]["errors"]); !strings.Contains(errs, "cut.json:2: not an OTLP JSON trace export, skipped") {
+		t.Errorf("the summary's errors %s do not name the bad line", errs)
 	}
 }
 
