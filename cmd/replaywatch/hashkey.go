@@ -54,12 +54,15 @@ type hashKey struct {
 // stateDir), generating and storing one on first use. Two processes
 // starting at once store one key: it is written aside and linked into
 // place, and the loser reads the winner's. When the key cannot be stored
-// (a read-only home) a random key serves this run, with a warning.
+// at the default path (a read-only home) a random key serves this run,
+// with a warning; at a path the operator gave, that is an error: they
+// asked for one key across runs and agents.
 func loadHashKey(path string) (hashKey, error) {
 	if v := os.Getenv(HashKeyEnv); v != "" {
 		return checkedKey([]byte(strings.TrimSpace(v)), "environment "+HashKeyEnv)
 	}
-	if path == "" {
+	explicit := path != ""
+	if !explicit {
 		dir, err := stateDir()
 		if err != nil {
 			return ephemeralKey(err)
@@ -78,6 +81,9 @@ func loadHashKey(path string) (hashKey, error) {
 	if err := storeKey(path, key); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return loadHashKey(path) // another process stored one first
+		}
+		if explicit {
+			return hashKey{}, fmt.Errorf("hash key: cannot store a new key in %s: %w", path, err)
 		}
 		return ephemeralKey(err)
 	}

@@ -52,6 +52,7 @@ func TestHashKeySources(t *testing.T) {
 	os.WriteFile(notDir, nil, 0o600)
 	for _, tc := range []struct {
 		name, env, path string
+		stateHome       string // XDG_STATE_HOME, for the default path
 		key, errText    string
 		warned          bool
 	}{
@@ -59,11 +60,16 @@ func TestHashKeySources(t *testing.T) {
 		{name: "environment wins", env: "from-the-secret-0123456789", path: file, key: "from-the-secret-0123456789"},
 		{name: "short key", env: "1234", errText: "at least 16"},
 		{name: "unreadable file", path: filepath.Join(notDir, "hash.key"), errText: "not a directory"},
-		// Absent, and no directory can be made there (a read-only home).
-		{name: "cannot be stored", path: "/proc/self/replaywatch/hash.key", warned: true},
+		// Absent, and no directory can be made there (a read-only mount):
+		// the operator named it, so a key of this run only is an error.
+		{name: "cannot be stored", path: "/proc/self/replaywatch/hash.key", errText: "cannot store a new key"},
+		// The same at the default path (a read-only home): this run's own
+		// key, with a warning.
+		{name: "default cannot be stored", stateHome: "/proc/self/state", warned: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(HashKeyEnv, tc.env)
+			t.Setenv("XDG_STATE_HOME", tc.stateHome)
 			k, err := loadHashKey(tc.path)
 			switch {
 			case tc.errText != "":
