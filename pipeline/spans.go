@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
@@ -301,7 +303,23 @@ func openSpanFile(path string) (*spanFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: a directory, not a file of OTLP JSON exports", path)
 	}
-	sc := bufio.NewScanner(f)
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	switch magic, _ := br.Peek(4); {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		// Read as it is, as a gzip-compressed capture is.
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: gzip: %v", path, err)
+		}
+		r = zr
+	case len(magic) == 4 && string(magic) == "\x28\xb5\x2f\xfd":
+		// The Collector's file exporter compresses with zstd.
+		f.Close()
+		return nil, fmt.Errorf("%s: zstd-compressed; decompress it on the way in: replaywatch analyze --spans <(zstdcat %s)", path, path)
+	}
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxSpanLine)
 	return &spanFile{path: path, f: f, sc: sc}, nil
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -404,7 +405,8 @@ func TestSpanFilesMergedByTime(t *testing.T) {
 // directory, not OTLP JSON from its first line) is an error before
 // anything is analysed, as a capture is: a report of the other files
 // would pass for the whole. A bad line after good ones (an exporter cut
-// by a crash) is skipped and named, and the lines after it are read.
+// by a crash) is skipped and named, and the lines after it are read. A
+// gzip-compressed file is read as it is; a zstd one is named as such.
 func TestSpanFilesInputProblems(t *testing.T) {
 	td, err := spanproj.FromPcap(context.Background(), []string{filepath.Join("testdata", "fixtures", "ts-session-swap.pcap")}, spanproj.Guard)
 	if err != nil {
@@ -426,19 +428,32 @@ func TestSpanFilesInputProblems(t *testing.T) {
 	first, rest, _ := bytes.Cut(lines, []byte("\n"))
 	cut := filepath.Join(dir, "cut.json")
 	garbage := filepath.Join(dir, "garbage.json")
+	zstd := filepath.Join(dir, "spans.json.zst")
+	gzipped := filepath.Join(dir, "spans.json.gz")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(lines)
+	zw.Close()
 	for file, body := range map[string][]byte{
 		cut:     slices.Concat(first, []byte("\n{\"resourceSpans\": [{\"res\n"), rest),
 		garbage: []byte("not json\n"),
+		zstd:    []byte("\x28\xb5\x2f\xfd rest of a frame"),
+		gzipped: gz.Bytes(),
 	} {
 		if err := os.WriteFile(file, body, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cfg := SpansConfig{OTLP: otlp.DefaultConfig(), Decode: DefaultConfig().Decode, Detect: DefaultConfig().Detect}
-	for _, bad := range []string{filepath.Join(dir, "missing.json"), dir, garbage} {
+	for _, bad := range []string{filepath.Join(dir, "missing.json"), dir, garbage, zstd} {
 		if s, err := SpanFiles(context.Background(), []string{good, bad}, cfg, jsonl.New(io.Discard)); err == nil {
 			t.Errorf("%s beside a good file: no error (summary errors %q)", bad, s.Errors)
+		} else if bad == zstd && !strings.Contains(err.Error(), "zstd-compressed") {
+			t.Errorf("a zstd file: %v", err)
 		}
+	}
+	if got := findingKeys(spansJSON(t, gzipped)); !slices.Equal(got, want) {
+		t.Errorf("gzip-compressed: %v, want %v", got, want)
 	}
 	recs := recordsOf(t, []string{cut}, func(w *jsonl.Writer) (*sink.Summary, error) {
 		return SpanFiles(context.Background(), []string{cut}, cfg, w)
