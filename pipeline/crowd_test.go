@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,30 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 			if len(lost)+len(added) > 0 {
 				t.Errorf("stagger %v, %s: lost %v, added %v", stagger, twice.what, lost, added)
 			}
+		}
+	}
+}
+
+// TestIdenticalClientsCrowdAddsNothing: the probes' correct traffic of real
+// SDKs (testdata/probes) and two captures of one client run with the same
+// seed (testdata/identical-clients: identical calls, label for label)
+// crowded behind one address, each implementation behind one Host. Clients
+// of one application make the very same calls; a new session's own call
+// must not be taken for another client's lost session's call re-made.
+func TestIdenticalClientsCrowdAddsNothing(t *testing.T) {
+	_, probes := readCaptures(t, filepath.Join("testdata", "probes", "*.pcap.gz"))
+	_, identical := readCaptures(t, filepath.Join("testdata", "identical-clients", "*.pcap.gz"))
+	captures := slices.Concat(probes, identical)
+	for _, stagger := range []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
+		merged, err := damage.Crowd(captures, stagger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "crowd.pcap")
+		writePackets(t, path, captures[0].LinkType, merged)
+		got := runDamaged(t, 1, path)
+		for _, f := range got.violations {
+			t.Errorf("stagger %v: %s: %s", stagger, f, strings.SplitN(got.explain[f], ". ", 2)[0])
 		}
 	}
 }
