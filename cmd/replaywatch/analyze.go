@@ -203,6 +203,16 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.run.MemProfile != "" {
+		// Written at the end; a path that cannot be is said now, not
+		// after the whole analysis.
+		f, err := os.Create(cfg.run.MemProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "replaywatch analyze: %v\n", err)
+			return exitError
+		}
+		f.Close()
+	}
 
 	// SIGINT (a terminal) and SIGTERM (timeout, docker stop, a CI runner)
 	// alike: stop reading, report what was read, deliver or spool it.
