@@ -254,8 +254,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var w watcher // what the guard reads in the body; nil: nothing
 	switch {
 	case sid == "":
-		if len(calls) > 0 || sse {
-			w = &answerWatch{t: t, pending: calls}
+		pending := calls
+		if !mayHaveRun(resp.StatusCode) {
+			pending = nil // rejected: the calls did not run, a retry is no re-issue
+		}
+		if len(pending) > 0 || sse {
+			w = &answerWatch{t: t, pending: pending}
 		}
 	case resp.StatusCode == http.StatusNotFound:
 		t.mu.Lock()
@@ -274,6 +278,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 			sp.end()
 			return nil, err
+		}
+	case !mayHaveRun(resp.StatusCode):
+		if len(calls) > 0 { // rejected: the calls did not run, no answer will come
+			t.mu.Lock()
+			s := t.session(sid)
+			for _, c := range calls {
+				delete(s.inflight, c.ID)
+			}
+			t.mu.Unlock()
 		}
 	default:
 		if got := resp.Header.Get("Mcp-Session-Id"); cursor != "" && resp.StatusCode == http.StatusOK && got != "" && got != sid {
@@ -315,6 +328,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = b
 	return resp, nil
+}
+
+// mayHaveRun reports whether a response with status may follow the
+// server acting on the request's calls: any 2xx, and a gateway's 502 or 504
+// (the upstream may have received the request before it failed or timed
+// out: the outcome is unknown, as after a broken stream). Any other status
+// (429, 503, 400, 401, 403, 404, 405, 413, 415, 500, a redirect, ...) is a
+// rejection of the request: its calls did not run, and a retry of them is
+// no re-issue.
+func mayHaveRun(status int) bool {
+	return status/100 == 2 || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
 }
 
 // peekRequest reads req's body to find its calls, and returns the request

@@ -1,0 +1,109 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// exportServer: a go-sdk server with one tool "export" (no annotations:
+// not repeatable) whose result is size bytes of text; ran counts its runs.
+func exportServer(size int, ran *atomic.Int32) *mcp.Server {
+	server := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "export"}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+		Order string `json:"order"`
+	}) (*mcp.CallToolResult, any, error) {
+		if ran != nil {
+			ran.Add(1)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", size)}}}, nil, nil
+	})
+	return server
+}
+
+// TestRetryAfterRejection: revision 2026-07-28 (no sessions); a front
+// answers the first tools/call with an HTTP status, the request never
+// reaching the MCP server, and the client calls again, identically. After
+// a rejection (429, 503, any 4xx) the call did not run and the retry goes
+// through; after a gateway's 502 or 504 the call may have run upstream, so
+// the retry is a re-issue of a call of unknown outcome.
+func TestRetryAfterRejection(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		refused bool
+	}{
+		{http.StatusTooManyRequests, false},
+		{http.StatusServiceUnavailable, false},
+		{http.StatusBadRequest, false},
+		{http.StatusUnauthorized, false},
+		{http.StatusForbidden, false},
+		{http.StatusNotFound, false},
+		{http.StatusMethodNotAllowed, false},
+		{http.StatusRequestEntityTooLarge, false},
+		{http.StatusUnsupportedMediaType, false},
+		{http.StatusInternalServerError, false},
+		{http.StatusBadGateway, true},
+		{http.StatusGatewayTimeout, true},
+	} {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			var ran atomic.Int32
+			server := exportServer(10, &ran)
+			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
+			var rejected atomic.Bool
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(strings.NewReader(string(body)))
+				if strings.Contains(string(body), `"tools/call"`) && !rejected.Swap(true) {
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Retry-After", "0")
+					w.WriteHeader(tc.status)
+					io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"rejected"}}`)
+					return
+				}
+				handler.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			g := New(nil)
+			p := &mcp.CallToolParams{Name: "export", Arguments: map[string]any{"order": "o-1"}}
+			if _, err := connectSessionless(t, ctx, srv.URL, g).CallTool(ctx, p); err == nil {
+				t.Fatal("first attempt not rejected")
+			}
+			// go-sdk closes the connection after a 4xx: the retry is a new
+			// client's, through the same guard.
+			_, err := connectSessionless(t, ctx, srv.URL, g).CallTool(ctx, p)
+			var re *ReissueError
+			if tc.refused {
+				if !errors.As(err, &re) || ran.Load() != 0 {
+					t.Fatalf("retry after %d: %v (ran %d times), want a ReissueError", tc.status, err, ran.Load())
+				}
+				return
+			}
+			if err != nil || ran.Load() != 1 {
+				t.Fatalf("retry after %d, a call that never ran: %v (ran %d times)", tc.status, err, ran.Load())
+			}
+		})
+	}
+}
+
+func connectSessionless(t *testing.T, ctx context.Context, url string, rt http.RoundTripper) *mcp.ClientSession {
+	t.Helper()
+	cs, err := progressClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: rt}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	if cs.ID() != "" {
+		t.Fatalf("want sessionless, got session %q", cs.ID())
+	}
+	return cs
+}
