@@ -687,8 +687,10 @@ type jsonWatch struct {
 
 func (j *jsonWatch) event(*decode.SSEEvent, []decode.Message) error { return nil }
 
-func (j *jsonWatch) end(msgs []decode.Message, eof bool) {
-	if eof {
-		j.t.answered(j.sid, msgs)
-	}
+// end clears the calls msgs answer however the body ended: msgs are parsed
+// from the bytes the client read, so a message parsed whole reached it
+// (mcp-go's client decodes the JSON value and closes the body without
+// reading it to EOF).
+func (j *jsonWatch) end(msgs []decode.Message, _ bool) {
+	j.t.answered(j.sid, msgs)
 }

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	mgclient "github.com/mark3labs/mcp-go/client"
+	mgtransport "github.com/mark3labs/mcp-go/client/transport"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -106,4 +110,59 @@ func connectSessionless(t *testing.T, ctx context.Context, url string, rt http.R
 		t.Fatalf("want sessionless, got session %q", cs.ID())
 	}
 	return cs
+}
+
+// TestAnsweredJSONThen404: an mcp-go client (revision 2025-11-25) through
+// the guard against a go-sdk server answering in JSON. The client decodes
+// the answer and closes the body without reading it to EOF; then the
+// session is lost: the SessionLostError lists no call, the answered one
+// included.
+func TestAnsweredJSONThen404(t *testing.T) {
+	for _, size := range []int{10, 100 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			server := exportServer(size, nil)
+			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{JSONResponse: true})
+			var lost atomic.Bool
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if lost.Load() && r.Header.Get("Mcp-Session-Id") != "" {
+					http.NotFound(w, r)
+					return
+				}
+				handler.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			var r refusals
+			c, err := mgclient.NewStreamableHttpClient(srv.URL, mgtransport.WithHTTPBasicClient(&http.Client{Transport: &Transport{OnRefuse: r.add}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			init := mcpgo.InitializeRequest{}
+			init.Params.ProtocolVersion = "2025-11-25"
+			init.Params.ClientInfo = mcpgo.Implementation{Name: "mg", Version: "1"}
+			if _, err := c.Initialize(ctx, init); err != nil {
+				t.Fatal(err)
+			}
+			req := mcpgo.CallToolRequest{}
+			req.Params.Name = "export"
+			req.Params.Arguments = map[string]any{"order": "o-1"}
+			if res, err := c.CallTool(ctx, req); err != nil || res.IsError {
+				t.Fatalf("call: %v %+v", err, res)
+			}
+			lost.Store(true)
+			_, _ = c.CallTool(ctx, req)
+			got := r.all()
+			if len(got) != 1 {
+				t.Fatalf("refusals %v", got)
+			}
+			if e, ok := got[0].(*SessionLostError); !ok || len(e.InFlight) != 0 {
+				t.Fatalf("want a SessionLostError listing no call, got %v", got[0])
+			}
+		})
+	}
 }
