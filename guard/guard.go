@@ -28,6 +28,7 @@ package guard
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,7 +46,9 @@ import (
 // MaxEventsPerSession delivered event ids per session, MaxCallsInFlight
 // unanswered calls per session (later ones are not tracked, and a
 // SessionLostError does not list them), MaxBodyBytes of a request body read
-// to find its tool calls (a longer body is sent on unread).
+// to find its tool calls (a longer body is sent on unread) and of a
+// response's answer kept to settle its call (a longer one reaches the
+// client whole; its call is settled as answered, never taken for broken).
 const (
 	MaxSessions         = 1024
 	MaxEventsPerSession = 4096
@@ -309,9 +312,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				t.mu.Unlock()
 			}
-			w = &streamWatch{t: t, sid: sid, cursor: cursor, stream: key, first: cursor != ""}
+			w = &streamWatch{t: t, sid: sid, cursor: cursor, stream: key, first: cursor != "", calls: calls}
 		} else if resp.StatusCode == http.StatusOK && len(calls) > 0 {
-			w = &jsonWatch{t: t, sid: sid}
+			w = &jsonWatch{t: t, sid: sid, calls: calls}
 		}
 	}
 	if w == nil && (sp == nil || resp.Body == http.NoBody) {
@@ -490,9 +493,11 @@ type body struct {
 	sp  *span   // nil: no spans
 	dec *decode.SSEDecoder
 	pk  decode.Peeker
-	buf bytes.Buffer // a JSON body
-	// over: the JSON body outgrew MaxBodyBytes and is not peeked.
-	over bool
+	buf bytes.Buffer // a JSON body, its first MaxBodyBytes
+	// over: the JSON body outgrew MaxBodyBytes and is not peeked; whole
+	// then follows it to the end of its JSON value.
+	over  bool
+	whole valueEnd
 	// mu: a client may Close the body while a Read runs.
 	mu      sync.Mutex
 	refused error
@@ -505,6 +510,10 @@ type watcher interface {
 	// unless it may answer a call, or the span wants them); an error
 	// refuses it.
 	event(e *decode.SSEEvent, msgs []decode.Message) error
+	// unread sees a message the client got whole but the guard could not
+	// read (over MaxBodyBytes) and that may answer a call: the call with
+	// JSON-RPC id id, or any of them when id is "".
+	unread(id string)
 	// end settles the body: msgs of a JSON body, eof whether it was read
 	// to its end.
 	end(msgs []decode.Message, eof bool)
@@ -521,6 +530,12 @@ func (b *body) event(e *decode.SSEEvent) {
 	b.sp.event(e, msgs)
 	if b.w != nil {
 		b.refused = b.t.refuse(b.sp, b.w.event(e, msgs))
+		// An event is dispatched only whole: one whose data outgrew
+		// MaxBodyBytes reached the client, but the decoder kept none of
+		// it, so it may answer any of the calls.
+		if b.refused == nil && e.DataTruncated {
+			b.w.unread("")
+		}
 	}
 }
 
@@ -542,7 +557,11 @@ func (b *body) Read(p []byte) (int, error) {
 		} else if !b.over && b.buf.Len()+n <= MaxBodyBytes {
 			b.buf.Write(p[:n])
 		} else {
-			b.over = true
+			if !b.over {
+				b.over = true
+				b.whole.write(b.buf.Bytes())
+			}
+			b.whole.write(p[:n])
 		}
 	}
 	if b.refused != nil {
@@ -577,6 +596,12 @@ func (b *body) finish(err error, closed bool) {
 		}
 	}
 	if b.w != nil {
+		if b.dec == nil && b.over && b.whole.done && mayAnswer(b.buf.Bytes()) {
+			// The client read the whole JSON value; the guard has its start.
+			if id, maybe := unreadAnswer(b.buf.Bytes()); maybe {
+				b.w.unread(id)
+			}
+		}
 		b.w.end(msgs, err == io.EOF)
 	}
 	b.sp.finish(b.dec, msgs, size, err, closed)
@@ -602,6 +627,12 @@ func (a *answerWatch) messages(msgs []decode.Message) {
 func (a *answerWatch) event(_ *decode.SSEEvent, msgs []decode.Message) error {
 	a.messages(msgs)
 	return nil
+}
+
+// unread settles the calls a message the guard could not read may answer:
+// whether it did is unknown, and a refusal needs proof.
+func (a *answerWatch) unread(id string) {
+	a.pending = slices.DeleteFunc(a.pending, func(c Call) bool { return id == "" || c.ID == id })
 }
 
 // end settles the body: what is still pending broke.
@@ -632,6 +663,90 @@ func (t *Transport) answered(sid string, msgs []decode.Message) {
 	}
 }
 
+// unread removes from the session's in-flight set the call with id, or,
+// id "", all of calls: an answer the guard could not read whole reached
+// the client.
+func (t *Transport) unread(sid, id string, calls []Call) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.session(sid)
+	if id != "" {
+		delete(s.inflight, id)
+		return
+	}
+	for _, c := range calls {
+		delete(s.inflight, c.ID)
+	}
+}
+
+// unreadAnswer reads what it can of a JSON-RPC message the guard could not
+// read whole, from prefix, its first bytes: maybe is false when it is
+// surely no answer (it has a method), id is the id it answers when that
+// came before the cut ("" when unknown: it may answer any call).
+func unreadAnswer(prefix []byte) (id string, maybe bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", true // a batch, or no JSON the guard can read
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		key, _ := tok.(string)
+		if key == "method" {
+			return "", false
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			break // cut here
+		}
+		if key == "id" {
+			// The id as decode spells a message's (compact JSON text).
+			var pk decode.Peeker
+			msgs, _, _ := pk.PeekJSONRPC(slices.Concat([]byte(`{"jsonrpc":"2.0","id":`), value, []byte(`,"result":0}`)))
+			if len(msgs) == 1 {
+				id = msgs[0].ID
+			}
+		}
+	}
+	return id, true
+}
+
+// valueEnd follows a JSON text, byte by byte and without keeping it, to the
+// end of its first object or array: done then.
+type valueEnd struct {
+	depth                         int
+	started, str, esc, done, none bool
+}
+
+func (v *valueEnd) write(p []byte) {
+	for _, c := range p {
+		switch {
+		case v.done || v.none:
+			return
+		case v.str:
+			if v.esc {
+				v.esc = false
+			} else if c == '\\' {
+				v.esc = true
+			} else if c == '"' {
+				v.str = false
+			}
+		case c == '"' && v.started:
+			v.str = true
+		case c == '{' || c == '[':
+			v.depth++
+			v.started = true
+		case (c == '}' || c == ']') && v.started:
+			v.depth--
+			v.done = v.depth == 0
+		case !v.started && c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			v.none = true // no object or array: no JSON-RPC message
+		}
+	}
+}
+
 // streamWatch reads an SSE body of a session as the client does, checking
 // a resumed stream's first event and recording every event's id and
 // answers.
@@ -641,6 +756,7 @@ type streamWatch struct {
 	cursor string
 	stream string // its key in the TokenStore
 	first  bool   // the first event with an id is still to come
+	calls  []Call // the calls of the POST it answers; nil for a GET
 }
 
 func (w *streamWatch) event(e *decode.SSEEvent, msgs []decode.Message) error {
@@ -676,16 +792,21 @@ func (w *streamWatch) event(e *decode.SSEEvent, msgs []decode.Message) error {
 	return replayed
 }
 
+func (w *streamWatch) unread(id string) { w.t.unread(w.sid, id, w.calls) }
+
 func (w *streamWatch) end([]decode.Message, bool) {}
 
 // jsonWatch reads a JSON response of a session and clears the calls it
 // answers.
 type jsonWatch struct {
-	t   *Transport
-	sid string
+	t     *Transport
+	sid   string
+	calls []Call // the request's
 }
 
 func (j *jsonWatch) event(*decode.SSEEvent, []decode.Message) error { return nil }
+
+func (j *jsonWatch) unread(id string) { j.t.unread(j.sid, id, j.calls) }
 
 // end clears the calls msgs answer however the body ended: msgs are parsed
 // from the bytes the client read, so a message parsed whole reached it

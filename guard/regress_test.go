@@ -166,3 +166,118 @@ func TestAnsweredJSONThen404(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeAnswers: answers over MaxBodyBytes, an SSE event's or a JSON
+// body's, reach the client whole; the guard keeps only their first bytes
+// but still settles the call they answer. Without sessions, the same call
+// made again is no re-issue; in a session, a SessionLostError after it
+// lists no call.
+func TestLargeAnswers(t *testing.T) {
+	const size = MaxBodyBytes + 1000
+	for _, tc := range []struct {
+		name            string
+		json, sessioned bool
+	}{
+		{"sessionless-sse", false, false},
+		{"sessionless-json", true, false},
+		{"session-sse", false, true},
+		{"session-json", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := exportServer(size, nil)
+			handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: !tc.sessioned, JSONResponse: tc.json})
+			var lostID atomic.Value
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if id, _ := lostID.Load().(string); id != "" && r.Header.Get("Mcp-Session-Id") == id {
+					http.NotFound(w, r)
+					return
+				}
+				handler.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var r refusals
+			var opts *mcp.ClientSessionOptions
+			if tc.sessioned {
+				opts = session2025
+			}
+			cs, err := progressClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: &Transport{OnRefuse: r.add}}, DisableStandaloneSSE: true, MaxRetries: 1}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if (cs.ID() != "") != tc.sessioned {
+				t.Fatalf("session %q", cs.ID())
+			}
+			p := &mcp.CallToolParams{Name: "export", Arguments: map[string]any{"order": "o-1"}}
+			for i := range 2 {
+				if i == 1 && tc.sessioned {
+					lostID.Store(cs.ID())
+				}
+				res, err := cs.CallTool(ctx, p)
+				if i == 1 && tc.sessioned {
+					var lost *SessionLostError
+					if !errors.As(err, &lost) || len(lost.InFlight) != 0 {
+						t.Fatalf("after the session's loss: %v, want a SessionLostError listing no call", err)
+					}
+					break
+				}
+				if err != nil {
+					t.Fatalf("call %d: %v (refusals %v)", i+1, err, r.all())
+				}
+				if n := len(res.Content[0].(*mcp.TextContent).Text); n != size {
+					t.Fatalf("call %d: %d bytes", i+1, n)
+				}
+			}
+		})
+	}
+}
+
+// TestUnreadAnswer: what the guard reads of an answer it could not read
+// whole.
+func TestUnreadAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, id string
+		maybe      bool
+	}{
+		{`{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"xxx`, "7", true},
+		{`{"jsonrpc":"2.0","id": "a\u0062","error":{"code":1,"message":"xx`, `"ab"`, true},
+		{`{"id":7.0,"jsonrpc":"2.0","result":{}}`, "7.0", true},
+		{`{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"xxx`, "", true},
+		{`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"xx`, "", false},
+		{`{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{"x":"xx`, "", false},
+		{`[{"jsonrpc":"2.0","id":7,"result":{"content":"xx`, "", true},
+		{`not json`, "", true},
+	} {
+		id, maybe := unreadAnswer([]byte(tc.prefix))
+		if id != tc.id || maybe != tc.maybe {
+			t.Errorf("%s: got %q %v, want %q %v", tc.prefix, id, maybe, tc.id, tc.maybe)
+		}
+	}
+}
+
+// TestValueEnd: the end of a JSON value followed byte by byte.
+func TestValueEnd(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		done bool
+	}{
+		{` {"a":"}]\"{","b":[1,{"c":2}]}`, true},
+		{`{"a":"}]\"{","b":[1,{"c":2}]`, false},
+		{`[{"a":"\\"},1]`, true},
+		{`{"a":"\\\"}"`, false},
+		{`"}"`, false},
+		{`12`, false},
+	} {
+		for _, step := range []int{1, 3, 100} {
+			var v valueEnd
+			for i := 0; i < len(tc.text); i += step {
+				v.write([]byte(tc.text[i:min(i+step, len(tc.text))]))
+			}
+			if v.done != tc.done {
+				t.Errorf("%s (by %d): done %v, want %v", tc.text, step, v.done, tc.done)
+			}
+		}
+	}
+}
