@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -130,8 +131,14 @@ func SafeToRepeat(ctx context.Context) context.Context {
 }
 
 // MaxBrokenCalls bounds the broken first attempts remembered for the
-// re-issue guard (the oldest forgotten first).
-const MaxBrokenCalls = 1024
+// re-issue guard (the oldest forgotten first), MaxEndpoints the endpoints
+// (scheme, host and path of a request's URL) whose tool annotations and
+// broken calls it keeps apart (the oldest forgotten first, its broken calls
+// with it).
+const (
+	MaxBrokenCalls = 1024
+	MaxEndpoints   = 256
+)
 
 // Transport is an http.RoundTripper that enforces the contract.
 type Transport struct {
@@ -162,12 +169,14 @@ type Transport struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	order    []string // session ids, oldest first
-	// Without sessions: the tools the server annotated repeatable, and the
-	// calls whose stream broke before their answer, by identity.
-	repeatable map[string]bool
-	broken     map[string]Call
-	brokenAge  []string
-	ownTokens  MemoryTokens
+	// Without sessions: each endpoint's tool annotations (at most
+	// MaxEndpoints, the oldest forgotten first), and the calls whose
+	// stream broke before their answer, by endpoint and identity.
+	endpoints   map[string]*endpoint
+	endpointAge []string
+	broken      map[string]Call
+	brokenAge   []string
+	ownTokens   MemoryTokens
 	// cursors maps a stream's latest cursor to its key, so that a resume
 	// (a GET from the cursor, for a POST's stream too) saves its events
 	// under the stream it continues; at most MaxSessions entries.
@@ -229,8 +238,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+	ep := endpointOf(req.URL)
 	if sid == "" {
-		if err := t.refuse(sp, t.checkReissue(req.Context(), calls)); err != nil {
+		if err := t.refuse(sp, t.checkReissue(req.Context(), ep, calls)); err != nil {
 			sp.end()
 			return nil, err
 		}
@@ -247,7 +257,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base().RoundTrip(req)
 	if err != nil {
 		if sid == "" {
-			t.broke(calls)
+			t.broke(ep, calls)
 		}
 		sp.fail(err)
 		return resp, err
@@ -262,7 +272,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			pending = nil // rejected: the calls did not run, a retry is no re-issue
 		}
 		if len(pending) > 0 || sse {
-			w = &answerWatch{t: t, pending: pending}
+			w = &answerWatch{t: t, ep: ep, pending: pending}
 		}
 	case resp.StatusCode == http.StatusNotFound:
 		t.mu.Lock()
@@ -421,9 +431,49 @@ func requestCalls(msgs []decode.Message) []Call {
 	return calls
 }
 
-// checkReissue returns the refusal of a tools/call identical to one whose
-// stream broke before its answer, unless it is repeatable or marked safe.
-func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
+// endpoint is what the guard knows of one server endpoint without
+// sessions: its tools' annotations.
+type endpoint struct {
+	repeatable map[string]bool // tool name: read-only or idempotent
+}
+
+// endpointOf names the endpoint a request goes to: the scheme, host and path
+// of its URL. Tool names, annotations and call identities are a server's
+// own: one guard shared by clients of several servers keeps them apart.
+func endpointOf(u *url.URL) string {
+	return u.Scheme + "://" + strings.ToLower(u.Host) + u.Path
+}
+
+// endpoint returns the state of ep, making it; t.mu held. Forgetting an
+// endpoint (past MaxEndpoints, the oldest first) forgets its broken calls
+// with its annotations: a re-issue is refused only with both at hand.
+func (t *Transport) endpoint(ep string) *endpoint {
+	if t.endpoints == nil {
+		t.endpoints = map[string]*endpoint{}
+	}
+	e := t.endpoints[ep]
+	if e == nil {
+		if len(t.endpointAge) >= MaxEndpoints {
+			old := t.endpointAge[0]
+			t.endpointAge = t.endpointAge[1:]
+			delete(t.endpoints, old)
+			for k := range t.broken {
+				if strings.HasPrefix(k, old+"\x00") {
+					delete(t.broken, k)
+				}
+			}
+		}
+		e = &endpoint{repeatable: map[string]bool{}}
+		t.endpoints[ep] = e
+		t.endpointAge = append(t.endpointAge, ep)
+	}
+	return e
+}
+
+// checkReissue returns the refusal of a tools/call to ep identical to one
+// whose stream broke before its answer, unless it is repeatable or marked
+// safe.
+func (t *Transport) checkReissue(ctx context.Context, ep string, calls []Call) error {
 	safe, _ := ctx.Value(safeKey{}).(bool)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -431,12 +481,13 @@ func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
 		if c.identity == "" {
 			continue
 		}
-		first, ok := t.broken[c.identity]
+		key := ep + "\x00" + c.identity
+		first, ok := t.broken[key]
 		if !ok {
 			continue
 		}
-		delete(t.broken, c.identity) // settled either way: refused, or repeated knowingly
-		if safe || t.repeatable[c.Tool] {
+		delete(t.broken, key) // settled either way: refused, or repeated knowingly
+		if safe || t.endpoint(ep).repeatable[c.Tool] {
 			continue
 		}
 		return &ReissueError{Tool: c.Tool, FirstID: first.ID}
@@ -444,13 +495,14 @@ func (t *Transport) checkReissue(ctx context.Context, calls []Call) error {
 	return nil
 }
 
-// broke records calls whose answer did not come.
-func (t *Transport) broke(calls []Call) {
+// broke records calls to ep whose answer did not come.
+func (t *Transport) broke(ep string, calls []Call) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.broken == nil {
 		t.broken = map[string]Call{}
 	}
+	t.endpoint(ep) // its age: forgotten, it takes its broken calls along
 	for _, c := range calls {
 		if c.identity == "" {
 			continue
@@ -459,13 +511,14 @@ func (t *Transport) broke(calls []Call) {
 			delete(t.broken, t.brokenAge[0])
 			t.brokenAge = t.brokenAge[1:]
 		}
-		t.broken[c.identity] = c
-		t.brokenAge = append(t.brokenAge, c.identity)
+		key := ep + "\x00" + c.identity
+		t.broken[key] = c
+		t.brokenAge = append(t.brokenAge, key)
 	}
 }
 
-// learnTools records the tools a tools/list answer marks repeatable.
-func (t *Transport) learnTools(msgs []decode.Message) {
+// learnTools records the tools a tools/list answer of ep marks repeatable.
+func (t *Transport) learnTools(ep string, msgs []decode.Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range msgs {
@@ -474,10 +527,7 @@ func (t *Transport) learnTools(msgs []decode.Message) {
 			if len(line) < 2 {
 				continue
 			}
-			if t.repeatable == nil {
-				t.repeatable = map[string]bool{}
-			}
-			t.repeatable[line[1:]] = line[0] == decode.ToolRepeatable
+			t.endpoint(ep).repeatable[line[1:]] = line[0] == decode.ToolRepeatable
 		}
 	}
 }
@@ -612,11 +662,12 @@ func (b *body) finish(err error, closed bool) {
 // repeatable, and calls still unanswered when the body ends broke.
 type answerWatch struct {
 	t       *Transport
+	ep      string // the endpoint the requests went to
 	pending []Call
 }
 
 func (a *answerWatch) messages(msgs []decode.Message) {
-	a.t.learnTools(msgs)
+	a.t.learnTools(a.ep, msgs)
 	for _, m := range msgs {
 		if m.Type == decode.MsgResponse || m.Type == decode.MsgError {
 			a.pending = slices.DeleteFunc(a.pending, func(c Call) bool { return c.ID == m.ID })
@@ -638,7 +689,7 @@ func (a *answerWatch) unread(id string) {
 // end settles the body: what is still pending broke.
 func (a *answerWatch) end(msgs []decode.Message, _ bool) {
 	a.messages(msgs)
-	a.t.broke(a.pending)
+	a.t.broke(a.ep, a.pending)
 }
 
 // mayAnswer reports whether an event's data can hold an answer (a result,

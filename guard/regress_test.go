@@ -16,6 +16,8 @@ import (
 	mgtransport "github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/replaywatch/replaywatch/test/faultsrv"
 )
 
 // exportServer: a go-sdk server with one tool "export" (no annotations:
@@ -279,5 +281,114 @@ func TestValueEnd(t *testing.T) {
 				t.Errorf("%s (by %d): done %v, want %v", tc.text, step, v.done, tc.done)
 			}
 		}
+	}
+}
+
+// shop: a stateless go-sdk server with tool "charge" (read-only as given)
+// whose first tools/call stream is cut after one event when cutFirst; ran
+// counts the tool's runs.
+func shop(t *testing.T, readOnly, cutFirst bool, ran *atomic.Int32) string {
+	server := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "charge", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly}}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+		Order string `json:"order"`
+	}) (*mcp.CallToolResult, any, error) {
+		ran.Add(1)
+		req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1, Total: 2})
+		time.Sleep(20 * time.Millisecond)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged " + a.Order}}}, nil, nil
+	})
+	return cutFirstCall(t, server, cutFirst)
+}
+
+// cutFirstCall serves server statelessly, cutting the stream of the first
+// tools/call after one event when cut.
+func cutFirstCall(t *testing.T, server *mcp.Server, cut bool) string {
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{Stateless: true})
+	var done atomic.Bool
+	srv := faultsrv.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		if cut && strings.Contains(string(body), `"tools/call"`) && !done.Swap(true) {
+			handler.ServeHTTP(faultsrv.Cut(w, r, 1, 0), r)
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func charge(ctx context.Context, cs *mcp.ClientSession) error {
+	p := &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{"order": "o-1"}}
+	p.SetProgressToken("tok")
+	_, err := cs.CallTool(ctx, p)
+	return err
+}
+
+// TestSharedGuardKeepsServersApart: one guard used by sessionless clients
+// of two servers, X and Y, each with its own tool "charge". A call broken
+// on X is no first attempt of the same call on Y; X's "charge" listed
+// read-only does not make Y's destructive one repeatable.
+func TestSharedGuardKeepsServersApart(t *testing.T) {
+	t.Run("broken-elsewhere", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var ranX, ranY atomic.Int32
+		g := New(nil)
+		x := connectSessionless(t, ctx, shop(t, false, true, &ranX), g)
+		y := connectSessionless(t, ctx, shop(t, false, false, &ranY), g)
+		if err := charge(ctx, x); err == nil {
+			t.Fatal("X's call was not cut")
+		}
+		if err := charge(ctx, y); err != nil || ranY.Load() != 1 {
+			t.Fatalf("Y's first call: %v (ran %d times)", err, ranY.Load())
+		}
+		var re *ReissueError
+		if err := charge(ctx, x); !errors.As(err, &re) {
+			t.Fatalf("X's re-issue: %v, want a ReissueError", err)
+		}
+	})
+	t.Run("annotated-elsewhere", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var ranX, ranY atomic.Int32
+		g := New(nil)
+		y := connectSessionless(t, ctx, shop(t, false, true, &ranY), g)
+		x := connectSessionless(t, ctx, shop(t, true, false, &ranX), g)
+		if _, err := y.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.ListTools(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := charge(ctx, y); err == nil {
+			t.Fatal("Y's call was not cut")
+		}
+		var re *ReissueError
+		if err := charge(ctx, y); !errors.As(err, &re) || ranY.Load() != 1 {
+			t.Fatalf("Y's destructive charge re-issued: %v (ran %d times), want a ReissueError", err, ranY.Load())
+		}
+	})
+}
+
+// TestEndpointsAreBounded: past MaxEndpoints the oldest endpoint is
+// forgotten with its broken calls: its re-issue is then let through (no
+// proof left), a newer endpoint's still refused.
+func TestEndpointsAreBounded(t *testing.T) {
+	g := New(nil)
+	call := Call{ID: "1", Method: "tools/call", Tool: "charge", identity: "charge\x00h"}
+	ep := func(i int) string { return fmt.Sprintf("http://s%d.example/mcp", i) }
+	for i := range MaxEndpoints + 1 {
+		g.broke(ep(i), []Call{call})
+	}
+	if len(g.endpoints) != MaxEndpoints || len(g.broken) != MaxEndpoints {
+		t.Fatalf("%d endpoints, %d broken calls", len(g.endpoints), len(g.broken))
+	}
+	if err := g.checkReissue(context.Background(), ep(0), []Call{call}); err != nil {
+		t.Fatalf("forgotten endpoint: %v", err)
+	}
+	var re *ReissueError
+	if err := g.checkReissue(context.Background(), ep(MaxEndpoints), []Call{call}); !errors.As(err, &re) {
+		t.Fatalf("newest endpoint: %v", err)
 	}
 }
