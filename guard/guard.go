@@ -135,9 +135,16 @@ func SafeToRepeat(ctx context.Context) context.Context {
 // (scheme, host and path of a request's URL) whose tool annotations and
 // broken calls it keeps apart (the oldest forgotten first, its broken calls
 // with it).
+//
+// MaxToolsPerEndpoint bounds the tool annotations kept per endpoint; the
+// tools past it, like those past decode.MaxAnnotatedTools in one tools/list
+// answer or in an answer over MaxBodyBytes, go unrecorded, and a tool whose
+// annotations the guard does not have after such a listing is taken as
+// repeatable: its re-issue is let through.
 const (
-	MaxBrokenCalls = 1024
-	MaxEndpoints   = 256
+	MaxBrokenCalls      = 1024
+	MaxEndpoints        = 256
+	MaxToolsPerEndpoint = 4096
 )
 
 // Transport is an http.RoundTripper that enforces the contract.
@@ -435,6 +442,19 @@ func requestCalls(msgs []decode.Message) []Call {
 // sessions: its tools' annotations.
 type endpoint struct {
 	repeatable map[string]bool // tool name: read-only or idempotent
+	// partial: the endpoint listed tools the guard could not record (a
+	// tools/list answer at decode.MaxAnnotatedTools tools, over
+	// MaxBodyBytes, or past MaxToolsPerEndpoint): a tool not in repeatable
+	// may be one of them, read-only for all the guard knows.
+	partial bool
+}
+
+// mayRepeat reports whether a re-issue of tool is let through: the tool is
+// annotated read-only or idempotent, or its annotations are unknown after
+// a listing the guard could not record whole (a refusal needs proof).
+func (e *endpoint) mayRepeat(tool string) bool {
+	rep, known := e.repeatable[tool]
+	return rep || !known && e.partial
 }
 
 // endpointOf names the endpoint a request goes to: the scheme, host and path
@@ -487,7 +507,7 @@ func (t *Transport) checkReissue(ctx context.Context, ep string, calls []Call) e
 			continue
 		}
 		delete(t.broken, key) // settled either way: refused, or repeated knowingly
-		if safe || t.endpoint(ep).repeatable[c.Tool] {
+		if safe || t.endpoint(ep).mayRepeat(c.Tool) {
 			continue
 		}
 		return &ReissueError{Tool: c.Tool, FirstID: first.ID}
@@ -517,19 +537,42 @@ func (t *Transport) broke(ep string, calls []Call) {
 	}
 }
 
-// learnTools records the tools a tools/list answer of ep marks repeatable.
+// learnTools records the tools a tools/list answer of ep marks repeatable,
+// at most MaxToolsPerEndpoint of them.
 func (t *Transport) learnTools(ep string, msgs []decode.Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range msgs {
+		if m.Tools == "" {
+			continue
+		}
+		e := t.endpoint(ep)
+		n := 0
 		for line := range strings.Lines(m.Tools) {
+			n++
 			line = strings.TrimSuffix(line, "\n")
 			if len(line) < 2 {
 				continue
 			}
-			t.endpoint(ep).repeatable[line[1:]] = line[0] == decode.ToolRepeatable
+			name := line[1:]
+			if _, known := e.repeatable[name]; !known && len(e.repeatable) >= MaxToolsPerEndpoint {
+				e.partial = true
+				continue
+			}
+			e.repeatable[name] = line[0] == decode.ToolRepeatable
+		}
+		if n >= decode.MaxAnnotatedTools {
+			e.partial = true // the decoder stopped there: more tools may follow
 		}
 	}
+}
+
+// unlisted marks ep's tool listing partial: a tools/list answer reached the
+// client that the guard could not read.
+func (t *Transport) unlisted(ep string) {
+	t.mu.Lock()
+	t.endpoint(ep).partial = true
+	t.mu.Unlock()
 }
 
 // body hands the client a response body as the server sent it and reads
@@ -681,8 +724,15 @@ func (a *answerWatch) event(_ *decode.SSEEvent, msgs []decode.Message) error {
 }
 
 // unread settles the calls a message the guard could not read may answer:
-// whether it did is unknown, and a refusal needs proof.
+// whether it did is unknown, and a refusal needs proof. A tools/list
+// answer among them teaches nothing: the endpoint's listing is partial.
 func (a *answerWatch) unread(id string) {
+	for _, c := range a.pending {
+		if (id == "" || c.ID == id) && c.Method == "tools/list" {
+			a.t.unlisted(a.ep)
+			break
+		}
+	}
 	a.pending = slices.DeleteFunc(a.pending, func(c Call) bool { return id == "" || c.ID == id })
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/replaywatch/replaywatch/decode"
 	"github.com/replaywatch/replaywatch/test/faultsrv"
 )
 
@@ -390,5 +392,91 @@ func TestEndpointsAreBounded(t *testing.T) {
 	var re *ReissueError
 	if err := g.checkReissue(context.Background(), ep(MaxEndpoints), []Call{call}); !errors.As(err, &re) {
 		t.Fatalf("newest endpoint: %v", err)
+	}
+}
+
+// TestManyTools: a stateless go-sdk server with n tools, the last one
+// read-only, each described in desc bytes; the first call of tool is cut
+// and made again. A read-only tool's re-issue goes through whether the
+// guard recorded its annotations or could not (past
+// decode.MaxAnnotatedTools, or a tools/list answer over MaxBodyBytes); a
+// tool the guard knows is not repeatable is refused.
+func TestManyTools(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n, desc int
+		tool    int // index of the tool called
+		refused bool
+	}{
+		{"200-read-only", 200, 0, 199, false},
+		{"200-plain", 200, 0, 0, true},
+		{"300-read-only", 300, 0, 299, false},
+		{"300-plain", 300, 0, 0, true},
+		{"long-list-read-only", 100, 12 << 10, 99, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := mcp.NewServer(&mcp.Implementation{Name: "many", Version: "1"}, nil)
+			var ran atomic.Int32
+			for i := range tc.n {
+				mcp.AddTool(server, &mcp.Tool{Name: fmt.Sprintf("tool_%03d", i), Description: strings.Repeat("d", tc.desc), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: i == tc.n-1}}, func(ctx context.Context, req *mcp.CallToolRequest, a struct {
+					Order string `json:"order"`
+				}) (*mcp.CallToolResult, any, error) {
+					ran.Add(1)
+					req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1, Total: 2})
+					time.Sleep(20 * time.Millisecond)
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
+				})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cs := connectSessionless(t, ctx, cutFirstCall(t, server, true), New(nil))
+			lt, err := cs.ListTools(ctx, nil)
+			if err != nil || len(lt.Tools) != tc.n {
+				t.Fatalf("listed: %v", err)
+			}
+			call := func() error {
+				p := &mcp.CallToolParams{Name: fmt.Sprintf("tool_%03d", tc.tool), Arguments: map[string]any{"order": "o-1"}}
+				p.SetProgressToken("tok")
+				_, err := cs.CallTool(ctx, p)
+				return err
+			}
+			if err := call(); err == nil {
+				t.Fatal("first call not cut")
+			}
+			err = call()
+			var re *ReissueError
+			if tc.refused != errors.As(err, &re) || !tc.refused && err != nil {
+				t.Fatalf("re-issue: %v (ran %d times), want refused %v", err, ran.Load(), tc.refused)
+			}
+		})
+	}
+}
+
+// TestToolsPerEndpointBounded: an endpoint keeps at most
+// MaxToolsPerEndpoint tools; one past it is unknown, its re-issue let
+// through, while a recorded plain tool's is refused.
+func TestToolsPerEndpointBounded(t *testing.T) {
+	const ep = "http://s.example/mcp"
+	g := New(nil)
+	var lines []string
+	for i := range MaxToolsPerEndpoint + 1 {
+		lines = append(lines, fmt.Sprintf("%ct%d", decode.ToolPlain, i))
+	}
+	for page := range slices.Chunk(lines, 100) {
+		g.learnTools(ep, []decode.Message{{Type: decode.MsgResponse, ID: "1", Tools: strings.Join(page, "\n")}})
+	}
+	if n := len(g.endpoints[ep].repeatable); n != MaxToolsPerEndpoint {
+		t.Fatalf("%d tools kept", n)
+	}
+	for _, tc := range []struct {
+		tool    string
+		refused bool
+	}{{"t0", true}, {fmt.Sprint("t", MaxToolsPerEndpoint), false}} {
+		c := Call{ID: "2", Method: "tools/call", Tool: tc.tool, identity: tc.tool + "\x00h"}
+		g.broke(ep, []Call{c})
+		var re *ReissueError
+		if err := g.checkReissue(context.Background(), ep, []Call{c}); errors.As(err, &re) != tc.refused {
+			t.Errorf("%s: %v, want refused %v", tc.tool, err, tc.refused)
+		}
 	}
 }
