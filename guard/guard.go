@@ -12,9 +12,13 @@
 //     that were in flight in it (their outcome is unknown: reconcile them
 //     before re-running them in a new session);
 //   - without sessions (revision 2026-07-28), an identical tools/call sent
-//     again after its first attempt's stream broke before the answer:
+//     again to the same endpoint after its first attempt's stream broke
+//     before the answer (or a gateway answered it 502 or 504):
 //     *ReissueError, unless the tool is annotated read-only or idempotent
-//     or the caller marked the call safe to repeat (SafeToRepeat).
+//     (or its annotations are unknown after a listing the guard could not
+//     record whole) or the caller marked the call safe to repeat
+//     (SafeToRepeat). A call rejected by any other non-2xx status did not
+//     run: its retry is no re-issue.
 //
 // Correct traffic passes untouched: the guard only reads what flows.
 //
