@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -309,16 +310,51 @@ var errPermanent = errors.New("permanent")
 func classify(err error) error {
 	var ex *ch.Exception
 	if errors.As(err, &ex) {
-		switch ex.Code {
-		case 202, 203, 209, 210, 241, 242, 252, 159, 425, 999:
+		switch {
+		case tooManyPartitions(err):
+			// The same code as too many parts, but about the batch: it
+			// spans more partitions than one INSERT may (the sender
+			// inserts it in parts; refused again, it never passes).
+		case slices.Contains([]int32{202, 203, 209, 210, 241, 242, 252, 159, 425, 999}, ex.Code):
 			// too many simultaneous queries, no free connection, socket
 			// timeout, network error, memory limit, table read-only, too
-			// many parts, timeout, system error, keeper exception
+			// many parts (merges behind), timeout, system error, keeper
+			// exception
 			return err
 		}
 		return fmt.Errorf("%w: %w", errPermanent, err)
 	}
 	return err
+}
+
+// tooManyPartitions says the server refused an insert for spanning more
+// partitions than one INSERT may (code 252, TOO_MANY_PARTS, with its
+// "Too many partitions for single INSERT block" message; the same code
+// without it says merges are behind, which passes).
+func tooManyPartitions(err error) bool {
+	var ex *ch.Exception
+	return errors.As(err, &ex) && ex.Code == 252 && strings.Contains(strings.ToLower(ex.Message), "too many partitions")
+}
+
+// refusedForGood says the server refused a batch for a reason retrying
+// cannot fix and which is about the batch or its table (a column it does
+// not have, a value it cannot parse, too many partitions): the batch is set
+// aside rather than block what follows. Refusals about the connection (the
+// login, the database, a table missing: the set-up, which a human fixes
+// and which every batch meets alike) are not: those batches wait.
+func refusedForGood(err error) bool {
+	var ex *ch.Exception
+	if !errors.Is(classify(err), errPermanent) || !errors.As(err, &ex) {
+		return false
+	}
+	switch ex.Code {
+	case 60, 81, 164, 192, 193, 194, 195, 291, 497, 516:
+		// unknown table, unknown database, readonly, unknown user,
+		// wrong password, required password, IP address not allowed,
+		// database access denied, access denied, authentication failed
+		return false
+	}
+	return true
 }
 
 // Unreachable says err is about reaching the server (refused, timed out,

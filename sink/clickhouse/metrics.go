@@ -14,7 +14,8 @@ const meterName = "github.com/replaywatch/replaywatch/sink/clickhouse"
 
 // metrics are the sink's self-metrics. With a Prometheus exporter they read
 // replaywatch_sink_rows_total{table,result}, ..._batches_total,
-// ..._retries_total, ..._insert_duration_seconds, ..._spool_bytes,
+// ..._retries_total, ..._insert_duration_seconds, ..._spool_corrupt_total,
+// ..._spool_rejected_total{table}, ..._spool_bytes,
 // ..._spool_rows, ..._spool_batches and ..._spool_oldest_age_seconds.
 type metrics struct {
 	rows     metric.Int64Counter
@@ -22,6 +23,7 @@ type metrics struct {
 	retries  metric.Int64Counter
 	latency  metric.Float64Histogram
 	corrupt  metric.Int64Counter
+	rejected metric.Int64Counter
 	reg      metric.Registration
 	tableSet map[string]metric.MeasurementOption
 }
@@ -34,7 +36,7 @@ func newMetrics(mp metric.MeterProvider, sp *spool) (*metrics, error) {
 	var ms metrics
 	var err error
 	if ms.rows, err = m.Int64Counter("replaywatch.sink.rows", metric.WithUnit("{row}"),
-		metric.WithDescription("Rows handled by the ClickHouse sink, by table and result: written (confirmed by the server), spooled (written to the on-disk spool), replayed (sent from the spool), lost (neither written nor spooled by the shutdown deadline)")); err != nil {
+		metric.WithDescription("Rows handled by the ClickHouse sink, by table and result: written (confirmed by the server), spooled (written to the on-disk spool), replayed (sent from the spool), lost (neither written nor spooled by the shutdown deadline), rejected (refused by the server for good, set aside)")); err != nil {
 		return nil, err
 	}
 	if ms.batches, err = m.Int64Counter("replaywatch.sink.batches", metric.WithUnit("{batch}"),
@@ -52,6 +54,10 @@ func newMetrics(mp metric.MeterProvider, sp *spool) (*metrics, error) {
 	}
 	if ms.corrupt, err = m.Int64Counter("replaywatch.sink.spool.corrupt", metric.WithUnit("{file}"),
 		metric.WithDescription("Spool files that could not be read back (kept as *.corrupt for inspection)")); err != nil {
+		return nil, err
+	}
+	if ms.rejected, err = m.Int64Counter("replaywatch.sink.spool.rejected", metric.WithUnit("{batch}"),
+		metric.WithDescription("Batches the server refused for good (a non-temporary error), by table: set aside as *.rejected in the spool directory, undelivered")); err != nil {
 		return nil, err
 	}
 	spoolBytes, err := m.Int64ObservableGauge("replaywatch.sink.spool.bytes", metric.WithUnit("By"),

@@ -160,6 +160,12 @@ type Sink struct {
 	// sender records them while Flush may hold mu waiting for the queue).
 	corruptMu sync.Mutex
 	corrupt   []string
+	rejected  []string // spool files of batches the server refused for good (under corruptMu)
+
+	// blocked lists the tables whose oldest spooled batch failed since the
+	// sender last backed off: their later batches wait, other tables' go
+	// on (the sender goroutine's, then Close's).
+	blocked map[string]bool
 
 	// hurry is cancelled when Close's budget is nearly spent: inserts in
 	// flight are cut (hurryNow aborts the inserter's connections) and
@@ -175,6 +181,7 @@ type Sink struct {
 	closing                    atomic.Bool
 	written, spooled, replayed atomic.Int64
 	lost                       atomic.Int64 // rows neither written nor spooled (the disk failed at shutdown)
+	rejectedRows               atomic.Int64 // rows of batches the server refused for good, set aside
 	failures                   atomic.Int64
 	lastErr                    atomic.Value // string
 	down                       bool         // sender goroutine only: last insert failed
@@ -213,6 +220,7 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg: cfg, ins: ins, version: version, sp: sp, m: m, log: cfg.Logger,
 		pending:   map[*table]*batch{},
+		blocked:   map[string]bool{},
 		lastRows:  map[*table]int{},
 		queue:     make(chan *batch, cfg.QueueBatches),
 		stopTimer: make(chan struct{}),
@@ -369,7 +377,7 @@ func (s *Sink) send() {
 // deliver inserts b, or spools it when the server cannot take it or when
 // older batches wait in the spool (order is kept).
 func (s *Sink) deliver(b *batch) {
-	if s.sp.stats().batches == 0 {
+	if !s.sp.hasTable(b.table.name) {
 		retries := s.cfg.MaxRetries
 		if s.closing.Load() {
 			retries = 0 // spool at once; Close retries from the spool while its budget lasts
@@ -442,15 +450,30 @@ func (s *Sink) spoolPut(b *batch) {
 	}
 }
 
-// replayHead sends the spool's oldest batch; true when it was delivered (or
-// unreadable and set aside) and the next can follow at once.
+// replayHead sends the spool's oldest batch of a table not blocked; true
+// when one was delivered (or set aside: unreadable, or refused for good by
+// the server) and the next can follow at once. A batch that fails for a
+// reason that may pass (the server down, overloaded) blocks its table
+// until the sender backs off; the other tables' batches go on meanwhile.
+// False when every table left in the spool is blocked: the caller backs
+// off, and then every table is tried again.
 func (s *Sink) replayHead() bool {
-	b, f, err := s.sp.head()
+	for {
+		delivered, tryNext := s.replayOne()
+		if !tryNext {
+			return delivered
+		}
+	}
+}
+
+func (s *Sink) replayOne() (delivered, tryNext bool) {
+	b, f, err := s.sp.head(s.blocked)
 	if errors.Is(err, errSpoolUnreadable) {
 		// Not set aside: back off and try it again.
 		s.noteErr(err)
-		s.log.Warn("clickhouse sink: cannot open the oldest spool file; trying again", "err", err)
-		return false
+		s.log.Warn("clickhouse sink: cannot open a spool file; trying again", "err", err)
+		s.blocked[f.table] = true
+		return false, true
 	}
 	if err != nil {
 		s.m.corrupt.Add(context.Background(), 1)
@@ -459,13 +482,22 @@ func (s *Sink) replayHead() bool {
 		s.corruptMu.Unlock()
 		s.noteErr(err)
 		s.log.Error("clickhouse sink: unreadable spool file set aside", "err", err)
-		return true
+		return true, false
 	}
 	if b == nil {
-		return true
+		if s.sp.stats().batches > 0 {
+			clear(s.blocked) // every table waits: back off, then try them all again
+			return false, false
+		}
+		return true, false
 	}
 	if err := s.insertWithRetry(b, 0); err != nil {
-		return false
+		if refusedForGood(err) {
+			s.rejectBatch(b, f, err)
+			return true, false
+		}
+		s.blocked[b.table.name] = true
+		return false, true
 	}
 	if err := s.sp.pop(f); err != nil {
 		s.log.Error("clickhouse sink: cannot remove delivered spool file; it will be sent again (the table collapses duplicates)", "err", err)
@@ -477,7 +509,29 @@ func (s *Sink) replayHead() bool {
 	if s.sp.stats().batches == 0 {
 		s.log.Info("clickhouse sink: spool drained")
 	}
-	return true
+	return true, false
+}
+
+// rejectBatch sets aside a spooled batch the server refused for good
+// (refusedForGood): kept on disk as *.rejected, reported and counted, so
+// that it blocks neither its table nor the next run.
+func (s *Sink) rejectBatch(b *batch, f spoolFile, err error) {
+	path, rerr := s.sp.reject(f)
+	if rerr != nil {
+		// Not renamed: keep it out of the way of this run at least, by
+		// blocking only its table until the next backoff.
+		s.blocked[b.table.name] = true
+		s.noteErr(rerr)
+		s.log.Error("clickhouse sink: cannot set aside a batch the server refused", "table", b.table.name, "err", rerr)
+		return
+	}
+	s.m.rejected.Add(context.Background(), 1, s.m.tableSet[b.table.name])
+	s.m.addRows(b.table.name, "rejected", b.rows)
+	s.rejectedRows.Add(int64(b.rows))
+	s.corruptMu.Lock()
+	s.rejected = append(s.rejected, path)
+	s.corruptMu.Unlock()
+	s.log.Error("clickhouse sink: the server refused a batch for good; set aside, undelivered", "table", b.table.name, "rows", b.rows, "kept_as", path, "err", err)
 }
 
 // insertWithRetry inserts b, retrying transient failures up to retries
@@ -490,7 +544,7 @@ func (s *Sink) insertWithRetry(b *batch, retries int) error {
 		}
 		ctx, cancel := context.WithTimeout(s.hurry, s.cfg.InsertTimeout)
 		start := time.Now()
-		err := s.ins.insert(ctx, b)
+		err := s.insertParts(ctx, b)
 		cancel()
 		if err == nil {
 			s.m.insertTook(b.table.name, time.Since(start))
@@ -519,6 +573,31 @@ func (s *Sink) insertWithRetry(b *batch, retries int) error {
 	}
 }
 
+// insertParts inserts b; when the server refuses it for spanning too many
+// partitions (current ClickHouse allows max_partitions_per_insert_block,
+// 100 by default, in one INSERT: a spool replayed after a long outage, or
+// a capture of many days), it inserts b in parts of at most
+// maxPartitionDays days each.
+func (s *Sink) insertParts(ctx context.Context, b *batch) error {
+	err := s.ins.insert(ctx, b)
+	if !tooManyPartitions(err) {
+		return err
+	}
+	parts := b.splitByDay(maxPartitionDays)
+	if len(parts) < 2 {
+		return err
+	}
+	s.log.Info("clickhouse sink: batch spans too many partitions; inserting it in parts", "table", b.table.name, "rows", b.rows, "parts", len(parts))
+	for _, p := range parts {
+		if err := s.ins.insert(ctx, p); err != nil {
+			// A retry sends every part again: the table collapses the
+			// parts already written.
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *Sink) noteErr(err error) {
 	s.failures.Add(1)
 	s.lastErr.Store(err.Error())
@@ -536,9 +615,14 @@ type Report struct {
 	SpoolDir    string
 	// Lost rows could be neither written nor spooled before Close's
 	// deadline (the spool's disk failed).
-	Lost      int64
-	Failures  int64
-	LastError string
+	Lost int64
+	// Rejected rows are in batches the server refused for good (a schema
+	// that does not match, data it cannot take): set aside, renamed
+	// *.rejected in the spool directory (RejectedFiles), undelivered.
+	Rejected      int64
+	RejectedFiles []string
+	Failures      int64
+	LastError     string
 	// CorruptFiles are spool files that could not be read back, set aside
 	// (renamed *.corrupt) for a human: their rows were not delivered.
 	CorruptFiles []string
@@ -623,6 +707,8 @@ func (s *Sink) report() Report {
 	}
 	s.corruptMu.Lock()
 	r.CorruptFiles = slices.Clone(s.corrupt)
+	r.RejectedFiles = slices.Clone(s.rejected)
+	r.Rejected = s.rejectedRows.Load()
 	s.corruptMu.Unlock()
 	if e, ok := s.lastErr.Load().(string); ok {
 		r.LastError = e
@@ -640,6 +726,9 @@ func (r Report) String() string {
 	}
 	if r.Lost > 0 {
 		msg += fmt.Sprintf("; %d rows LOST: neither written nor spooled to %s before the shutdown deadline (last error: %s)", r.Lost, r.SpoolDir, r.LastError)
+	}
+	if len(r.RejectedFiles) > 0 {
+		msg += fmt.Sprintf("; %d rows in %d batch(es) REFUSED by the server for good and set aside, undelivered (rename to .batch to send again): %s", r.Rejected, len(r.RejectedFiles), strings.Join(r.RejectedFiles, ", "))
 	}
 	if len(r.CorruptFiles) > 0 {
 		msg += fmt.Sprintf("; %d spool file(s) could not be read back and were set aside, undelivered: %s", len(r.CorruptFiles), strings.Join(r.CorruptFiles, ", "))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,7 @@ type spoolFile struct {
 	bytes   int64
 	rows    int
 	created time.Time
+	table   string // from the header; "" when it could not be read
 }
 
 // spoolHeader precedes the columns in a spool file.
@@ -211,7 +213,7 @@ func (s *spool) adoptRun(dir string) (int, error) {
 func (s *spool) take(path string) error {
 	f := spoolFile{path: path, created: time.Now()}
 	if h, err := readSpoolHeader(path); err == nil {
-		f.rows, f.created = h.Rows, h.Created
+		f.rows, f.created, f.table = h.Rows, h.Created, h.Table
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -289,7 +291,7 @@ func (s *spool) put(b *batch) error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	s.mu.Lock()
-	s.files = append(s.files, spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now()})
+	s.files = append(s.files, spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now(), table: b.table.name})
 	s.bytes += size
 	s.rows += int64(b.rows)
 	s.mu.Unlock()
@@ -372,16 +374,20 @@ var (
 // files, a transient I/O error): it stays where it is, to be tried again.
 var errSpoolUnreadable = errors.New("spool file not opened")
 
-// head returns the oldest batch without removing it; nil when empty. A file
-// that opens but does not decode is renamed *.corrupt (kept for a human) and
-// reported; one that does not open is left in place (errSpoolUnreadable).
-func (s *spool) head() (*batch, spoolFile, error) {
+// head returns the oldest batch of a table not in skip without removing
+// it; nil when there is none. A file that opens but does not decode is
+// renamed *.corrupt (kept for a human) and reported; one that does not open
+// is left in place (errSpoolUnreadable). Order is kept per table: a table's
+// batches are sent oldest first, and one table's stuck batch does not hold
+// back the others'.
+func (s *spool) head(skip map[string]bool) (*batch, spoolFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.files) == 0 {
+	i := slices.IndexFunc(s.files, func(f spoolFile) bool { return !skip[f.table] })
+	if i < 0 {
 		return nil, spoolFile{}, nil
 	}
-	f := s.files[0]
+	f := s.files[i]
 	b, err := readSpoolFile(f.path)
 	if errors.Is(err, errSpoolUnreadable) {
 		return nil, f, err
@@ -393,7 +399,7 @@ func (s *spool) head() (*batch, spoolFile, error) {
 		if rerr := os.Rename(f.path, aside); rerr != nil {
 			aside = f.path
 		}
-		s.dropHeadLocked()
+		s.dropLocked(i)
 		name := filepath.Base(f.path)
 		f.path = aside
 		return nil, f, fmt.Errorf("spool file %s: %w (kept as %s)", name, err, aside)
@@ -491,23 +497,53 @@ func tableNamed(name string) *table {
 	return nil
 }
 
-// pop removes the head after it was delivered.
+// pop removes a batch head returned after it was delivered.
 func (s *spool) pop(f spoolFile) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.files) == 0 || s.files[0].seq != f.seq {
+	i := s.indexLocked(f.seq)
+	if i < 0 {
 		return nil
 	}
-	s.dropHeadLocked()
+	s.dropLocked(i)
 	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("spool: %w", err)
 	}
 	return nil
 }
 
-func (s *spool) dropHeadLocked() {
-	f := s.files[0]
-	s.files = s.files[1:]
+// reject sets aside a batch head returned that the server refused for good:
+// renamed *.rejected into the shared directory, where a human looks first,
+// and no longer sent. It returns where the file is now.
+func (s *spool) reject(f spoolFile) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.indexLocked(f.seq)
+	if i < 0 {
+		return f.path, nil
+	}
+	aside := filepath.Join(s.root, filepath.Base(filepath.Dir(f.path))+"-"+filepath.Base(f.path)+".rejected")
+	if err := os.Rename(f.path, aside); err != nil {
+		return f.path, fmt.Errorf("spool: %w", err)
+	}
+	s.dropLocked(i)
+	return aside, nil
+}
+
+// hasTable says whether the spool holds a batch of the table.
+func (s *spool) hasTable(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.files, func(f spoolFile) bool { return f.table == name || f.table == "" })
+}
+
+func (s *spool) indexLocked(seq uint64) int {
+	return slices.IndexFunc(s.files, func(f spoolFile) bool { return f.seq == seq })
+}
+
+func (s *spool) dropLocked(i int) {
+	f := s.files[i]
+	s.files = slices.Delete(s.files, i, i+1)
 	s.bytes -= f.bytes
 	s.rows -= int64(f.rows)
 }

@@ -50,7 +50,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 		t.Error("the ended run's directory (and its interrupted write) is still there")
 	}
 	for _, want := range []string{"A", "B", hostile} {
-		b, f, err := sp.head()
+		b, f, err := sp.head(nil)
 		if err != nil || b == nil {
 			t.Fatalf("head: %v %v", b, err)
 		}
@@ -69,7 +69,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	if err := sp.put(eventBatch(t, "C")); err != nil {
 		t.Fatal(err)
 	}
-	if b, _, _ := sp.head(); b.column(2).([]string)[0] != "C" {
+	if b, _, _ := sp.head(nil); b.column(2).([]string)[0] != "C" {
 		t.Fatal("wrong head")
 	}
 }
@@ -140,13 +140,13 @@ func TestSpoolSetsCorruptFileAside(t *testing.T) {
 	if err := os.WriteFile(first, []byte(spoolMagic+"garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := sp.head(); err == nil {
+	if _, _, err := sp.head(nil); err == nil {
 		t.Fatal("corrupt file read without error")
 	}
 	if _, err := os.Stat(sp.corruptPath(first)); err != nil {
 		t.Fatalf("corrupt file not kept: %v", err)
 	}
-	b, _, err := sp.head()
+	b, _, err := sp.head(nil)
 	if err != nil || b.column(2).([]string)[0] != "B" {
 		t.Fatalf("next batch after a corrupt one: %v %v", b, err)
 	}
@@ -205,7 +205,7 @@ func TestSpoolRunsShareADirectory(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for {
-		b, f, err := last.head()
+		b, f, err := last.head(nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -498,4 +499,77 @@ func InsertColumns(table string) []string {
 		names = append(names, c.name)
 	}
 	return names
+}
+
+// maxPartitionDays is how many days of rows one part of a batch split for
+// the server's partitions-per-insert limit holds (splitByDay): the tables
+// are partitioned by day in the server's time zone, so a UTC day meets at
+// most two partitions, and 40 days stay under the default limit of 100.
+const maxPartitionDays = 40
+
+// partitionColumn is the column the table is partitioned by (its
+// partitionBy is toYYYYMMDD(column)); -1 when it is not found.
+func (b *batch) partitionColumn() int {
+	name := strings.TrimSuffix(strings.TrimPrefix(b.table.partitionBy, "toYYYYMMDD("), ")")
+	for i, c := range b.table.insertColumns(b.version) {
+		if c.name == name && c.typ.goType() == reflect.TypeOf(time.Time{}) {
+			return i
+		}
+	}
+	return -1
+}
+
+// splitByDay splits b into batches of rows of at most days distinct UTC
+// days each, rows of a day together and in their order; b itself when it
+// cannot be split.
+func (b *batch) splitByDay(days int) []*batch {
+	pc := b.partitionColumn()
+	if pc < 0 || b.rows == 0 {
+		return []*batch{b}
+	}
+	times := b.column(pc).([]time.Time)
+	var order []string // days in order of first appearance
+	rowsOf := map[string][]int{}
+	for r, t := range times {
+		d := t.UTC().Format("20060102")
+		if _, ok := rowsOf[d]; !ok {
+			order = append(order, d)
+		}
+		rowsOf[d] = append(rowsOf[d], r)
+	}
+	if len(order) <= days {
+		return []*batch{b}
+	}
+	slices.Sort(order)
+	var parts []*batch
+	for len(order) > 0 {
+		n := min(days, len(order))
+		var rows []int
+		for _, d := range order[:n] {
+			rows = append(rows, rowsOf[d]...)
+		}
+		slices.Sort(rows)
+		parts = append(parts, b.subset(rows))
+		order = order[n:]
+	}
+	return parts
+}
+
+// subset is a batch of b's rows at the given indexes.
+func (b *batch) subset(rows []int) *batch {
+	p := &batch{table: b.table, version: b.version, cols: make([]any, len(b.cols)), rows: len(rows)}
+	if b.rows > 0 {
+		p.bytes = int(int64(b.bytes) * int64(len(rows)) / int64(b.rows))
+	}
+	for i := range b.cols {
+		src := reflect.ValueOf(b.cols[i]).Elem()
+		dst := reflect.MakeSlice(src.Type(), len(rows), len(rows))
+		for j, r := range rows {
+			dst.Index(j).Set(src.Index(r))
+		}
+		ptr := reflect.New(src.Type())
+		ptr.Elem().Set(dst)
+		p.cols[i] = ptr.Interface()
+	}
+	return p
 }
