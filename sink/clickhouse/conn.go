@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -114,14 +115,56 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// secretOption matches the names of DSN query options that hold a secret:
+// clickhouse-go's password, and any other name that reads like one.
+var secretOption = regexp.MustCompile(`(?i)pass|secret|token|jwt|credential|auth|key`)
+
 // Redact returns dsn with any password replaced by "xxxxx", for messages
-// and logs.
+// and logs: the user-info's, every credential-looking query option's
+// (?password=...) and the user-info of a URL in an option (http_proxy).
 func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return "(unparsable DSN)"
 	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range q {
+			for i, v := range vs {
+				if secretOption.MatchString(k) {
+					vs[i] = "xxxxx"
+				} else if pu, err := url.Parse(v); err == nil && pu.User != nil {
+					vs[i] = pu.Redacted()
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
 	return u.Redacted()
+}
+
+// dsnSecrets is every secret value in dsn (what Redact hides).
+func dsnSecrets(dsn string) []string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil
+	}
+	var secrets []string
+	if p, ok := u.User.Password(); ok && p != "" {
+		secrets = append(secrets, p)
+	}
+	for k, vs := range u.Query() {
+		for _, v := range vs {
+			if secretOption.MatchString(k) && v != "" {
+				secrets = append(secrets, v)
+			} else if pu, err := url.Parse(v); err == nil && pu.User != nil {
+				if p, ok := pu.User.Password(); ok && p != "" {
+					secrets = append(secrets, p)
+				}
+			}
+		}
+	}
+	return secrets
 }
 
 // Connect opens a connection, checks the server answers and detects its
@@ -162,7 +205,7 @@ func openConn(ctx context.Context, o ConnectOptions, d *dialer) (*Conn, error) {
 	opts.DialContext = d.dialContext
 	native, err := ch.Open(opts)
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse %s: %v", where, err)
+		return nil, fmt.Errorf("clickhouse %s: %v", where, redactErr(err, o.DSN))
 	}
 	c := &Conn{native: native, where: where, dial: d}
 	if err := native.Ping(ctx); err != nil {
@@ -187,10 +230,9 @@ func openConn(ctx context.Context, o ConnectOptions, d *dialer) (*Conn, error) {
 
 func redactErr(err error, dsn string) string {
 	msg := err.Error()
-	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
+	for _, p := range dsnSecrets(dsn) {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(p), "xxxxx")
 	}
 	return msg
 }
