@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
 )
 
 // SchemaVersion is the schema this build writes. Each migration below moves
@@ -284,7 +286,9 @@ func Apply(ctx context.Context, db Execer, d Dialect, target int, build string) 
 	}
 	for _, stmt := range []string{fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s%s", d.Database, d.onCluster()), d.migrationsTable()} {
 		if err := exec(stmt); err != nil {
-			return nil, err
+			if ok, cerr := alreadyDone(ctx, db, stmt, err); cerr != nil || !ok {
+				return nil, err
+			}
 		}
 	}
 	current, err := AppliedVersion(ctx, db, d)
@@ -305,6 +309,9 @@ func Apply(ctx context.Context, db Execer, d Dialect, target int, build string) 
 		}
 		for _, stmt := range stmts {
 			if err := exec(stmt); err != nil {
+				if ok, cerr := alreadyDone(ctx, db, stmt, err); cerr == nil && ok {
+					continue // another apply, running at the same time, did it
+				}
 				return done, fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
 			}
 		}
@@ -363,6 +370,27 @@ func (d Dialect) migrationStatements(ctx context.Context, db Execer, v int) ([]s
 		}
 	}
 	return stmts, nil
+}
+
+// addColumnStmt picks database, table and column out of the ADD COLUMN
+// statements migrationStatements makes.
+var addColumnStmt = regexp.MustCompile(`^ALTER TABLE ([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)(?: ON CLUSTER [^ ]+)? ADD COLUMN ([A-Za-z0-9_]+) `)
+
+// alreadyDone says a migration statement that failed was done meanwhile by
+// another apply (every agent of a DaemonSet with apply_schema applies at
+// an upgrade): its column exists now (18.16 has no ADD COLUMN IF NOT
+// EXISTS: the check before the ALTER can race, and the loser is told
+// "column already exists", code 44), or its table or database ("already
+// exists", codes 57 and 82, when two CREATE ... IF NOT EXISTS race).
+func alreadyDone(ctx context.Context, db Execer, stmt string, err error) (bool, error) {
+	if m := addColumnStmt.FindStringSubmatch(stmt); m != nil {
+		return hasColumn(ctx, db, m[1], m[2], m[3])
+	}
+	var ex *ch.Exception
+	if strings.HasPrefix(stmt, "CREATE ") && strings.Contains(stmt, " IF NOT EXISTS ") && errors.As(err, &ex) {
+		return ex.Code == 57 || ex.Code == 82, nil
+	}
+	return false, nil
 }
 
 func previousColumn(t *table, c column) string {
