@@ -43,6 +43,7 @@ type Conn struct {
 	native  driver.Conn
 	dialect Dialect
 	where   string // the DSN without its password, for messages
+	dest    string // destinationOf the DSN
 	dial    *dialer
 }
 
@@ -207,7 +208,7 @@ func openConn(ctx context.Context, o ConnectOptions, d *dialer) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse %s: %v", where, redactErr(err, o.DSN))
 	}
-	c := &Conn{native: native, where: where, dial: d}
+	c := &Conn{native: native, where: where, dest: destinationOf(o.DSN), dial: d}
 	if err := native.Ping(ctx); err != nil {
 		native.Close()
 		return nil, fmt.Errorf("clickhouse %s: %w", where, err)
@@ -310,6 +311,23 @@ func (c *Conn) insert(ctx context.Context, b *batch) error {
 
 func (c *Conn) abort() { c.dial.abort() }
 
+// destinationOf names where a DSN writes, for the spool's files: the
+// server addresses and the database, without credentials or options; ""
+// when the DSN does not parse.
+func destinationOf(dsn string) string {
+	opts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		return ""
+	}
+	database := opts.Auth.Database
+	if database == "" {
+		database = "replaywatch"
+	}
+	return strings.Join(opts.Addr, ",") + "/" + database
+}
+
+func (c *Conn) destination() string { return c.dest }
+
 // deferredConn connects on first use: a sink started while the server is
 // unreachable spools and connects (and checks the schema) when it can. Used
 // from the sender goroutine only, but for abort.
@@ -320,6 +338,8 @@ type deferredConn struct {
 }
 
 func (l *deferredConn) abort() { l.dial.abort() }
+
+func (l *deferredConn) destination() string { return destinationOf(l.opts.DSN) }
 
 func (l *deferredConn) insert(ctx context.Context, b *batch) error {
 	if l.conn == nil {

@@ -167,7 +167,7 @@ func TestSpoolOfAnOlderSchemaAfterUpgrade(t *testing.T) {
 	}
 	cfg := fastConfig(t)
 	old := sourceKindColumn.since - 1
-	sp, err := openSpool(cfg.SpoolDir, 0)
+	sp, err := openSpool(cfg.SpoolDir, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

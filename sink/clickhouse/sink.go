@@ -209,7 +209,13 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 	if cfg.SpoolDir == "" {
 		return nil, errors.New("clickhouse sink: no spool directory")
 	}
-	sp, err := openSpool(cfg.SpoolDir, cfg.MaxSpoolBytes)
+	// Spooled batches record where they go: a run writing elsewhere
+	// (another server or database on a shared --spool-dir) leaves them.
+	dest := ""
+	if d, ok := ins.(interface{ destination() string }); ok {
+		dest = d.destination()
+	}
+	sp, err := openSpool(cfg.SpoolDir, cfg.MaxSpoolBytes, dest)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +242,9 @@ func newSink(ins inserter, version int, cfg Config) (*Sink, error) {
 	}
 	if st := sp.stats(); st.batches > 0 {
 		s.log.Info("clickhouse sink: spool from an earlier run will be sent first", "dir", sp.dir, "batches", st.batches, "rows", st.rows)
+	}
+	if n, dests := sp.foreignBatches(); n > 0 {
+		s.log.Warn("clickhouse sink: the spool holds batches of other destinations; left in place for a run that writes there", "dir", sp.root, "batches", n, "destinations", strings.Join(dests, " "), "this_destination", dest)
 	}
 	go s.send()
 	go s.flushEvery()
@@ -621,8 +630,13 @@ type Report struct {
 	// *.rejected in the spool directory (RejectedFiles), undelivered.
 	Rejected      int64
 	RejectedFiles []string
-	Failures      int64
-	LastError     string
+	// ForeignBatches in the spool directory go to other destinations
+	// (ForeignDestinations: servers and databases) than this run's: left
+	// in place for a run that writes there.
+	ForeignBatches      int
+	ForeignDestinations []string
+	Failures            int64
+	LastError           string
 	// CorruptFiles are spool files that could not be read back, set aside
 	// (renamed *.corrupt) for a human: their rows were not delivered.
 	CorruptFiles []string
@@ -708,6 +722,7 @@ func (s *Sink) report() Report {
 	s.corruptMu.Lock()
 	r.CorruptFiles = slices.Clone(s.corrupt)
 	r.RejectedFiles = slices.Clone(s.rejected)
+	r.ForeignBatches, r.ForeignDestinations = s.sp.foreignBatches()
 	r.Rejected = s.rejectedRows.Load()
 	s.corruptMu.Unlock()
 	if e, ok := s.lastErr.Load().(string); ok {
@@ -726,6 +741,9 @@ func (r Report) String() string {
 	}
 	if r.Lost > 0 {
 		msg += fmt.Sprintf("; %d rows LOST: neither written nor spooled to %s before the shutdown deadline (last error: %s)", r.Lost, r.SpoolDir, r.LastError)
+	}
+	if r.ForeignBatches > 0 {
+		msg += fmt.Sprintf("; %d batch(es) in the spool go to other destinations (%s) and were left for a run that writes there", r.ForeignBatches, strings.Join(r.ForeignDestinations, ", "))
 	}
 	if len(r.RejectedFiles) > 0 {
 		msg += fmt.Sprintf("; %d rows in %d batch(es) REFUSED by the server for good and set aside, undelivered (rename to .batch to send again): %s", r.Rejected, len(r.RejectedFiles), strings.Join(r.RejectedFiles, ", "))

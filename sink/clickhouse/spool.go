@@ -43,6 +43,14 @@ type spool struct {
 	dir      string   // this process's run directory under root
 	lock     *os.File // dir's lock file, held (flock) until close
 	maxBytes int64
+	// dest is where this run's batches go (server addresses and
+	// database, no credentials; "" when unknown): written in every file's
+	// header. Batches of another destination are left where they are.
+	dest string
+
+	// foreign counts, by destination, the batches of ended runs the last
+	// adopt left in place because they go elsewhere.
+	foreign map[string]int
 
 	mu      sync.Mutex
 	files   []spoolFile // oldest first
@@ -67,6 +75,9 @@ type spoolHeader struct {
 	Rows    int
 	Bytes   int
 	Created time.Time
+	// Dest is where the batch goes (spool.dest); "" in files of older
+	// releases, which go wherever the run that adopts them writes.
+	Dest string
 }
 
 func init() {
@@ -84,7 +95,7 @@ const (
 
 // openSpool opens (creating) root, makes this process's run directory in it
 // and adopts the batches of every run that ended.
-func openSpool(root string, maxBytes int64) (*spool, error) {
+func openSpool(root string, maxBytes int64, dest string) (*spool, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxSpoolBytes
 	}
@@ -95,7 +106,7 @@ func openSpool(root string, maxBytes int64) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool %s: %w", root, err)
 	}
-	s := &spool{root: root, dir: dir, lock: lock, maxBytes: maxBytes, nextSeq: 1}
+	s := &spool{root: root, dir: dir, lock: lock, maxBytes: maxBytes, nextSeq: 1, dest: dest}
 	if _, err := s.adopt(); err != nil {
 		s.close()
 		return nil, err
@@ -149,22 +160,27 @@ func (s *spool) adopt() (int, error) {
 		return 0, fmt.Errorf("spool: %w", err)
 	}
 	taken := 0
+	foreign := map[string]int{}
 	for _, e := range entries {
 		path := filepath.Join(s.root, e.Name())
 		switch {
 		case e.IsDir() && strings.HasPrefix(e.Name(), runDirPrefix) && path != s.dir:
-			n, err := s.adoptRun(path)
+			n, err := s.adoptRun(path, foreign)
 			taken += n
 			if err != nil {
 				return taken, err
 			}
 		case !e.IsDir() && strings.HasSuffix(e.Name(), ".batch"):
-			if err := s.take(path); err != nil {
+			if ok, err := s.takeMine(path, foreign); err != nil {
 				return taken, err
+			} else if ok {
+				taken++
 			}
-			taken++
 		}
 	}
+	s.mu.Lock()
+	s.foreign = foreign
+	s.mu.Unlock()
 	if taken > 0 {
 		if err := syncDir(s.dir); err != nil {
 			return taken, fmt.Errorf("spool: %w", err)
@@ -175,8 +191,10 @@ func (s *spool) adopt() (int, error) {
 
 // adoptRun takes the batches of the run directory dir if its owner ended,
 // then removes the directory. Files that could not be read before are moved
-// up into root, where a human finds them.
-func (s *spool) adoptRun(dir string) (int, error) {
+// up into root, where a human finds them. Batches of another destination
+// stay (counted in foreign), and so does the directory, for a run that
+// writes there.
+func (s *spool) adoptRun(dir string, foreign map[string]int) (int, error) {
 	lock, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR, 0)
 	if err != nil {
 		return 0, nil // being removed by its owner: nothing to take
@@ -189,24 +207,58 @@ func (s *spool) adoptRun(dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("spool: %w", err)
 	}
-	taken := 0
+	taken, left := 0, 0
 	for _, e := range entries { // sequence order: names are zero-padded
 		path := filepath.Join(dir, e.Name())
 		switch {
 		case strings.HasSuffix(e.Name(), ".batch"):
-			if err := s.take(path); err != nil {
+			ok, err := s.takeMine(path, foreign)
+			if err != nil {
 				return taken, err
 			}
-			taken++
+			if ok {
+				taken++
+			} else {
+				left++
+			}
 		case strings.HasSuffix(e.Name(), ".corrupt"):
 			os.Rename(path, s.corruptPath(strings.TrimSuffix(path, ".corrupt")))
 		case strings.HasSuffix(e.Name(), ".tmp"): // a write the crash interrupted
 			os.Remove(path)
 		}
 	}
+	if left > 0 {
+		return taken, nil // the lock file stays: a run of that destination adopts the rest
+	}
 	os.Remove(filepath.Join(dir, lockFileName))
 	os.Remove(dir) // fails, harmlessly, if something unknown is left in it
 	return taken, nil
+}
+
+// takeMine takes the batch file at path (take) unless its header names
+// another destination than this run's; false, counted in foreign, when it
+// is left. A file whose header does not read is taken (and set aside when
+// it reaches the head).
+func (s *spool) takeMine(path string, foreign map[string]int) (bool, error) {
+	if h, err := readSpoolHeader(path); err == nil && h.Dest != "" && h.Dest != s.dest {
+		foreign[h.Dest]++
+		return false, nil
+	}
+	return true, s.take(path)
+}
+
+// foreignBatches is how many batches of other destinations the last adopt
+// left in place, and those destinations.
+func (s *spool) foreignBatches() (int, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, dests := 0, []string{}
+	for d, k := range s.foreign {
+		n += k
+		dests = append(dests, d)
+	}
+	slices.Sort(dests)
+	return n, dests
 }
 
 // take moves one batch file into this run's directory at the tail.
@@ -270,7 +322,7 @@ func (s *spool) put(b *batch) error {
 	}
 	path := filepath.Join(s.dir, fmt.Sprintf("%020d.batch", seq))
 	tmp := path + ".tmp"
-	size, err := writeSpoolFile(tmp, b)
+	size, err := writeSpoolFile(tmp, b, s.dest)
 	if err == nil {
 		s.mu.Lock()
 		full = s.bytes > 0 && s.bytes+size > s.maxBytes
@@ -298,7 +350,7 @@ func (s *spool) put(b *batch) error {
 	return nil
 }
 
-func writeSpoolFile(path string, b *batch) (int64, error) {
+func writeSpoolFile(path string, b *batch, dest string) (int64, error) {
 	f, err := createSpoolFile(path)
 	if err != nil {
 		return 0, err
@@ -306,7 +358,7 @@ func writeSpoolFile(path string, b *batch) (int64, error) {
 	w := bufio.NewWriterSize(f, 1<<16)
 	w.WriteString(spoolMagic)
 	enc := gob.NewEncoder(w)
-	err = enc.Encode(spoolHeader{Table: b.table.name, Version: b.version, Rows: b.rows, Bytes: b.bytes, Created: time.Now()})
+	err = enc.Encode(spoolHeader{Table: b.table.name, Version: b.version, Rows: b.rows, Bytes: b.bytes, Created: time.Now(), Dest: dest})
 	if err == nil {
 		err = enc.Encode(b.values())
 	}

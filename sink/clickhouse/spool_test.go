@@ -24,7 +24,7 @@ func eventBatch(t *testing.T, sessions ...string) *batch {
 
 func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 0)
+	sp, err := openSpool(dir, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	first := sp.dir
 	sp.close() // the process ends (its lock is released)
 	// A new process opens the same directory.
-	sp, err = openSpool(dir, 0)
+	sp, err = openSpool(dir, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 // estimate: gob's lengths and times), and a batch refused leaves no file.
 func TestSpoolBoundIsOnDiskBytes(t *testing.T) {
 	const bound = 8000
-	sp, err := openSpool(t.TempDir(), bound)
+	sp, err := openSpool(t.TempDir(), bound, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestSpoolBoundIsOnDiskBytes(t *testing.T) {
 }
 
 func TestSpoolBound(t *testing.T) {
-	sp, err := openSpool(t.TempDir(), 1) // one byte: the first batch always fits
+	sp, err := openSpool(t.TempDir(), 1, "") // one byte: the first batch always fits
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSpoolBound(t *testing.T) {
 
 func TestSpoolSetsCorruptFileAside(t *testing.T) {
 	dir := t.TempDir()
-	sp, _ := openSpool(dir, 0)
+	sp, _ := openSpool(dir, 0, "")
 	sp.put(eventBatch(t, "A"))
 	sp.put(eventBatch(t, "B"))
 	first := sp.files[0].path
@@ -161,7 +161,7 @@ func TestSpoolRunsShareADirectory(t *testing.T) {
 	const runs, batches = 3, 40
 	sps := make([]*spool, runs)
 	for i := range sps {
-		sp, err := openSpool(root, 0)
+		sp, err := openSpool(root, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestSpoolRunsShareADirectory(t *testing.T) {
 	}
 	sps[1].close()
 	sps[2].close()
-	last, err := openSpool(root, 0)
+	last, err := openSpool(root, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func FuzzSpoolFile(f *testing.F) {
 	for _, s := range []string{"A", "B\xff"} {
 		appendRecord(map[*table]*batch{streamEventsTable: b}, SchemaVersion, sampleRecords(s, time.Unix(1764460800, 0))[5], false)
 	}
-	if _, err := writeSpoolFile(good, b); err != nil {
+	if _, err := writeSpoolFile(good, b, ""); err != nil {
 		f.Fatal(err)
 	}
 	seed, _ := os.ReadFile(good)
