@@ -311,14 +311,14 @@ var errSpoolFull = errors.New("spool full")
 
 // put writes b durably at the tail. It fails with errSpoolFull when the
 // bound would be passed (the caller waits for the head to drain).
-func (s *spool) put(b *batch) error {
+func (s *spool) put(b *batch) (spoolFile, error) {
 	s.mu.Lock()
 	seq := s.nextSeq
 	s.nextSeq++
 	full := s.bytes > 0 && s.bytes+int64(b.bytes) > s.maxBytes
 	s.mu.Unlock()
 	if full {
-		return errSpoolFull
+		return spoolFile{}, errSpoolFull
 	}
 	path := filepath.Join(s.dir, fmt.Sprintf("%020d.batch", seq))
 	tmp := path + ".tmp"
@@ -331,7 +331,7 @@ func (s *spool) put(b *batch) error {
 			// The file came out larger than the batch's estimate (gob's
 			// lengths and times): the bound holds on what is on disk.
 			os.Remove(tmp)
-			return errSpoolFull
+			return spoolFile{}, errSpoolFull
 		}
 		err = os.Rename(tmp, path)
 	}
@@ -340,14 +340,15 @@ func (s *spool) put(b *batch) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("spool: %w", err)
+		return spoolFile{}, fmt.Errorf("spool: %w", err)
 	}
+	f := spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now(), table: b.table.name}
 	s.mu.Lock()
-	s.files = append(s.files, spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now(), table: b.table.name})
+	s.files = append(s.files, f)
 	s.bytes += size
 	s.rows += int64(b.rows)
 	s.mu.Unlock()
-	return nil
+	return f, nil
 }
 
 func writeSpoolFile(path string, b *batch, dest string) (int64, error) {
