@@ -220,7 +220,7 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 		if err := d.Validate(); err != nil { // as apply would refuse them
 			return fail(err)
 		}
-		for _, s := range d.Statements() {
+		for _, s := range d.Script("replaywatch " + version()) { // as clickhouse-client --multiquery runs it
 			fmt.Fprintf(stdout, "%s;\n\n", s)
 		}
 		return exitOK

@@ -3,6 +3,9 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -48,5 +51,37 @@ func TestConcurrentApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkColumns(ctx, t, conns[0], conns[0].Dialect(), conns[0].Dialect().storageTable)
+	}
+}
+
+// TestPrintedScriptRuns (18.16): what `schema print` prints runs as
+// printed in clickhouse-client --multiquery (LowCardinality needs a setting
+// there) and leaves a database the sink accepts (the migrations are
+// recorded).
+func TestPrintedScriptRuns(t *testing.T) {
+	srv := chtest.Shared(t)
+	db := chtest.NewDatabase(t, srv)
+	c := connect(t, srv, db, "")
+	d := c.Dialect()
+	var script strings.Builder
+	for _, s := range d.Script("test") {
+		script.WriteString(s + ";\n\n")
+	}
+	bin, err := chtest.ClientBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--host", "127.0.0.1", "--port", strconv.Itoa(srv.TCPPort), "--multiquery")
+	cmd.Stdin = strings.NewReader(script.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the printed script: %v: %s", err, out)
+	}
+	ctx := context.Background()
+	if err := CheckSchema(ctx, c, d); err != nil {
+		t.Fatal(err)
+	}
+	checkColumns(ctx, t, c, d, d.storageTable)
+	if again, err := Apply(ctx, c, d, 0, "test"); err != nil || len(again) != 0 {
+		t.Fatalf("apply after the script: %v %v", again, err)
 	}
 }

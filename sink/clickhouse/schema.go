@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -235,6 +236,33 @@ func (d Dialect) Statements() []string {
 	stmts := []string{fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s%s", d.Database, d.onCluster()), d.migrationsTable()}
 	for _, t := range tables {
 		stmts = append(stmts, d.createTable(t, SchemaVersion)...)
+	}
+	return stmts
+}
+
+// Script is what `schema print` prints: a script for clickhouse-client
+// --multiquery that takes an empty database to the current schema, usable
+// as printed. It starts with the settings this server's DDL needs (18.16:
+// allow_experimental_low_cardinality_type) and ends by recording every
+// migration in schema_migrations, as Apply does, so that the sink and
+// `schema status` accept the database. build names the replaywatch that
+// printed it.
+func (d Dialect) Script(build string) []string {
+	var stmts []string
+	settings := d.ddlSettings()
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		stmts = append(stmts, fmt.Sprintf("SET %s = %v", k, settings[k]))
+	}
+	stmts = append(stmts, d.Statements()...)
+	quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace
+	for _, m := range migrations {
+		stmts = append(stmts, fmt.Sprintf("INSERT INTO %s.schema_migrations (version, name, replaywatch) VALUES (%d, '%s', '%s')",
+			d.Database, m.version, quote(m.name), quote(build)))
 	}
 	return stmts
 }
