@@ -236,15 +236,22 @@ func (s *spool) adoptRun(dir string, foreign map[string]int) (int, error) {
 }
 
 // takeMine takes the batch file at path (take) unless its header names
-// another destination than this run's; false, counted in foreign, when it
-// is left. A file whose header does not read is taken (and set aside when
-// it reaches the head).
+// another database than this run's; false, counted in foreign, when it is
+// left. The server addresses are recorded but not compared: one server is
+// reached under several (a proxy, a load balancer, a DNS name), and a
+// batch sent twice to one database collapses. A file whose header does not
+// read is taken (and set aside when it reaches the head).
 func (s *spool) takeMine(path string, foreign map[string]int) (bool, error) {
-	if h, err := readSpoolHeader(path); err == nil && h.Dest != "" && h.Dest != s.dest {
+	if h, err := readSpoolHeader(path); err == nil && h.Dest != "" && destDatabase(h.Dest) != destDatabase(s.dest) {
 		foreign[h.Dest]++
 		return false, nil
 	}
 	return true, s.take(path)
+}
+
+// destDatabase is the database of a destination (destinationOf).
+func destDatabase(dest string) string {
+	return dest[strings.LastIndexByte(dest, '/')+1:]
 }
 
 // foreignBatches is how many batches of other destinations the last adopt
