@@ -373,9 +373,9 @@ func agent(ctx context.Context, cfg *agentConfig, stdout, stderr io.Writer, log 
 		r := store.Close(closeCtx)
 		cancel()
 		log.Info("sink closed", "written", r.Written, "replayed", r.Replayed, "left_in_spool", r.LeftRows, "lost", r.Lost,
-			"corrupt_files", len(r.CorruptFiles), "spool", r.SpoolDir)
+			"corrupt_files", len(r.CorruptFiles), "rejected", r.Rejected, "spool", r.SpoolDir)
 		switch {
-		case r.Lost > 0 || len(r.CorruptFiles) > 0:
+		case r.Lost > 0 || len(r.CorruptFiles) > 0 || len(r.RejectedFiles) > 0:
 			return fmt.Errorf("clickhouse sink: %s", r)
 		case r.LeftRows > 0:
 			undelivered = errUndelivered{r}

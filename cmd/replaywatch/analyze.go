@@ -45,8 +45,8 @@ Output: --format text (default) prints a summary and each finding with its
 explanation and evidence; --format json prints JSON Lines (see README,
 "Output format"). Exit code 0: no violations; 1: violations; 2: error, a
 capture that could not be analysed, a run stopped by SIGINT or SIGTERM (the
-report covers what was read), an unreadable spool file or rows neither
-stored nor spooled; 3: no violations, but rows wait in the ClickHouse spool.
+report covers what was read), an unreadable spool file, a batch ClickHouse
+refused for good, or rows neither stored nor spooled; 3: no violations, but rows wait in the ClickHouse spool.
 
 A capture could not be analysed when less than half of its TCP payload bytes
 reached the decoder (the rest cut by the snap length, lost in capture gaps or
@@ -273,6 +273,11 @@ func runAnalyze(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			corrupt = true
 			fmt.Fprintf(stderr, "replaywatch analyze: error: spool file(s) that could not be read were set aside, their rows not delivered: %s\n",
 				strings.Join(report.CorruptFiles, ", "))
+		}
+		if len(report.RejectedFiles) > 0 {
+			corrupt = true
+			fmt.Fprintf(stderr, "replaywatch analyze: error: ClickHouse refused %d rows for good; their batches were set aside, not delivered: %s\n",
+				report.Rejected, strings.Join(report.RejectedFiles, ", "))
 		}
 	}
 	if err != nil {

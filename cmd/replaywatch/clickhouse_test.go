@@ -208,6 +208,22 @@ func TestAnalyzeDuringOutageThenNextRun(t *testing.T) {
 	}
 }
 
+// TestAnalyzeExitsOnARefusedBatch: rows ClickHouse refuses for good (a
+// table whose schema was changed under the sink) are set aside, named on
+// stderr, and the run exits 2: they were not delivered.
+func TestAnalyzeExitsOnARefusedBatch(t *testing.T) {
+	srv, bin, db, dsn := serverWithSchema(t)
+	if _, err := srv.Client(context.Background(), "ALTER TABLE "+db+".violations DROP COLUMN explanation", nil); err != nil {
+		t.Fatal(err)
+	}
+	spool := t.TempDir()
+	code, _, errOut := runBin(t, bin, "analyze", "--clickhouse", dsn, "--spool-dir", spool, samplePcap)
+	aside, _ := filepath.Glob(filepath.Join(spool, "*.rejected"))
+	if code != exitError || len(aside) == 0 || !strings.Contains(errOut, "refused") || !strings.Contains(errOut, aside[0]) {
+		t.Fatalf("analyze with a refused batch: exit %d, want %d naming the batch set aside (%v)\n%s", code, exitError, aside, errOut)
+	}
+}
+
 // TestAnalyzeExitSaysWhereTheRowsAre: a run whose spool cannot be written
 // while ClickHouse is down exits 2 before reading; a run that leaves rows in the spool
 // (ClickHouse down) and finds nothing exits 3 naming the spool; a run that
