@@ -42,7 +42,7 @@ func (c *clickhouseFlags) registerSink(fs *flag.FlagSet) {
 	fs.IntVar(&c.sink.BatchRows, "batch-rows", chsink.DefaultBatchRows, "rows per insert (per table)")
 	fs.IntVar(&c.sink.BatchBytes, "batch-bytes", chsink.DefaultBatchBytes, "bytes per insert (per table; unless set, derived from --memory-limit)")
 	fs.DurationVar(&c.sink.FlushInterval, "flush-interval", chsink.DefaultFlushInterval, "insert what is pending at least this often")
-	fs.IntVar(&c.sink.MaxRetries, "max-retries", chsink.DefaultMaxRetries, "retries of a failed insert, made after the batch is written to the spool (0: none)")
+	fs.IntVar(&c.sink.MaxRetries, "max-retries", chsink.DefaultMaxRetries, "retries of a failed insert before the batch goes to the spool (0: none)")
 	fs.StringVar(&c.sink.SpoolDir, "spool-dir", "", "directory for batches ClickHouse could not take, sent first on the next run (default: $XDG_STATE_HOME/replaywatch/spool/<server>)")
 	fs.Int64Var(&c.sink.MaxSpoolBytes, "max-spool-bytes", chsink.DefaultMaxSpoolBytes, "bound of the spool; when full, analysis waits for ClickHouse")
 	fs.DurationVar(&c.sink.CloseTimeout, "spool-drain-timeout", 10*time.Second, "at the end, how long to keep trying to send the spool before leaving it for the next run")

@@ -176,7 +176,7 @@ func TestSpoolOfAnOlderSchemaAfterUpgrade(t *testing.T) {
 		appendRecord(batches, old, rec, false)
 	}
 	for _, tb := range tables {
-		if _, err := sp.put(batches[tb]); err != nil {
+		if err := sp.put(batches[tb]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -384,54 +384,20 @@ func (s *Sink) send() {
 }
 
 // deliver inserts b, or spools it when the server cannot take it or when
-// older batches of its table wait in the spool (order is kept per table).
-// A batch whose first insert fails is written to the spool before it is
-// retried (MaxRetries times, with backoff): from then on a process killed
-// loses none of its rows. A retry that succeeds removes it from the spool.
-// While the last insert failed and the spool holds anything (an outage),
-// batches go to the spool at once: the replay finds when the server is
-// back, table by table.
+// older batches wait in the spool (order is kept).
 func (s *Sink) deliver(b *batch) {
-	if s.sp.hasTable(b.table.name) || (s.down && s.sp.stats().batches > 0) {
-		s.spoolPut(b)
-		return
-	}
-	wasDown := s.down
-	err := s.insertWithRetry(b, 0)
-	if err == nil {
-		s.written.Add(int64(b.rows))
-		s.m.addRows(b.table.name, "written", b.rows)
-		return
-	}
-	f, ok := s.spoolPut(b)
-	retries := s.cfg.MaxRetries
-	if !ok || wasDown || s.closing.Load() || errors.Is(classify(err), errPermanent) {
-		retries = 0 // Close retries from the spool while its budget lasts; a refusal is set aside by the replay
-	}
-	backoff := s.cfg.RetryBackoff
-	for range retries {
-		select {
-		case <-time.After(backoff):
-		case <-s.hurry.Done():
+	if !s.sp.hasTable(b.table.name) {
+		retries := s.cfg.MaxRetries
+		if s.closing.Load() {
+			retries = 0 // spool at once; Close retries from the spool while its budget lasts
+		}
+		if err := s.insertWithRetry(b, retries); err == nil {
+			s.written.Add(int64(b.rows))
+			s.m.addRows(b.table.name, "written", b.rows)
 			return
 		}
-		backoff = min(2*backoff, s.cfg.MaxRetryBackoff)
-		s.m.retry(b.table.name)
-		if err := s.insertWithRetry(b, 0); err != nil {
-			if errors.Is(classify(err), errPermanent) {
-				return
-			}
-			continue
-		}
-		if err := s.sp.pop(f); err != nil {
-			s.log.Error("clickhouse sink: cannot remove delivered spool file; it will be sent again (the table collapses duplicates)", "err", err)
-		}
-		s.written.Add(int64(b.rows))
-		s.replayed.Add(int64(b.rows))
-		s.m.addRows(b.table.name, "written", b.rows)
-		s.m.addRows(b.table.name, "replayed", b.rows)
-		return
 	}
+	s.spoolPut(b)
 }
 
 // spoolPut writes b to the spool. When the spool is full it drains the head
@@ -440,16 +406,14 @@ func (s *Sink) deliver(b *batch) {
 // that a shutdown loses nothing. A disk that fails is retried until Close's
 // deadline, trying the server between tries (the spool's head first); past
 // it the rows are counted lost (Report.Lost), the one way a row is lost.
-// It returns the file written, and false when b was not spooled (written
-// to the server meanwhile, or lost).
-func (s *Sink) spoolPut(b *batch) (spoolFile, bool) {
+func (s *Sink) spoolPut(b *batch) {
 	backoff := s.cfg.RetryBackoff
 	for {
-		f, err := s.sp.put(b)
+		err := s.sp.put(b)
 		if err == nil {
 			s.spooled.Add(int64(b.rows))
 			s.m.addRows(b.table.name, "spooled", b.rows)
-			return f, true
+			return
 		}
 		if errors.Is(err, errSpoolFull) {
 			// Closing, or past the shutdown budget's hurry point (a
@@ -477,13 +441,13 @@ func (s *Sink) spoolPut(b *batch) (spoolFile, bool) {
 			} else if s.insertWithRetry(b, 0) == nil {
 				s.written.Add(int64(b.rows))
 				s.m.addRows(b.table.name, "written", b.rows)
-				return spoolFile{}, false
+				return
 			}
 			if by := s.closeBy.Load(); by != 0 && time.Now().UnixNano() >= by {
 				s.lost.Add(int64(b.rows))
 				s.m.addRows(b.table.name, "lost", b.rows)
 				s.log.Error("clickhouse sink: shutdown deadline reached; rows neither written nor spooled", "table", b.table.name, "rows", b.rows, "spool", s.sp.dir)
-				return spoolFile{}, false
+				return
 			}
 		}
 		wait := backoff
@@ -604,7 +568,7 @@ func (s *Sink) insertWithRetry(b *batch, retries int) error {
 		s.noteErr(err)
 		if !s.down {
 			s.down = true
-			s.log.Warn("clickhouse sink: insert failed; spooling to disk, then retrying", "table", b.table.name, "rows", b.rows, "err", err)
+			s.log.Warn("clickhouse sink: insert failed; retrying, then spooling to disk", "table", b.table.name, "rows", b.rows, "err", err)
 		}
 		if attempt >= retries || errors.Is(classify(err), errPermanent) {
 			return err

@@ -318,14 +318,14 @@ var errSpoolFull = errors.New("spool full")
 
 // put writes b durably at the tail. It fails with errSpoolFull when the
 // bound would be passed (the caller waits for the head to drain).
-func (s *spool) put(b *batch) (spoolFile, error) {
+func (s *spool) put(b *batch) error {
 	s.mu.Lock()
 	seq := s.nextSeq
 	s.nextSeq++
 	full := s.bytes > 0 && s.bytes+int64(b.bytes) > s.maxBytes
 	s.mu.Unlock()
 	if full {
-		return spoolFile{}, errSpoolFull
+		return errSpoolFull
 	}
 	path := filepath.Join(s.dir, fmt.Sprintf("%020d.batch", seq))
 	tmp := path + ".tmp"
@@ -338,7 +338,7 @@ func (s *spool) put(b *batch) (spoolFile, error) {
 			// The file came out larger than the batch's estimate (gob's
 			// lengths and times): the bound holds on what is on disk.
 			os.Remove(tmp)
-			return spoolFile{}, errSpoolFull
+			return errSpoolFull
 		}
 		err = os.Rename(tmp, path)
 	}
@@ -347,15 +347,14 @@ func (s *spool) put(b *batch) (spoolFile, error) {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return spoolFile{}, fmt.Errorf("spool: %w", err)
+		return fmt.Errorf("spool: %w", err)
 	}
-	f := spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now(), table: b.table.name}
 	s.mu.Lock()
-	s.files = append(s.files, f)
+	s.files = append(s.files, spoolFile{seq: seq, path: path, bytes: size, rows: b.rows, created: time.Now(), table: b.table.name})
 	s.bytes += size
 	s.rows += int64(b.rows)
 	s.mu.Unlock()
-	return f, nil
+	return nil
 }
 
 func writeSpoolFile(path string, b *batch, dest string) (int64, error) {

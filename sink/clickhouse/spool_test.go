@@ -30,7 +30,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 	}
 	hostile := "S'\"\n\\\xff\xfe" // quotes, newline, backslash, invalid UTF-8
 	for _, s := range []string{"A", "B", hostile} {
-		if _, err := sp.put(eventBatch(t, s, s+"2")); err != nil {
+		if err := sp.put(eventBatch(t, s, s+"2")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestSpoolKeepsOrderAcrossReopen(t *testing.T) {
 		t.Fatalf("not empty: %+v", st)
 	}
 	// New batches after a reopen continue the sequence.
-	if _, err := sp.put(eventBatch(t, "C")); err != nil {
+	if err := sp.put(eventBatch(t, "C")); err != nil {
 		t.Fatal(err)
 	}
 	if b, _, _ := sp.head(nil); b.column(2).([]string)[0] != "C" {
@@ -89,7 +89,7 @@ func TestSpoolBoundIsOnDiskBytes(t *testing.T) {
 		for i := range 100 {
 			appendStreamEvent(b, event(i), "", "")
 		}
-		if _, err := sp.put(b); errors.Is(err, errSpoolFull) {
+		if err := sp.put(b); errors.Is(err, errSpoolFull) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
@@ -119,14 +119,14 @@ func TestSpoolBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sp.put(eventBatch(t, "A")); err != nil {
+	if err := sp.put(eventBatch(t, "A")); err != nil {
 		t.Fatalf("first batch must fit an empty spool: %v", err)
 	}
-	if _, err := sp.put(eventBatch(t, "B")); !errors.Is(err, errSpoolFull) {
+	if err := sp.put(eventBatch(t, "B")); !errors.Is(err, errSpoolFull) {
 		t.Fatalf("second batch: %v, want errSpoolFull", err)
 	}
 	sp.unbound()
-	if _, err := sp.put(eventBatch(t, "B")); err != nil {
+	if err := sp.put(eventBatch(t, "B")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -173,7 +173,7 @@ func TestSpoolRunsShareADirectory(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range batches {
-				if _, err := sp.put(eventBatch(t, fmt.Sprintf("r%d-b%d", i, j))); err != nil {
+				if err := sp.put(eventBatch(t, fmt.Sprintf("r%d-b%d", i, j))); err != nil {
 					t.Error(err)
 				}
 				if j%10 == 0 {
