@@ -81,6 +81,7 @@ var metricNames = []string{
 	"replaywatch_sink_spool_batches",
 	"replaywatch_sink_spool_oldest_age_seconds",
 	"replaywatch_sink_spool_corrupt_total",
+	"replaywatch_sink_spool_rejected_total",
 	// health
 	"replaywatch_heartbeat_age_seconds",
 	"replaywatch_ready",
