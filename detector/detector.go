@@ -595,16 +595,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 	r := o.Request
 	ex.method, ex.path = r.Method, r.Path
 	ex.ignored = !isMCPRequest(r)
-	switch {
-	case r.HeadTruncated:
-		ex.limit = "MaxHeaderBytes"
-	case r.BodyTruncated:
-		ex.limit = "MaxBodyBytes"
-	case r.EncodedUnread && r.BodyBytes > 0:
-		// Not read, like a body over MaxBodyBytes: an initialize may be
-		// in it.
-		ex.limit = encodedBody
-	}
+	ex.limit = requestLimit(r)
 	if ex.ignored && ex.limit != "" {
 		// What would have shown it to be MCP may be in the part the
 		// limit cut: its response decides (as for a request not seen).
@@ -1509,6 +1500,23 @@ func (d *Detector) markOpenExchangesGapped(o *decode.Observation) {
 			ex.stream.gap = true
 		}
 	}
+}
+
+// requestLimit is the limit that kept part of r unread ("" for none): a
+// head or body cut, or a body under an encoding not read here (an
+// initialize may be in it).
+func requestLimit(r *decode.Request) string {
+	switch {
+	case r == nil:
+		return ""
+	case r.HeadTruncated:
+		return "MaxHeaderBytes"
+	case r.BodyTruncated:
+		return "MaxBodyBytes"
+	case r.EncodedUnread && r.BodyBytes > 0:
+		return encodedBody
+	}
+	return ""
 }
 
 func (d *Detector) onEnd(ex *exchange, o *decode.Observation) {

@@ -848,10 +848,11 @@ func (d *Detector) checkSessionlessReinit(ex *exchange, o *decode.Observation) {
 		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", ReasonOtherConnection, "form3")
 		return
 	}
-	if ex.limit != "" {
+	if limit := requestLimit(o.Request); limit != "" {
 		// Its body was not read (past a limit, or under an encoding not
 		// read here): it may be the client's initialize, a clean start.
-		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", limitReason(ex.limit), "form3")
+		// (A limit of the response's leaves the request's proof whole.)
+		d.unverifiable(o.Time, l, ex, "silent_reinit_after_404", limitReason(limit), "form3")
 		return
 	}
 	if ex.method == "" || d.gapped(ex, l.lostAt) || d.linkMayBeHidden(ex, o.Time, r, r, func(*session) bool { return true }) {

@@ -217,7 +217,7 @@ func TestHostileStrings(t *testing.T) {
 	v := &detector.Violation{ID: "f00d", Kind: detector.KindSessionSwap, Severity: detector.SeverityCritical, Time: when,
 		SessionID: hostile, NewSessionID: long, LastEventID: hostile, FirstEventID: long, JSONRPCIDs: []string{hostile}, Tool: hostile,
 		Client: "10.0.0.1:5000", Server: "10.0.0.2:80",
-		Explanation: "session " + hostile + " swapped to " + long + " after " + strings.Repeat("M", 200) + ", then",
+		Explanation: "session " + hostile + " swapped to " + long + " after " + strings.Repeat("M", 200) + ", then " + strings.Repeat(".", 10<<10),
 		Evidence:    []detector.Evidence{{Time: when, Conn: "c", Exchange: 1, What: "request", Detail: "Mcp-Session-Id: " + hostile + " " + long}}}
 	u := &detector.UnknownOutcome{SessionID: hostile, Method: hostile, JSONRPCID: hostile, Tool: long, Reason: "lost " + hostile, ReissuedInSession: long}
 

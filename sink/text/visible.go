@@ -68,12 +68,15 @@ func needsEscape(r rune) bool {
 
 // visibleWords is visible for prose that quotes wire values (an
 // explanation): each word is escaped and shortened on its own, so the
-// prose stays whole, and the punctuation that follows a value ("id X,")
-// is kept and not counted in its length.
+// prose stays whole, and the one punctuation mark that follows a value
+// ("id X,") is kept and not counted in its length.
 func visibleWords(s string) string {
 	words := strings.Split(s, " ")
 	for i, w := range words {
-		value := strings.TrimRight(w, ",.;:)")
+		value := w
+		if n := len(w); n > 1 && strings.IndexByte(",.;:)", w[n-1]) >= 0 {
+			value = w[:n-1]
+		}
 		words[i] = visible(value) + w[len(value):]
 	}
 	return strings.Join(words, " ")
