@@ -17,8 +17,8 @@
 //     *ReissueError, unless the tool is annotated read-only or idempotent
 //     (or its annotations are unknown after a listing the guard could not
 //     record whole) or the caller marked the call safe to repeat
-//     (SafeToRepeat). A call rejected by any other non-2xx status did not
-//     run: its retry is no re-issue.
+//     (SafeToRepeat). A call rejected by any other non-2xx status is taken
+//     as not run: its retry is no re-issue.
 //
 // Correct traffic passes untouched: the guard only reads what flows.
 //
@@ -140,8 +140,8 @@ func SafeToRepeat(ctx context.Context) context.Context {
 // broken calls it keeps apart (the oldest forgotten first, its broken calls
 // with it).
 //
-// MaxToolsPerEndpoint bounds the tool annotations kept per endpoint; the
-// tools past it, like those past decode.MaxAnnotatedTools in one tools/list
+// MaxToolsPerEndpoint bounds the tool annotations kept per endpoint, and
+// MaxToolNameBytes each name; the tools past them, like those past decode.MaxAnnotatedTools in one tools/list
 // answer or in an answer over MaxBodyBytes, go unrecorded, and a tool whose
 // annotations the guard does not have after such a listing is taken as
 // repeatable: its re-issue is let through.
@@ -149,6 +149,9 @@ const (
 	MaxBrokenCalls      = 1024
 	MaxEndpoints        = 256
 	MaxToolsPerEndpoint = 4096
+	// MaxToolNameBytes: a longer tool name (MCP asks for at most 128
+	// characters) goes unrecorded, as past MaxToolsPerEndpoint.
+	MaxToolNameBytes = 256
 )
 
 // Transport is an http.RoundTripper that enforces the contract.
@@ -185,9 +188,15 @@ type Transport struct {
 	// stream broke before their answer, by endpoint and identity.
 	endpoints   map[string]*endpoint
 	endpointAge []string
-	broken      map[string]Call
-	brokenAge   []string
-	ownTokens   MemoryTokens
+	// forgotten are the endpoints forgotten (past MaxEndpoints) with the
+	// annotations they had: met again, each starts partial (a refusal
+	// needs proof). At most MaxEndpoints; past it, forgotMany, and every
+	// new endpoint starts partial.
+	forgotten  map[string]struct{}
+	forgotMany bool
+	broken     map[string]Call
+	brokenAge  []string
+	ownTokens  MemoryTokens
 	// cursors maps a stream's latest cursor to its key, so that a resume
 	// (a GET from the cursor, for a POST's stream too) saves its events
 	// under the stream it continues; at most MaxSessions entries.
@@ -358,9 +367,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // server acting on the request's calls: any 2xx, and a gateway's 502 or 504
 // (the upstream may have received the request before it failed or timed
 // out: the outcome is unknown, as after a broken stream). Any other status
-// (429, 503, 400, 401, 403, 404, 405, 413, 415, 500, a redirect, ...) is a
-// rejection of the request: its calls did not run, and a retry of them is
-// no re-issue.
+// (429, 503, 400, 401, 403, 404, 405, 413, 415, 500, a redirect, ...) is
+// taken as a rejection of the request: its calls are taken as not run, and
+// a retry of them is no re-issue. (A 500 may follow a tool that ran; a
+// refusal needs proof, so the guard errs toward letting the retry through.)
 func mayHaveRun(status int) bool {
 	return status/100 == 2 || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
 }
@@ -480,6 +490,9 @@ func (t *Transport) endpoint(ep string) *endpoint {
 		if len(t.endpointAge) >= MaxEndpoints {
 			old := t.endpointAge[0]
 			t.endpointAge = t.endpointAge[1:]
+			if o := t.endpoints[old]; len(o.repeatable) > 0 || o.partial {
+				t.forget(old)
+			}
 			delete(t.endpoints, old)
 			for k := range t.broken {
 				if strings.HasPrefix(k, old+"\x00") {
@@ -487,11 +500,24 @@ func (t *Transport) endpoint(ep string) *endpoint {
 				}
 			}
 		}
-		e = &endpoint{repeatable: map[string]bool{}}
+		_, forgot := t.forgotten[ep]
+		e = &endpoint{repeatable: map[string]bool{}, partial: forgot || t.forgotMany}
 		t.endpoints[ep] = e
 		t.endpointAge = append(t.endpointAge, ep)
 	}
 	return e
+}
+
+// forget notes that ep was forgotten with annotations; t.mu held.
+func (t *Transport) forget(ep string) {
+	if t.forgotten == nil {
+		t.forgotten = map[string]struct{}{}
+	}
+	if len(t.forgotten) >= MaxEndpoints {
+		t.forgotMany = true
+		return
+	}
+	t.forgotten[ep] = struct{}{}
 }
 
 // checkReissue returns the refusal of a tools/call to ep identical to one
@@ -521,6 +547,9 @@ func (t *Transport) checkReissue(ctx context.Context, ep string, calls []Call) e
 
 // broke records calls to ep whose answer did not come.
 func (t *Transport) broke(ep string, calls []Call) {
+	if !slices.ContainsFunc(calls, func(c Call) bool { return c.identity != "" }) {
+		return // nothing to remember, and no endpoint to make
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.broken == nil {
@@ -559,7 +588,7 @@ func (t *Transport) learnTools(ep string, msgs []decode.Message) {
 				continue
 			}
 			name := line[1:]
-			if _, known := e.repeatable[name]; !known && len(e.repeatable) >= MaxToolsPerEndpoint {
+			if _, known := e.repeatable[name]; !known && (len(e.repeatable) >= MaxToolsPerEndpoint || len(name) > MaxToolNameBytes) {
 				e.partial = true
 				continue
 			}
@@ -611,9 +640,8 @@ type watcher interface {
 	// read (over MaxBodyBytes) and that may answer a call: the call with
 	// JSON-RPC id id, or any of them when id is "".
 	unread(id string)
-	// end settles the body: msgs of a JSON body, eof whether it was read
-	// to its end.
-	end(msgs []decode.Message, eof bool)
+	// end settles the body: msgs of a JSON body.
+	end(msgs []decode.Message)
 }
 
 func (b *body) event(e *decode.SSEEvent) {
@@ -699,7 +727,7 @@ func (b *body) finish(err error, closed bool) {
 				b.w.unread(id)
 			}
 		}
-		b.w.end(msgs, err == io.EOF)
+		b.w.end(msgs)
 	}
 	b.sp.finish(b.dec, msgs, size, err, closed)
 }
@@ -741,7 +769,7 @@ func (a *answerWatch) unread(id string) {
 }
 
 // end settles the body: what is still pending broke.
-func (a *answerWatch) end(msgs []decode.Message, _ bool) {
+func (a *answerWatch) end(msgs []decode.Message) {
 	a.messages(msgs)
 	a.t.broke(a.ep, a.pending)
 }
@@ -899,7 +927,7 @@ func (w *streamWatch) event(e *decode.SSEEvent, msgs []decode.Message) error {
 
 func (w *streamWatch) unread(id string) { w.t.unread(w.sid, id, w.calls) }
 
-func (w *streamWatch) end([]decode.Message, bool) {}
+func (w *streamWatch) end([]decode.Message) {}
 
 // jsonWatch reads a JSON response of a session and clears the calls it
 // answers.
@@ -917,6 +945,6 @@ func (j *jsonWatch) unread(id string) { j.t.unread(j.sid, id, j.calls) }
 // from the bytes the client read, so a message parsed whole reached it
 // (mcp-go's client decodes the JSON value and closes the body without
 // reading it to EOF).
-func (j *jsonWatch) end(msgs []decode.Message, _ bool) {
+func (j *jsonWatch) end(msgs []decode.Message) {
 	j.t.answered(j.sid, msgs)
 }

@@ -393,6 +393,19 @@ func TestEndpointsAreBounded(t *testing.T) {
 	if err := g.checkReissue(context.Background(), ep(MaxEndpoints), []Call{call}); !errors.As(err, &re) {
 		t.Fatalf("newest endpoint: %v", err)
 	}
+	// An endpoint forgotten with its annotations, met again: a tool it
+	// listed read-only is unknown now, so its re-issue goes through.
+	search := Call{ID: "2", Method: "tools/call", Tool: "search", identity: "search\x00h"}
+	h := New(nil)
+	h.learnTools(ep(0), []decode.Message{{Tools: string(decode.ToolRepeatable) + "search\n"}})
+	for i := range MaxEndpoints {
+		h.learnTools(ep(i+1), nil)
+		h.broke(ep(i+1), []Call{call})
+	}
+	h.broke(ep(0), []Call{search})
+	if err := h.checkReissue(context.Background(), ep(0), []Call{search}); err != nil {
+		t.Fatalf("a read-only tool of an endpoint forgotten and met again: %v", err)
+	}
 }
 
 // TestManyTools: a stateless go-sdk server with n tools, the last one
@@ -478,5 +491,13 @@ func TestToolsPerEndpointBounded(t *testing.T) {
 		if err := g.checkReissue(context.Background(), ep, []Call{c}); errors.As(err, &re) != tc.refused {
 			t.Errorf("%s: %v, want refused %v", tc.tool, err, tc.refused)
 		}
+	}
+	// A name past MaxToolNameBytes (a hostile server's megabyte names
+	// would fill MaxToolsPerEndpoint with megabytes) goes unrecorded.
+	long := strings.Repeat("x", MaxToolNameBytes+1)
+	h := New(nil)
+	h.learnTools(ep, []decode.Message{{Type: decode.MsgResponse, ID: "1", Tools: string(decode.ToolPlain) + long}})
+	if e := h.endpoints[ep]; len(e.repeatable) != 0 || !e.partial {
+		t.Errorf("a %d-byte tool name: %d kept, partial %v", len(long), len(e.repeatable), e.partial)
 	}
 }

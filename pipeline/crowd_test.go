@@ -29,15 +29,8 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 	for _, fx := range fixtures {
 		want = append(want, runDamaged(t, 1, fx).violations...)
 	}
-	// From all starting at once to one every 200 ms.
-	for _, stagger := range []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
-		merged, err := damage.Crowd(captures, stagger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "crowd.pcap")
-		writePackets(t, path, captures[0].LinkType, merged)
-		got := runDamaged(t, 1, path)
+	for _, stagger := range crowdStaggers {
+		path, merged, got := runCrowd(t, captures, stagger)
 		if again := runDamaged(t, 2, path); string(again.records) != string(got.records) {
 			t.Errorf("stagger %v: output differs between 1 and 2 workers:\n%s", stagger, firstDifference(got.records, again.records))
 		}
@@ -76,6 +69,22 @@ func TestCrowdedCaptureFindsTheUnion(t *testing.T) {
 	}
 }
 
+// crowdStaggers: from all starting at once to one every 200 ms.
+var crowdStaggers = []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond}
+
+// runCrowd merges captures behind one address (damage.Crowd), each one
+// stagger after the last, and analyses the crowd with one worker.
+func runCrowd(t *testing.T, captures []damage.Capture, stagger time.Duration) (path string, merged []pcaprec.Packet, got damageRun) {
+	t.Helper()
+	merged, err := damage.Crowd(captures, stagger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "crowd.pcap")
+	writePackets(t, path, captures[0].LinkType, merged)
+	return path, merged, runDamaged(t, 1, path)
+}
+
 // TestIdenticalClientsCrowdAddsNothing: the probes' correct traffic of real
 // SDKs (testdata/probes) and two captures of one client run with the same
 // seed (testdata/identical-clients: identical calls, label for label)
@@ -86,14 +95,8 @@ func TestIdenticalClientsCrowdAddsNothing(t *testing.T) {
 	_, probes := readCaptures(t, filepath.Join("testdata", "probes", "*.pcap.gz"))
 	_, identical := readCaptures(t, filepath.Join("testdata", "identical-clients", "*.pcap.gz"))
 	captures := slices.Concat(probes, identical)
-	for _, stagger := range []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
-		merged, err := damage.Crowd(captures, stagger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "crowd.pcap")
-		writePackets(t, path, captures[0].LinkType, merged)
-		got := runDamaged(t, 1, path)
+	for _, stagger := range crowdStaggers {
+		_, _, got := runCrowd(t, captures, stagger)
 		for _, f := range got.violations {
 			t.Errorf("stagger %v: %s: %s", stagger, f, strings.SplitN(got.explain[f], ". ", 2)[0])
 		}
