@@ -314,12 +314,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	case !mayHaveRun(resp.StatusCode):
 		if len(calls) > 0 { // rejected: the calls did not run, no answer will come
-			t.mu.Lock()
-			s := t.session(sid)
-			for _, c := range calls {
-				delete(s.inflight, c.ID)
-			}
-			t.mu.Unlock()
+			t.settle(sid, "", calls)
 		}
 	default:
 		if got := resp.Header.Get("Mcp-Session-Id"); cursor != "" && resp.StatusCode == http.StatusOK && got != "" && got != sid {
@@ -796,10 +791,10 @@ func (t *Transport) answered(sid string, msgs []decode.Message) {
 	}
 }
 
-// unread removes from the session's in-flight set the call with id, or,
+// settle removes from the session's in-flight set the call with id, or,
 // id "", all of calls: an answer the guard could not read whole reached
-// the client.
-func (t *Transport) unread(sid, id string, calls []Call) {
+// the client, or the request was rejected by its status.
+func (t *Transport) settle(sid, id string, calls []Call) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.session(sid)
@@ -925,7 +920,7 @@ func (w *streamWatch) event(e *decode.SSEEvent, msgs []decode.Message) error {
 	return replayed
 }
 
-func (w *streamWatch) unread(id string) { w.t.unread(w.sid, id, w.calls) }
+func (w *streamWatch) unread(id string) { w.t.settle(w.sid, id, w.calls) }
 
 func (w *streamWatch) end([]decode.Message) {}
 
@@ -939,7 +934,7 @@ type jsonWatch struct {
 
 func (j *jsonWatch) event(*decode.SSEEvent, []decode.Message) error { return nil }
 
-func (j *jsonWatch) unread(id string) { j.t.unread(j.sid, id, j.calls) }
+func (j *jsonWatch) unread(id string) { j.t.settle(j.sid, id, j.calls) }
 
 // end clears the calls msgs answer however the body ended: msgs are parsed
 // from the bytes the client read, so a message parsed whole reached it

@@ -132,16 +132,28 @@ func Redact(dsn string) string {
 		q := u.Query()
 		for k, vs := range q {
 			for i, v := range vs {
-				if secretOption.MatchString(k) {
-					vs[i] = "xxxxx"
-				} else if pu, err := url.Parse(v); err == nil && pu.User != nil {
-					vs[i] = pu.Redacted()
+				if s := optionSecret(k, v); s != "" {
+					vs[i] = strings.ReplaceAll(v, s, "xxxxx")
 				}
 			}
 		}
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// optionSecret is the secret in the DSN query option k=v: all of v when k
+// reads like a secret's name, the password of a URL in v (http_proxy), or
+// "" for none.
+func optionSecret(k, v string) string {
+	if secretOption.MatchString(k) {
+		return v
+	}
+	if pu, err := url.Parse(v); err == nil && pu.User != nil {
+		p, _ := pu.User.Password()
+		return p
+	}
+	return ""
 }
 
 // dsnSecrets is every secret value in dsn (what Redact hides).
@@ -156,12 +168,8 @@ func dsnSecrets(dsn string) []string {
 	}
 	for k, vs := range u.Query() {
 		for _, v := range vs {
-			if secretOption.MatchString(k) && v != "" {
-				secrets = append(secrets, v)
-			} else if pu, err := url.Parse(v); err == nil && pu.User != nil {
-				if p, ok := pu.User.Password(); ok && p != "" {
-					secrets = append(secrets, p)
-				}
+			if s := optionSecret(k, v); s != "" {
+				secrets = append(secrets, s)
 			}
 		}
 	}

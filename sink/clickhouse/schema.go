@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -250,12 +251,7 @@ func (d Dialect) Statements() []string {
 func (d Dialect) Script(build string) []string {
 	var stmts []string
 	settings := d.ddlSettings()
-	keys := make([]string, 0, len(settings))
-	for k := range settings {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		stmts = append(stmts, fmt.Sprintf("SET %s = %v", k, settings[k]))
 	}
 	stmts = append(stmts, d.Statements()...)

@@ -528,7 +528,7 @@ func (b *batch) splitByDay(days int) []*batch {
 		return []*batch{b}
 	}
 	times := b.column(pc).([]time.Time)
-	var order []string // days in order of first appearance
+	var order []string // the days the rows span
 	rowsOf := map[string][]int{}
 	for r, t := range times {
 		d := t.UTC().Format("20060102")
