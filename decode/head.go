@@ -157,6 +157,12 @@ func (it *headerIter) next() (name, value []byte, more bool) {
 			}
 			value = append(append(value, ' '), trimOWS(cont)...)
 		}
+		if folded {
+			// Each fold is one space, and whitespace around the value is
+			// not part of it (RFC 9112 5.2): a value that begins on its
+			// continuation line, or an empty continuation, adds none.
+			value = trimOWS(value)
+		}
 		return name, value, true
 	}
 	return nil, nil, false

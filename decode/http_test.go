@@ -171,6 +171,8 @@ func TestHTTPHeaders(t *testing.T) {
 		{"mcp-session-id", "mcp-session-id: abc", func(r *Request) bool { return r.HasSessionID && r.SessionID == "abc" && r.MCP }},
 		{"protocol version", "MCP-PROTOCOL-VERSION: 2025-06-18", func(r *Request) bool { return r.ProtocolVersion == "2025-06-18" && r.MCP }},
 		{"obs-fold", "Mcp-Session-Id: a\\r\\n\\tb", func(r *Request) bool { return r.SessionID == "a b" }},
+		{"obs-fold, value on the continuation", "Mcp-Session-Id:\\r\\n\\tb", func(r *Request) bool { return r.SessionID == "b" }},
+		{"obs-fold, empty continuation", "Mcp-Session-Id: a\\r\\n \\r\\n\\t", func(r *Request) bool { return r.SessionID == "a" }},
 		{"authorization hashed", "Authorization: Bearer x", func(r *Request) bool {
 			return r.AuthHash == "e5f7ae6ad8d2d8d0ac8ec5d9ccd0f22e5e58bd9ea3f8fb0ad9fc1aee6b95bea5"[:0]+r.AuthHash && len(r.AuthHash) == 64 && !strings.Contains(fmt.Sprintf("%+v", *r), "Bearer")
 		}},
@@ -284,6 +286,12 @@ func refHeaderLines(head []byte, fn func(name, value []byte)) bool {
 	var name, value []byte
 	folded := false
 	ok := true
+	emit := func() {
+		if folded {
+			value = trimOWS(value)
+		}
+		fn(lower(name), value)
+	}
 	for len(head) > 0 {
 		j := bytes.IndexByte(head, '\n')
 		line := trimEOL(head[:j+1])
@@ -304,7 +312,7 @@ func refHeaderLines(head []byte, fn func(name, value []byte)) bool {
 			continue
 		}
 		if name != nil {
-			fn(lower(name), value)
+			emit()
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 {
@@ -317,7 +325,7 @@ func refHeaderLines(head []byte, fn func(name, value []byte)) bool {
 		}
 	}
 	if name != nil {
-		fn(lower(name), value)
+		emit()
 	}
 	return ok
 }
