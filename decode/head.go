@@ -195,6 +195,11 @@ type framing struct {
 	// contentCoding is the first Content-Encoding other than identity
 	// (it points into the head being parsed).
 	contentCoding []byte
+	// transferCodings are the Transfer-Encoding codings other than the
+	// last chunked ("gzip" of "gzip, chunked"): the sender applied them
+	// after any Content-Encoding, so the body, once de-chunked, is under
+	// them as under a content coding.
+	transferCodings []byte
 }
 
 func (f *framing) field(name, value []byte) bool {
@@ -206,8 +211,21 @@ func (f *framing) field(name, value []byte) bool {
 		}
 		f.contentLength = n
 	case "transfer-encoding":
+		// Fields of one name make one list (RFC 9110 5.3): an earlier
+		// field's codings, chunked among them, come before this one's.
+		prior := f.transferCodings
+		if f.chunked {
+			prior = joinCodings(prior, []byte("chunked"))
+		}
 		f.chunked = lastCodingIsChunked(value)
 		f.otherCoding = !f.chunked
+		if f.chunked {
+			value = value[:max(bytes.LastIndexByte(value, ','), 0)]
+		}
+		if v := trimOWS(value); !bytes.EqualFold(v, []byte("identity")) {
+			prior = joinCodings(prior, v)
+		}
+		f.transferCodings = prior
 	case "content-encoding":
 		if v := bytes.TrimSpace(value); f.contentCoding == nil && len(v) > 0 && !bytes.EqualFold(v, []byte("identity")) {
 			f.contentCoding = v
@@ -223,9 +241,26 @@ func (f *framing) field(name, value []byte) bool {
 const maxCodingLen = 64
 
 // coding is the head's Content-Encoding as kept in Request and Response:
-// "" when absent or identity.
+// "" when absent or identity. Transfer codings other than chunked come
+// first, as the last applied: a list of codings is not read.
 func (f *framing) coding(in *interner) string {
-	return in.str(f.contentCoding[:min(len(f.contentCoding), maxCodingLen)])
+	c := f.contentCoding
+	if len(f.transferCodings) > 0 {
+		c = joinCodings(f.transferCodings, c)
+	}
+	return in.str(c[:min(len(c), maxCodingLen)])
+}
+
+// joinCodings is the coding list a, b; a alone when b is empty, b alone
+// when a is (no copy then: both may point into the head being parsed).
+func joinCodings(a, b []byte) []byte {
+	switch {
+	case len(a) == 0:
+		return b
+	case len(b) == 0:
+		return a
+	}
+	return append(append(append(make([]byte, 0, len(a)+2+len(b)), a...), ", "...), b...)
 }
 
 func (d *dir) headDone() {

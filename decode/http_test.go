@@ -73,7 +73,7 @@ func TestHTTPFraming(t *testing.T) {
 			script: "c> POST /mcp HTTP/1.1\\r\\nContent-Length: 40\\r\\n\\r\\n{\"jsonrpc\":\"2.0\",\"method\":\"initialized\"}\ns> HTTP/1.1 202 Accepted\\r\\nContent-Length: 0\\r\\n\\r\\n",
 			want:   "req1 POST /mcp initialized; resp1 202; end1 clean"},
 		{name: "chunked with extensions and trailers",
-			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nTransfer-Encoding: gzip, chunked\\r\\nContent-Type: application/json\\r\\n\\r\\n24;a=b;c=\"d\"\\r\\n" + rpc + "\\r\\n0;last\\r\\nT1: x\\r\\nT2: y\\r\\n\\r\\n",
+			script: "c> GET / HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nTransfer-Encoding: chunked\\r\\nContent-Type: application/json\\r\\n\\r\\n24;a=b;c=\"d\"\\r\\n" + rpc + "\\r\\n0;last\\r\\nT1: x\\r\\nT2: y\\r\\n\\r\\n",
 			want:   "req1 GET /; resp1 200; body1 response; end1 clean"},
 		{name: "chunked with bare LF",
 			script: "c> GET / HTTP/1.1\\n\\n\ns> HTTP/1.1 200 OK\\nTransfer-Encoding: chunked\\n\\n2\\nhi\\n0\\n\\n",

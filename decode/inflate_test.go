@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,5 +92,46 @@ func TestInflatingBodiesAreBounded(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines left, %d before: an inflater outlived its connection", n, before)
+	}
+}
+
+// A transfer coding before chunked ("gzip, chunked", as a server answering
+// "TE: gzip" sends), or alone on a body delimited by close, is a coding of
+// the body as a content coding is: read when it is one the decoder
+// inflates, counted and not read otherwise, never read as plain text.
+func TestTransferCodingsAreDecoded(t *testing.T) {
+	plain := "id: 1\ndata: x\n\nid: 2\ndata: y\n\n"
+	events := gzipped(t, []byte(plain))
+	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(events), events)
+	tests := []struct {
+		name, head, body string
+		want             string // the events' ids, or "unread"
+	}{
+		{"gzip, chunked", "Transfer-Encoding: gzip, chunked\r\n", chunked, `"1" "2"`},
+		{"x-gzip, chunked", "Transfer-Encoding: x-gzip , chunked\r\n", chunked, `"1" "2"`},
+		{"gzip then chunked in two fields", "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", chunked, `"1" "2"`},
+		{"gzip alone, delimited by close", "Transfer-Encoding: gzip\r\n", string(events), `"1" "2"`},
+		{"identity, chunked", "Transfer-Encoding: identity, chunked\r\n", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(plain), plain), `"1" "2"`},
+		{"br, chunked", "Transfer-Encoding: br, chunked\r\n", chunked, "unread"},
+		{"gzip transfer over gzip content", "Content-Encoding: gzip\r\nTransfer-Encoding: gzip, chunked\r\n", chunked, "unread"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			server := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + tt.head + "\r\n" + tt.body
+			sc := fuzzScript([]byte("GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n"), []byte(server), true)
+			obs, _ := run(t, DefaultConfig(), whole, sc)
+			var got []string
+			for _, o := range obs {
+				switch {
+				case o.Kind == KindEvent:
+					got = append(got, fmt.Sprintf("%q", o.Event.ID))
+				case o.Kind == KindResponse && o.Response.EncodedUnread:
+					got = append(got, "unread")
+				}
+			}
+			if g := strings.Join(got, " "); g != tt.want {
+				t.Errorf("got %s, want %s (%s)", g, tt.want, summary(obs))
+			}
+		})
 	}
 }

@@ -203,7 +203,8 @@ type Request struct {
 	// rests on the headers alone.
 	BodyTruncated bool
 	// ContentEncoding is the Content-Encoding header ("" when absent or
-	// identity). gzip, x-gzip and deflate bodies are inflated and read.
+	// identity), after any Transfer-Encoding coding other than chunked.
+	// gzip, x-gzip and deflate bodies are inflated and read.
 	ContentEncoding string
 	// EncodedUnread says the body was under a Content-Encoding the decoder
 	// did not read (another coding, MaxInflatingBodies reached, or data
@@ -223,8 +224,10 @@ type Response struct {
 	Chunked         bool
 	ContentLength   int64 // -1 when absent
 	// ContentEncoding is the Content-Encoding header ("" when absent or
-	// identity), gzip from a compression middleware or proxy most often.
-	// gzip, x-gzip and deflate bodies are inflated as they arrive and read.
+	// identity), gzip from a compression middleware or proxy most often,
+	// after any Transfer-Encoding coding other than chunked ("gzip" of
+	// "gzip, chunked"). gzip, x-gzip and deflate bodies are inflated as
+	// they arrive and read.
 	ContentEncoding string
 	// EncodedUnread says the body is under a Content-Encoding the decoder
 	// does not read (br, zstd, a list of codings, or MaxInflatingBodies
