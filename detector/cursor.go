@@ -32,9 +32,14 @@ type droppableCursor struct {
 // no event id leaves that cursor owed. A call's stream is not owed: a GET
 // without a cursor opens the standalone stream and never continues a
 // call's (go-sdk's client gives up on a call whose resumed stream ends
-// empty, and its next GET is the standalone stream's).
+// empty, and its next GET is the standalone stream's). Nor is the cursor
+// of a stream that sent an empty id field: under the SSE rules that clears
+// the client's last event id, so a client that follows them (EventSource)
+// sends none, and one that ignores it (the SDKs) sends the cursor it had.
 func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
-	if ex.method != "GET" || !ex.hasCursor || !ex.ok2xx() || !ex.sse || ex.sawID || o.End.How == decode.EndUnknown {
+	e := o.End
+	if ex.method != "GET" || !ex.hasCursor || !ex.ok2xx() || !ex.sse || ex.sawID || e.How == decode.EndUnknown ||
+		e.HasLastID && e.LastID == "" {
 		return
 	}
 	// The resume set ex.stream to the cursor's stream when the session
@@ -42,7 +47,7 @@ func (d *Detector) noteResumeEnded(ex *exchange, o *decode.Observation) {
 	if ex.stream != nil && !ex.stream.standalone {
 		return
 	}
-	how := o.End.How
+	how := e.How
 	ex.sess.droppable = &droppableCursor{cursor: ex.cursor, streamUnknown: ex.stream == nil, endedAt: o.Time, how: how,
 		resume: ex.requestEvidence(),
 		end:    ex.evidence(o.Time, "stream end", fmt.Sprintf("ended %s after %d SSE event(s), none with an id", how, ex.events))}
