@@ -21,6 +21,9 @@ func summary(obs []*Observation) string {
 			if o.Request.BodyIncomplete {
 				s += " incomplete"
 			}
+			if o.Request.AnsweredEarly {
+				s += " early"
+			}
 			if len(o.Request.Messages) > 0 {
 				s += " " + o.Request.Messages[0].Method
 			}
@@ -90,6 +93,9 @@ func TestHTTPFraming(t *testing.T) {
 		{name: "HEAD 204 304 have no body",
 			script: "c> HEAD / HTTP/1.1\\r\\n\\r\\nGET /x HTTP/1.1\\r\\n\\r\\nGET /y HTTP/1.1\\r\\n\\r\\n\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 10\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\nHTTP/1.1 204 No Content\\r\\n\\r\\nHTTP/1.1 304 Not Modified\\r\\nContent-Length: 5\\r\\n\\r\\n",
 			want:   "req1 HEAD /; req2 GET /x; req3 GET /y; resp1 200; end1 clean; resp2 204; end2 clean; resp3 304; end3 clean"},
+		{name: "answered before the request body ended",
+			script: "c> POST /mcp HTTP/1.1\\r\\nContent-Length: 40\\r\\n\\r\\n{\"jsonrpc\":\"2.0\",\ns> HTTP/1.1 404 Not Found\\r\\nContent-Length: 0\\r\\n\\r\\n\nc> \"method\":\"initialized\"}POST /b HTTP/1.1\\r\\nContent-Length: 2\\r\\n\\r\\n{}\ns> HTTP/1.1 202 Accepted\\r\\nContent-Length: 0\\r\\n\\r\\n",
+			want:   "req1 POST /mcp incomplete early; resp1 404; end1 clean; req2 POST /b; resp2 202; end2 clean"},
 		{name: "response before request unpaired",
 			script: "nosyn\ns> HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n",
 			want:   "resp1 200 unpaired; end1 clean"},

@@ -191,7 +191,13 @@ type Request struct {
 	Messages       []Message // JSON-RPC messages in the body (a batch gives several)
 	Batch          bool      // the body was a JSON array
 	BodyBytes      int64
-	BodyIncomplete bool // the body was cut by a gap, a limit or the end of capture
+	BodyIncomplete bool // the body was cut by a gap, a limit, the end of capture, or its answer (AnsweredEarly)
+	// AnsweredEarly says the response head came before the body ended (a
+	// server deciding on the head: a 404 for an unknown session, a 401, a
+	// 413): the request was emitted then, with BodyIncomplete and no
+	// Messages, so that the response pairs with it, and the rest of its
+	// body was skipped.
+	AnsweredEarly bool
 	// MCP is true when this request is recognisably MCP: an Mcp-Session-Id or
 	// MCP-Protocol-Version header, or a JSON-RPC 2.0 "initialize" request.
 	MCP bool

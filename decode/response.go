@@ -85,6 +85,14 @@ func (d *dir) responseHead() {
 		return
 	}
 	ex := d.c.popExchange(d.ts)
+	if cl := d.c.dir(!d.fromA); cl.ex == ex && cl.req != nil {
+		// Answered before its body ended (RFC 9112 allows it: a 404 or
+		// 401 decided on the head, a 413): the request goes first, its
+		// body unread, and the rest of the body is skipped as it comes.
+		cl.req.req.AnsweredEarly = true
+		cl.keepBody = false
+		cl.finishRequest(true)
+	}
 	if ex.method == "" {
 		// No request head was seen for it (popExchange): on a
 		// connection picked up again, its request came before the

@@ -1046,12 +1046,13 @@ func (d *Detector) onResponse(ex *exchange, o *decode.Observation) {
 // because a limit cut the request or response head (the session header may
 // be in the cut part), the request body (an initialize may be in it), or
 // shifted request/response pairing (MaxPipelinedRequests), or a request body
-// under a Content-Encoding (unread, as over MaxBodyBytes): session_swap and
+// under a Content-Encoding or answered before it ended (unread, as over
+// MaxBodyBytes): session_swap and
 // the resume become Unverifiable naming the limit, never a violation. It
 // reports whether onResponse must stop there.
 func (d *Detector) limitHidesPairing(ex *exchange, o *decode.Observation) bool {
 	switch ex.limit {
-	case "MaxHeaderBytes", "MaxBodyBytes", "MaxPipelinedRequests":
+	case "MaxHeaderBytes", "MaxBodyBytes", "MaxPipelinedRequests", answeredEarly:
 	case encodedBody:
 		if o.Request == nil || !o.Request.EncodedUnread {
 			return false // only the response's body is unread: the pairing is shown
@@ -1503,8 +1504,8 @@ func (d *Detector) markOpenExchangesGapped(o *decode.Observation) {
 }
 
 // requestLimit is the limit that kept part of r unread ("" for none): a
-// head or body cut, or a body under an encoding not read here (an
-// initialize may be in it).
+// head or body cut, a body under an encoding not read here, or one its
+// answer came before (an initialize may be in it).
 func requestLimit(r *decode.Request) string {
 	switch {
 	case r == nil:
@@ -1515,6 +1516,8 @@ func requestLimit(r *decode.Request) string {
 		return "MaxBodyBytes"
 	case r.EncodedUnread && r.BodyBytes > 0:
 		return encodedBody
+	case r.AnsweredEarly:
+		return answeredEarly
 	}
 	return ""
 }

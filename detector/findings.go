@@ -412,6 +412,10 @@ const (
 	// deflate are inflated, unless their data would not inflate): its
 	// events, ids and messages are not in the capture's reading.
 	ReasonEncodedBody = "body under a Content-Encoding, not decoded"
+	// ReasonAnsweredEarly: the server answered a request before its body
+	// had arrived whole (decode.Request.AnsweredEarly), so what the body
+	// held (an initialize, a call) is not known.
+	ReasonAnsweredEarly = "request answered before its body ended, body not read"
 	// ReasonHTTP2: a connection between the same client address and
 	// server spoke HTTP/2 (h2c), which the decoder does not read, while the
 	// evidence was gathered: it may have carried the client's requests or
@@ -424,12 +428,18 @@ const (
 // incomplete. It is not a limit and is never counted as one.
 const encodedBody = decode.EndNotInflated
 
+// answeredEarly stands in ex.limit for a request answered before its body
+// ended: as for encodedBody, its body is not read, and it is no limit.
+const answeredEarly = "answered early"
+
 // limitReason is the Unverifiable reason for what ex.limit or
 // session.indexLimit names.
 func limitReason(name string) string {
 	switch name {
 	case encodedBody:
 		return ReasonEncodedBody
+	case answeredEarly:
+		return ReasonAnsweredEarly
 	case decode.GapHTTP2:
 		return ReasonHTTP2
 	}
@@ -440,7 +450,8 @@ func limitReason(name string) string {
 // content the capture carried but the pipeline did not read, where anything
 // may be.
 func contentUnread(reason string) bool {
-	return reason == ReasonEncodedBody || reason == ReasonHTTP2 || strings.HasPrefix(reason, ReasonLimitPrefix)
+	return reason == ReasonEncodedBody || reason == ReasonAnsweredEarly || reason == ReasonHTTP2 ||
+		strings.HasPrefix(reason, ReasonLimitPrefix)
 }
 
 func (d *Detector) unverifiable(t time.Time, s *session, ex *exchange, check, reason string, idParts ...string) {

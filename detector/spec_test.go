@@ -279,7 +279,7 @@ func kv(args []string) map[string]string {
 	return m
 }
 
-// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [ua=USER-AGENT] [body=MSGS] [batch] [nonmcp] [encoded]
+// request CONN METHOD PATH [session=S] [last-event-id=X] [proto=V] [ua=USER-AGENT] [body=MSGS] [batch] [nonmcp] [encoded] [answered-early]
 func (r *specRun) request(args []string) error {
 	c, err := r.target(args, 3, "request CONN METHOD PATH ...")
 	if err != nil {
@@ -305,6 +305,10 @@ func (r *specRun) request(args []string) error {
 	if _, ok := m["encoded"]; ok {
 		// A body under a Content-Encoding the decoder does not read.
 		req.ContentEncoding, req.EncodedUnread, req.BodyBytes = "br", true, 64
+	}
+	if _, ok := m["answered-early"]; ok {
+		// Its response came before its body ended: the body is not read.
+		req.AnsweredEarly, req.BodyIncomplete, req.BodyBytes, req.Messages = true, true, 64, nil
 	}
 	_, nonMCP := m["nonmcp"]
 	req.MCP = !nonMCP && (req.HasSessionID || req.ProtocolVersion != "" || hasMethod(req.Messages, "initialize"))
