@@ -47,6 +47,11 @@ type exchange struct {
 	// ro is set once the request is complete (and then immutable); the
 	// exchange's End takes it (emitEnd).
 	ro *requestObservation
+	// gapEnded: lost bytes of the answer direction ended the exchange while
+	// its request's body was still arriving (endQueued). Its answer may
+	// have been in them (a server may answer on the head), so its End,
+	// EndGap, follows the request when that is complete.
+	gapEnded bool
 }
 
 // request is the exchange's complete request, nil before it is complete
@@ -271,12 +276,19 @@ func (c *conn) endQueued(ts time.Time) {
 		ex := c.queue[0]
 		c.dequeue()
 		if ex.ro != nil {
-			eo := c.w.endObservation()
-			eo.end.How = EndGap
-			eo.obs = Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, End: &eo.end}
-			c.emitEnd(eo, ex, nil)
+			c.endByGap(ex, ts)
+		} else {
+			ex.gapEnded = true // its request is still arriving
 		}
 	}
+}
+
+// endByGap emits ex's End as cut by lost bytes at ts.
+func (c *conn) endByGap(ex *exchange, ts time.Time) {
+	eo := c.w.endObservation()
+	eo.end.How = EndGap
+	eo.obs = Observation{Kind: KindEnd, Time: ts, Exchange: ex.index, End: &eo.end}
+	c.emitEnd(eo, ex, nil)
 }
 
 // Fin implements TCPStream.

@@ -217,4 +217,7 @@ func (d *dir) finishRequest(incomplete bool) {
 	ro.obs = Observation{Kind: KindRequest, Time: d.ts, Exchange: d.ex.index, Request: req}
 	d.c.emit(&ro.obs)
 	d.req = nil
+	if d.ex.gapEnded {
+		d.c.endByGap(d.ex, d.ts)
+	}
 }

@@ -1610,6 +1610,7 @@ func (d *Detector) endExchange(ex *exchange, o *decode.Observation) {
 	if e.How != decode.EndUnknown {
 		for c := range unansweredCalls(s, ex) {
 			c.cut = true
+			c.answerLost = c.answerLost || e.How == decode.EndGap
 			// A call the client had cancelled (notifications/cancelled)
 			// while its stream was open was given up, not broken: the
 			// server's end of the stream may be its answer to that. A

@@ -483,6 +483,12 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 			continue
 		}
 		c.unknown = true
+		if c.answerLost {
+			// Its response may be in the bytes the capture lost: the
+			// client may know the outcome.
+			d.unverifiable(t, s, nil, "unknown_outcome", ReasonCaptureGap, "call", id)
+			continue
+		}
 		s.pendingUnknown = append(s.pendingUnknown, d.unknownOutcome(s, c, t, reason))
 	}
 	if how == "404" {

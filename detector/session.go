@@ -106,6 +106,9 @@ type call struct {
 	resultHash     uint64 // hash64 of the result: only compared
 	// cut: the stream that should carry the response ended without it.
 	cut bool
+	// answerLost: it was cut by bytes the capture lost (EndGap): the
+	// response may be in them.
+	answerLost bool
 	// broke: how a tools/call's exchange ended without the response (a
 	// cut, a 5xx) when the client had not cancelled it, for the finding
 	// if the client sends it again in the session (checkSessionReissue).
