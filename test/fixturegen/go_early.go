@@ -63,6 +63,8 @@ func uploadDocument() string {
 // backend behind it still holds them.
 type sessionRouter struct {
 	next http.Handler
+	// dropped, if set, sees each refused request once its body is read.
+	dropped func(r *http.Request)
 
 	mu      sync.Mutex
 	known   map[string]bool
@@ -120,53 +122,82 @@ func (g *sessionRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// discarding an unread full-duplex body itself panics on the
 	// connection's next read ("invalid concurrent Body.Read call").
 	io.Copy(io.Discard, r.Body)
+	if g.dropped != nil {
+		g.dropped(r)
+	}
 }
 
-// slowUplink is a proxy hook in the place of a slow client uplink: on the
-// connection of the first request containing marker, whatever the client
-// sends after the read that carried the marker is held until the client
-// has its answer (answered), so the answer is on the wire before the rest
-// of the body, as when a router answers a multi-megabyte upload on its
-// head; holding the rest makes that order certain with a body small enough
-// to commit. A server that waits for the body gets it after holdLimit, and
-// check then fails the scenario.
-type slowUplink struct {
-	marker string
-	used   atomic.Bool
-	done   chan struct{} // closed by answered
-	once   sync.Once
+// earlyOrder is the proxy's part: it stands in for a slow client uplink
+// and fixes the order of two requests that race in the application. On the
+// connection of the first request containing callMarker (the large call),
+// what the client sends after the read that carried the marker is held
+// until the client has a 404 (answered): the answer is on the wire before
+// the rest of the body, as when a router answers a multi-megabyte upload on
+// its head; holding the rest makes that order certain with a body small
+// enough to commit. A keep-alive ping the application sends meanwhile is
+// held at the proxy until the router has dropped the whole body (drained),
+// and the call's 404 until the ping has reached the proxy, so the ping was
+// sent before go-sdk saw any 404 and is answered after the call's body
+// ended. Every hold gives up after holdLimit (a server that waits for the
+// body), and check then fails the scenario.
+type earlyOrder struct {
+	callMarker, pingMarker string
+	callUsed, pingUsed     atomic.Bool
+
+	callIn, pingIn, answeredC, drainedC chan struct{}
+	answerOnce, drainOnce               sync.Once
 	// early: the marker's read ended before its body did, so the rest of
 	// the body reached the server only after the client had its answer.
 	early, timedOut atomic.Bool
 }
 
-// holdLimit bounds how long slowUplink holds a body for its answer.
+// holdLimit bounds how long earlyOrder holds anything.
 const holdLimit = 5 * time.Second
 
-func newSlowUplink(marker string) *slowUplink {
-	return &slowUplink{marker: marker, done: make(chan struct{})}
+func newEarlyOrder(callMarker, pingMarker string) *earlyOrder {
+	return &earlyOrder{callMarker: callMarker, pingMarker: pingMarker,
+		callIn: make(chan struct{}), pingIn: make(chan struct{}),
+		answeredC: make(chan struct{}), drainedC: make(chan struct{})}
 }
 
-// answered releases the held body: the client has its answer.
-func (s *slowUplink) answered() { s.once.Do(func() { close(s.done) }) }
+// answered says the client has a 404; drained that the router has read
+// the call's whole body.
+func (o *earlyOrder) answered() { o.answerOnce.Do(func() { close(o.answeredC) }) }
+func (o *earlyOrder) drained()  { o.drainOnce.Do(func() { close(o.drainedC) }) }
 
-func (s *slowUplink) hooks(int) pcaprec.Hooks {
-	armed := false // each direction of a connection is read by one goroutine
-	return pcaprec.Hooks{FromClient: func(p []byte) ([]byte, pcaprec.Action) {
-		if armed {
-			select {
-			case <-s.done:
-			case <-time.After(holdLimit):
-				s.timedOut.Store(true)
+func (o *earlyOrder) wait(c <-chan struct{}) {
+	select {
+	case <-c:
+	case <-time.After(holdLimit):
+		o.timedOut.Store(true)
+	}
+}
+
+func (o *earlyOrder) hooks(int) pcaprec.Hooks {
+	// Each direction of a connection is read by one goroutine.
+	var call atomic.Bool
+	return pcaprec.Hooks{
+		FromClient: func(p []byte) ([]byte, pcaprec.Action) {
+			switch {
+			case call.Load():
+				o.wait(o.answeredC)
+			case bytes.Contains(p, []byte(o.callMarker)) && o.callUsed.CompareAndSwap(false, true):
+				call.Store(true)
+				o.early.Store(bodyUnfinished(p))
+				close(o.callIn)
+			case bytes.Contains(p, []byte(o.pingMarker)) && o.pingUsed.CompareAndSwap(false, true):
+				close(o.pingIn)
+				o.wait(o.drainedC)
 			}
 			return p, pcaprec.Forward
-		}
-		if bytes.Contains(p, []byte(s.marker)) && s.used.CompareAndSwap(false, true) {
-			armed = true
-			s.early.Store(bodyUnfinished(p))
-		}
-		return p, pcaprec.Forward
-	}}
+		},
+		FromServer: func(p []byte) ([]byte, pcaprec.Action) {
+			if call.Load() && bytes.HasPrefix(p, []byte("HTTP/1.1 404 ")) {
+				o.wait(o.pingIn)
+			}
+			return p, pcaprec.Forward
+		},
+	}
 }
 
 // bodyUnfinished reports whether p holds a request head and fewer body bytes
@@ -185,15 +216,15 @@ func bodyUnfinished(p []byte) bool {
 	return false
 }
 
-// check reports whether the hold did what the spec claims.
-func (s *slowUplink) check() error {
+// check reports whether the order is the one the spec claims.
+func (o *earlyOrder) check() error {
 	switch {
-	case !s.used.Load():
-		return fmt.Errorf("no request carried %s", s.marker)
-	case !s.early.Load():
+	case !o.callUsed.Load() || !o.pingUsed.Load():
+		return errors.New("the call or the ping never reached the proxy")
+	case !o.early.Load():
 		return errors.New("the call's head and whole body came in one read: nothing was left to hold")
-	case s.timedOut.Load():
-		return errors.New("the server waited for the body: no answer came before it")
+	case o.timedOut.Load():
+		return errors.New("a hold timed out: the server waited for the body, or the ping came too late")
 	}
 	return nil
 }
@@ -224,26 +255,44 @@ func runGoEarly404LargeCall(ctx context.Context, dir string) error {
 	router.next = goHandler(srv, storeOpts())
 	doc := uploadArgs{Name: "q3-export.csv", Content: uploadDocument()}
 	stored := fmt.Sprintf("%s: %d bytes stored", doc.Name, len(doc.Content))
-	uplink := newSlowUplink(`"name":"upload"`)
+	order := newEarlyOrder(`"name":"upload"`, `"method":"ping"`)
+	router.dropped = func(r *http.Request) {
+		if r.ContentLength > uploadSize {
+			order.drained()
+		}
+	}
 	via := func(rt http.RoundTripper) http.RoundTripper {
 		return onAnswer{rt: rt, f: func(resp *http.Response) {
 			if resp.StatusCode == http.StatusNotFound {
-				uplink.answered()
+				order.answered()
 			}
 		}}
 	}
 	return recordGo(dir, goEarly404Name, []http.Handler{router}, func(r *rig) error {
-		r.hooks = append(r.hooks, uplink.hooks)
+		r.hooks = append(r.hooks, order.hooks)
 		err := withGoSessionVia(ctx, r.url(), revisionSessions, false, via, func(cs *mcp.ClientSession) error {
 			if err := expectResult(ctx, cs, "echo", streamArgs{Label: "hello"}, nil, "hello"); err != nil {
 				return err
 			}
 			router.restart()
+			// A keep-alive ping while the upload is on its way.
+			pinged := make(chan error, 1)
+			go func() {
+				select {
+				case <-order.callIn:
+					pinged <- cs.Ping(ctx, nil)
+				case <-ctx.Done():
+					pinged <- ctx.Err()
+				}
+			}()
 			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "upload", Arguments: doc})
 			if err := sessionMissing("upload on the lost session", err); err != nil {
 				return err
 			}
-			return uplink.check()
+			if err := sessionMissing("ping on the lost session", <-pinged); err != nil {
+				return err
+			}
+			return order.check()
 		})
 		if err != nil {
 			return err
@@ -263,8 +312,8 @@ func runGoEarly404LargeCall(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
-		if n, refused := runs.Load(), router.refusals(); n != 1 || refused != 1 {
-			return fmt.Errorf("backend ran upload %d times and the router refused %d requests, want 1 and 1", n, refused)
+		if n, refused := runs.Load(), router.refusals(); n != 1 || refused != 2 {
+			return fmt.Errorf("backend ran upload %d times and the router refused %d requests, want 1 and 2", n, refused)
 		}
 		return nil
 	},
@@ -274,15 +323,18 @@ func runGoEarly404LargeCall(ctx context.Context, dir string) error {
 		"# first (full duplex; it then drops the body and keeps the connection).",
 		"# S1: initialize, notifications/initialized, tools/call echo(hello) answered. The router restarts",
 		"# and forgets S1 (the backend still holds it). tools/call upload (q3-export.csv, a 48 KiB CSV: a",
-		"# body of about 50 KB) with Mcp-Session-Id: S1: the router answers 404 `session not found` on the",
-		"# head. The proxy plays a slow uplink: after its first read of the call (the head and the body's",
-		"# first 32 KB) it holds the rest until the client has the 404, so the 404 is on the wire before the",
-		"# body's last byte (a router answers a multi-megabyte upload so). go-sdk's client reports",
-		"# ErrSessionMissing and sends no DELETE. The application opens S2 (initialize without session id)",
-		"# and sends the identical upload, answered; then DELETE. The backend ran upload once: the 404",
-		"# refused the first, so re-sending it is no replay, and no outcome is unknown. Before 2026-12-06",
-		"# the decoder emitted the call when its body ended, after its answer: the 404 went unpaired, and",
-		"# S1 was not seen to end with it.",
+		"# body of about 50 KB) with Mcp-Session-Id: S1, and while it is on its way a keep-alive ping on a",
+		"# second connection. The proxy plays a slow uplink: after its first read of the call (head and the",
+		"# body's first 32 KB) it holds the rest until the client has the 404 the router answered on the",
+		"# head, so the 404 is on the wire before the body's last byte (a router answers a multi-megabyte",
+		"# upload so); it holds the ping until the router has dropped the body, so the ping, sent before",
+		"# go-sdk saw any 404, is answered 404 after the call's body ended. go-sdk's client reports",
+		"# ErrSessionMissing for both and sends no DELETE. The application opens S2 (initialize without",
+		"# session id) and sends the identical upload, answered; then DELETE. The backend ran upload once:",
+		"# the 404 refused the first, so re-sending it is no replay, and no outcome is unknown. Before",
+		"# 2026-12-06 the decoder emitted the call when its body ended, after its answer: that 404 went",
+		"# unpaired, the call looked in flight when the ping's 404 lost S1, and its re-send on S2 was a",
+		"# critical silent_reinit_after_404.",
 		"expect violation count=0",
 		"expect session ended=404 count=1",
 		"expect session ended=deleted count=1",
