@@ -530,12 +530,15 @@ func limitBit(field string) uint16 {
 	return 128
 }
 
-// messageIDs lists the JSON-RPC ids an event carried, so a finding on an
-// event names the requests it touched.
+// messageIDs lists the ids of the client's requests an event answered, so
+// a finding on an event names the requests it touched. A request of the
+// server's own (sampling, elicitation, ping) is left out: its id is of the
+// server's numbering, which overlaps the client's (both count from 0).
 func messageIDs(msgs []decode.Message) []string {
 	var ids []string
 	for i := range msgs {
-		if id := msgs[i].ID; id != "" && id != "null" {
+		m := &msgs[i]
+		if id := m.ID; id != "" && id != "null" && (m.Type == decode.MsgResponse || m.Type == decode.MsgError) {
 			ids = append(ids, id)
 		}
 	}

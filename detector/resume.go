@@ -728,7 +728,7 @@ func (d *Detector) replayed(ex *exchange, s *session, o *decode.Observation, why
 	d.violation(&Violation{
 		Kind: KindReplayedEvent, Time: o.Time, LastEventID: ex.cursor, FirstEventID: o.Event.ID, StreamID: streamName(ex.stream),
 		Explanation: fmt.Sprintf("The client resumed session %s from event %s and the server sent it an event it already had "+
-			"(%s). The client appends it again: a progress notification or tool result it already acted on is acted on twice. "+
+			"(%s). The client appends it again: a progress notification, tool result or server request (sampling, elicitation) it already acted on is acted on twice. "+
 			"Check the event store's replay: it must return only events strictly after Last-Event-ID.", s.id, ex.cursor, why),
 		Evidence: append([]Evidence{ex.requestEvidence(), ex.responseEvidence(), ex.evidence(o.Time, "sse event", why)}, firstSent(s, o.Event.ID, ex.cursor)...),
 	}, ex, s, o.Event.ID)
