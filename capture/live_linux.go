@@ -80,6 +80,8 @@ type LiveCapture struct {
 
 	readerStats []statsSlot // per socket
 	workerStats []statsSlot // per worker
+	// drops is the kernel's drops over every socket, as last polled.
+	drops atomic.Uint64
 
 	mu    sync.Mutex
 	state int // liveNew, liveRunning, liveDone
@@ -177,7 +179,7 @@ func (c *LiveCapture) openInterface(j int, prog []bpf.RawInstruction) error {
 	iface := c.ifaces[j]
 	first := len(c.sockets)
 	for i := range c.cfg.Workers {
-		s, err := openSocket(c.cfg, iface.name, prog)
+		s, err := openSocket(c.cfg, iface.name, prog, &c.drops)
 		if err != nil {
 			return err
 		}
@@ -212,7 +214,7 @@ func (c *LiveCapture) openInterface(j int, prog []bpf.RawInstruction) error {
 	return nil
 }
 
-func openSocket(cfg LiveConfig, name string, prog []bpf.RawInstruction) (*liveSocket, error) {
+func openSocket(cfg LiveConfig, name string, prog []bpf.RawInstruction, drops *atomic.Uint64) (*liveSocket, error) {
 	dev := name
 	if dev == AnyInterface {
 		dev = "" // bound to no interface: all of them
@@ -226,7 +228,7 @@ func openSocket(cfg LiveConfig, name string, prog []bpf.RawInstruction) (*liveSo
 		}
 		return nil, fmt.Errorf("capture: opening a packet socket on %s: %v", name, err)
 	}
-	s := &liveSocket{name: name, tp: tp}
+	s := &liveSocket{name: name, tp: tp, drops: drops}
 	if err := tp.SetBPF(prog); err != nil {
 		s.close()
 		return nil, fmt.Errorf("capture: attaching the filter on %s: %v", name, err)
@@ -272,6 +274,7 @@ type liveSocket struct {
 	worker int
 	iface  int // index in LiveCapture.ifaces
 	tp     *afpacket.TPacket
+	drops  *atomic.Uint64 // the capture's total (LiveCapture.drops)
 
 	mu     sync.Mutex // guards below
 	last   [3]uint32  // the counters TPacket reported last (it sums the kernel's in uint32)
@@ -298,6 +301,7 @@ func (s *liveSocket) pollLocked() {
 	// Differences of uint32 survive TPacket's sums wrapping around.
 	s.total.Packets += uint64(now[0] - s.last[0])
 	s.total.Drops += uint64(now[1] - s.last[1])
+	s.drops.Add(uint64(now[1] - s.last[1]))
 	s.total.QueueFreezes += uint64(now[2] - s.last[2])
 	s.last = now
 }
@@ -358,6 +362,14 @@ func (c *LiveCapture) Snapshot() LiveStats {
 	}
 	return ls
 }
+
+// KernelDrops is the packets the kernel dropped on every socket, as last
+// polled. Each reader polls its socket before it vouches for a time
+// (readerClocks), and the workers' Ticks, which release observations to
+// the detector, never pass what every reader vouched for: so an
+// observation comes after every drop of a packet stamped before it is
+// counted here. One atomic load: it is asked before every observation.
+func (c *LiveCapture) KernelDrops() uint64 { return c.drops.Load() }
 
 // Run reads the sockets until ctx is cancelled, then delivers what the rings
 // held from before the cancellation (for at most liveDrainTimeout), closes
@@ -657,6 +669,11 @@ func (r *liveReader) flush() {
 // t (readerClocks).
 func (r *liveReader) vouch(t time.Time) {
 	if n := t.UnixNano(); n > r.vouched {
+		// A packet stamped before t that the ring had no room for was
+		// dropped before t was read: counted now, before t is vouched
+		// for, it is in KernelDrops before any observation after it
+		// can reach the detector (a read every liveFlushEvery at most).
+		r.s.pollKernel()
 		r.vouched = n
 		r.clocks[r.k].Store(n)
 	}

@@ -28,5 +28,8 @@ func (c *LiveCapture) Run(context.Context) (LiveStats, error) { return LiveStats
 // Snapshot returns zero counters.
 func (c *LiveCapture) Snapshot() LiveStats { return LiveStats{} }
 
+// KernelDrops returns zero.
+func (c *LiveCapture) KernelDrops() uint64 { return 0 }
+
 // Close does nothing.
 func (c *LiveCapture) Close() error { return nil }

@@ -36,10 +36,12 @@ type Live struct {
 
 	mu        *sync.Mutex // the detector's (LiveConfig.Lock when set)
 	lastDrops uint64      // kernel drops already told to the detector; mu
-	detStats  atomic.Pointer[detector.Stats]
-	clockStop chan struct{}
-	clockDone chan struct{}
-	closeOnce sync.Once
+	// kernelDrops is capture's KernelDrops (a seam for tests).
+	kernelDrops func() uint64
+	detStats    atomic.Pointer[detector.Stats]
+	clockStop   chan struct{}
+	clockDone   chan struct{}
+	closeOnce   sync.Once
 }
 
 // NewLive opens the capture (it says which capability is missing) and
@@ -50,17 +52,13 @@ func NewLive(cfg LiveConfig, out detector.Sink) (*Live, error) {
 		clockStop: make(chan struct{}), clockDone: make(chan struct{})}
 	l.storeStats()
 	cfg.Decode.ReuseObservations = true // the detector keeps nothing the pipeline reuses
-	l.pipe = decode.NewPipeline(cfg.Decode, cfg.Capture.WithDefaults().Workers, func(o *decode.Observation) {
-		l.mu.Lock()
-		l.det.Observe(o)
-		l.mu.Unlock()
-	})
+	l.pipe = decode.NewPipeline(cfg.Decode, cfg.Capture.WithDefaults().Workers, l.observe)
 	c, err := capture.NewLive(cfg.Capture, func(i int) decode.StreamFactory { return l.pipe.Factory(i) })
 	if err != nil {
 		l.pipe.Close()
 		return nil, err
 	}
-	l.capture = c
+	l.capture, l.kernelDrops = c, c.KernelDrops
 	go l.clock()
 	return l, nil
 }
@@ -87,6 +85,18 @@ func (l *Live) Run(ctx context.Context) error {
 	return err
 }
 
+// observe hands o to the detector, told first of any kernel drop counted
+// since the last: a drop of a packet stamped before o is counted by then
+// (capture's KernelDrops), and a finding o completes may rest on it. The
+// clock's once a second came too late for one: the detector judged o
+// first.
+func (l *Live) observe(o *decode.Observation) {
+	l.mu.Lock()
+	l.noteLoss()
+	l.det.Observe(o)
+	l.mu.Unlock()
+}
+
 // clock moves the detector's clock: on a quiet network nothing else does.
 // Observations can still be on their way for the reorder window, so the
 // clock stays that far (and a tick) behind the wall.
@@ -100,7 +110,7 @@ func (l *Live) clock() {
 			return
 		case now := <-tick.C:
 			l.mu.Lock()
-			l.noteLoss(now)
+			l.noteLoss()
 			l.det.Advance(now.Add(-l.cfg.Decode.ReorderWindow - 2*time.Second))
 			l.storeStats()
 			if l.cfg.Tick != nil {
@@ -114,9 +124,9 @@ func (l *Live) clock() {
 // noteLoss tells the detector about kernel drops since the last call; mu
 // held. Drops are counted per socket, not per connection: every check whose
 // evidence began before now may rest on a packet that never arrived.
-func (l *Live) noteLoss(now time.Time) {
-	if drops := l.capture.Snapshot().Kernel.Drops; drops > l.lastDrops {
-		l.det.NoteCaptureLoss(now)
+func (l *Live) noteLoss() {
+	if drops := l.kernelDrops(); drops > l.lastDrops {
+		l.det.NoteCaptureLoss(time.Now())
 		l.lastDrops = drops
 	}
 }
@@ -131,9 +141,8 @@ func (l *Live) Close() {
 		close(l.clockStop)
 		<-l.clockDone
 		l.mu.Lock()
-		now := time.Now()
-		l.noteLoss(now)
-		l.det.Close(now)
+		l.noteLoss()
+		l.det.Close(time.Now())
 		l.storeStats()
 		if l.cfg.Tick != nil {
 			l.cfg.Tick()
