@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -305,17 +306,27 @@ func addPacket(view captureView, pkt *pdmlPacket) error {
 	return nil
 }
 
-// gluedHead says whether tshark read an http element as a head whose first
-// "header" holds illegal characters: the previous request's body glued to
-// the next request line (it reassembles a body sent in its own segment
-// with what follows).
+// gluedHead says whether tshark glued the previous request's body to the
+// next request line (it reassembles a body sent in its own segments with
+// what follows): read as a head whose first "header" holds illegal
+// characters, or as a body whose data runs on into a request line (a 50 KB
+// upload, then a DELETE: go-early-404-large-call).
 func gluedHead(fs []pdmlField) bool {
 	found := false
 	walk(fs, func(f *pdmlField) {
-		found = found || f.Name == "http.bad_header_name"
+		switch f.Name {
+		case "http.bad_header_name":
+			found = true
+		case "http.file_data":
+			b, err := hex.DecodeString(f.Value)
+			found = found || err == nil && requestLineWithin.Match(b)
+		}
 	})
 	return found
 }
+
+// requestLineWithin matches a request line after the start of a body.
+var requestLineWithin = regexp.MustCompile(`.(GET|POST|DELETE|PUT|PATCH|HEAD|OPTIONS) \S+ HTTP/1\.[01]\r?\n`)
 
 func parsePort(s string) uint16 {
 	v, err := strconv.ParseUint(s, 10, 16)
