@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -37,8 +38,12 @@ var rewritesClientBytes = map[string]bool{
 }
 
 // agentProxyHost is the loopback address the fixture proxies listen on
-// while an agent captures them.
-const agentProxyHost = "127.0.0.2"
+// while an agent captures them: one of 127/8 drawn per test process, so
+// that an agent hears only its own run's traffic. With a fixed address, a
+// rolling deploy another test run on the same machine sent through it
+// reached this run's agent, as three session swaps analyze of this run's
+// recordings rightly did not have.
+var agentProxyHost = fmt.Sprintf("127.%d.%d.%d", 100+rand.IntN(100), rand.IntN(256), 1+rand.IntN(254))
 
 type liveAgent struct {
 	cmd    *exec.Cmd

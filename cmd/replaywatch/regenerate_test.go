@@ -29,7 +29,7 @@ func TestRegeneratedFixtures(t *testing.T) {
 	}
 	dir := t.TempDir()
 	// While the SDKs talk, the agent captures the same traffic live: the
-	// proxies listen on 127.0.0.2, so a filter keeps only the client-side
+	// proxies listen on agentProxyHost, so a filter keeps only the client-side
 	// leg (the proxy-to-backend leg carries the same bytes again).
 	agent := startLiveAgent(t, "host "+agentProxyHost)
 	cmd := exec.Command("go", "run", "./test/fixturegen", "-out", dir, "-sample", "")
