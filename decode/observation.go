@@ -104,7 +104,7 @@ func (c Conn) String() string {
 type Kind uint8
 
 const (
-	KindRequest  Kind = iota + 1 // a complete request (head and body)
+	KindRequest  Kind = iota + 1 // a request: head and body, or as much of the body as came (BodyIncomplete)
 	KindResponse                 // a response head
 	KindEvent                    // one complete SSE event (its blank line arrived)
 	KindBody                     // a complete non-SSE response body with JSON-RPC content

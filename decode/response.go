@@ -91,6 +91,7 @@ func (d *dir) responseHead() {
 		// body unread, and the rest of the body is skipped as it comes.
 		cl.req.req.AnsweredEarly = true
 		cl.keepBody = false
+		cl.dropCoding() // what it inflated so far is not read either
 		cl.finishRequest(true)
 	}
 	if ex.method == "" {

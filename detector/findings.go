@@ -269,10 +269,15 @@ func (d *Detector) completeViolation(v *Violation, ex *exchange, s *session, idP
 			v.ProtocolVersion = ex.rev
 		}
 	}
+	rpcIDs := v.JSONRPCIDs
 	if len(v.JSONRPCIDs) == 0 && v.FirstEventID != "" && ev != nil {
-		v.JSONRPCIDs = messageIDs(ev.Messages)
+		v.JSONRPCIDs = eventIDs(ev.Messages, true)
+		// The id keeps every id the event carried, as before 2026-12-06:
+		// agents of both versions in one deployment (a rolling upgrade)
+		// name one finding alike.
+		rpcIDs = eventIDs(ev.Messages, false)
 	}
-	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, idServer(ex, s, v.Server), strings.Join(v.JSONRPCIDs, ",")}, idParts...)
+	parts := append([]string{v.SessionID, v.NewSessionID, v.LastEventID, v.FirstEventID, v.Client, idServer(ex, s, v.Server), strings.Join(rpcIDs, ",")}, idParts...)
 	if ex != nil {
 		parts = append(parts, ex.requestIdentity())
 	}
@@ -530,15 +535,17 @@ func limitBit(field string) uint16 {
 	return 128
 }
 
-// messageIDs lists the ids of the client's requests an event answered, so
-// a finding on an event names the requests it touched. A request of the
-// server's own (sampling, elicitation, ping) is left out: its id is of the
-// server's numbering, which overlaps the client's (both count from 0).
-func messageIDs(msgs []decode.Message) []string {
+// eventIDs lists the JSON-RPC ids an event carried; with answersOnly, those
+// of the client's requests it answered, so that a finding on an event names
+// the requests it touched. A request of the server's own (sampling,
+// elicitation, ping) has an id of the server's numbering, which overlaps the
+// client's (both count from 0).
+func eventIDs(msgs []decode.Message, answersOnly bool) []string {
 	var ids []string
 	for i := range msgs {
 		m := &msgs[i]
-		if id := m.ID; id != "" && id != "null" && (m.Type == decode.MsgResponse || m.Type == decode.MsgError) {
+		answer := m.Type == decode.MsgResponse || m.Type == decode.MsgError
+		if id := m.ID; id != "" && id != "null" && (answer || !answersOnly) {
 			ids = append(ids, id)
 		}
 	}

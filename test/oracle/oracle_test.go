@@ -325,8 +325,9 @@ func gluedHead(fs []pdmlField) bool {
 	return found
 }
 
-// requestLineWithin matches a request line after the start of a body.
-var requestLineWithin = regexp.MustCompile(`.(GET|POST|DELETE|PUT|PATCH|HEAD|OPTIONS) \S+ HTTP/1\.[01]\r?\n`)
+// requestLineWithin matches a request's head at the end of a body, after
+// its start: what tshark glued on.
+var requestLineWithin = regexp.MustCompile(`(?s).(GET|POST|DELETE|PUT|PATCH|HEAD|OPTIONS) \S+ HTTP/1\.[01]\r?\n.*\r?\n\r?\n$`)
 
 func parsePort(s string) uint16 {
 	v, err := strconv.ParseUint(s, 10, 16)
