@@ -42,10 +42,9 @@ const (
 	// comes is stamped after it, as the Tick contract wants.
 	liveTickLag = 250 * time.Millisecond
 	// livePublishEvery is how often readers publish their counters for
-	// Snapshot, and read their socket's kernel counters at most every
-	// liveKernelStatsEvery.
-	livePublishEvery     = 100 * time.Millisecond
-	liveKernelStatsEvery = time.Second
+	// Snapshot. Their socket's kernel counters they read whenever they
+	// vouch for a newer time (vouch).
+	livePublishEvery = 100 * time.Millisecond
 	// liveDrainTimeout bounds how long, after cancellation, readers go on
 	// reading what the rings hold from before it.
 	liveDrainTimeout = 500 * time.Millisecond
@@ -560,7 +559,6 @@ type liveReader struct {
 	flushAt     time.Time
 	packets     uint64
 	nextPublish time.Time // wall clock
-	nextKernel  time.Time // wall clock
 	// stopAt is set once the context is cancelled: packets stamped after
 	// it are left in the ring.
 	stopAt time.Time
@@ -682,8 +680,7 @@ func (r *liveReader) vouch(t time.Time) {
 	}
 }
 
-// publish makes the counters visible to Snapshot, and reads the kernel's,
-// when they are due.
+// publish makes the counters visible to Snapshot when they are due.
 func (r *liveReader) publish() {
 	now := time.Now()
 	if now.Before(r.nextPublish) {
@@ -696,10 +693,6 @@ func (r *liveReader) publish() {
 		r.vouch(r.feed.now)
 	}
 	r.slot.set(&r.stats, 0, r.beforeStart, 0)
-	if now.After(r.nextKernel) {
-		r.nextKernel = now.Add(liveKernelStatsEvery)
-		r.s.pollKernel()
-	}
 }
 
 func (r *liveReader) finish() {
