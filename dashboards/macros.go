@@ -275,12 +275,35 @@ func ReplaceVariables(sql string, q QueryContext) string {
 	}
 	return templateVarRE.ReplaceAllStringFunc(sql, func(m string) string {
 		sub := templateVarRE.FindStringSubmatch(m)
-		name := sub[1] + sub[2] + sub[4]
-		if v, ok := vars[name]; ok {
+		name, format := sub[1]+sub[2]+sub[4], sub[3]+sub[6]
+		v, ok := vars[name]
+		switch {
+		case !ok:
+		case format == "":
 			return v
+		case format == "percentencode":
+			return percentEncode(v)
 		}
-		return m
+		return m // a format not followed here stays, for the tests to see
 	})
+}
+
+// percentEncode is Grafana's ${name:percentencode} (encodeURIComponentStrict):
+// every UTF-8 byte but RFC 3986's unreserved characters as %XX. What it
+// leaves is safe between single quotes in SQL, where a value as it is (a
+// session id holds any visible ASCII the wire carried: quotes, backslashes)
+// is not; decodeURLComponent turns it back on the server.
+func percentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // grafanaInterval writes an interval as Grafana's $__interval does: the

@@ -70,4 +70,10 @@ func TestReplaceVariables(t *testing.T) {
 	if got := dashboards.ReplaceVariables(in, q); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	q.Vars["session"] = `a b'(c)*!\~é%`
+	in = "'${session:percentencode}' '[[session:percentencode]]' '${session:sqlstring}'"
+	want = "'a%20b%27%28c%29%2A%21%5C~%C3%A9%25' 'a%20b%27%28c%29%2A%21%5C~%C3%A9%25' '${session:sqlstring}'"
+	if got := dashboards.ReplaceVariables(in, q); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
 }

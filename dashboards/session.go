@@ -9,7 +9,11 @@ import (
 
 // The session dashboard's SQL: every query is about the session in
 // ${session} (its rows lead with session_id, so each is a few granules),
-// within the time range (links carry the range over). The story panels
+// within the time range (links carry the range over). The id comes
+// percent-encoded and is decoded by the server: Grafana puts a variable's
+// value in the SQL as it is, and a session id is whatever the wire carried
+// (a quote, a backslash), which would end the string or add a condition.
+// The story panels
 // (epochs, transitions, events, resumes, findings) and the annotations
 // come from the replaywatch data source instead (storyTable).
 const (
@@ -21,18 +25,18 @@ LIMIT 1000`
 
 	sqlSessionEventsPerStream = `SELECT $__timeInterval(time) AS t, stream_id, count() AS events
 FROM stream_events FINAL
-WHERE session_id = '${session}' AND $__timeFilter(time)
+WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
 GROUP BY t, stream_id
 ORDER BY t, stream_id`
 
 	sqlSessionUnknown = `SELECT time, called_at, jsonrpc_id, method, tool, arguments_hash, reason, reissued_in_session
 FROM unknown_outcomes FINAL
-WHERE session_id = '${session}' AND $__timeFilter(time)
+WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
 ORDER BY time`
 
 	sqlSessionUnverifiable = `SELECT time, check_name, reason
 FROM unverifiable FINAL
-WHERE session_id = '${session}' AND $__timeFilter(time)
+WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
 ORDER BY time`
 
 	// The story in one list. The casts: older servers find no common type
@@ -40,14 +44,14 @@ ORDER BY time`
 	sqlSessionTimeline = `SELECT time, what, stream_id, detail FROM (
     SELECT time, 'event' AS what, stream_id,
         concat(event_id, ' #', toString(position), ' delivery ', toString(delivery)) AS detail
-    FROM stream_events FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+    FROM stream_events FINAL WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
     UNION ALL
     SELECT time, CAST(concat('resume ', outcome) AS String) AS what, stream_id,
         concat('Last-Event-ID ', last_event_id, ', status ', toString(status)) AS detail
-    FROM resumes FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+    FROM resumes FINAL WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
     UNION ALL
     SELECT time, CAST(concat('finding ', kind) AS String) AS what, stream_id, explanation AS detail
-    FROM violations FINAL WHERE session_id = '${session}' AND $__timeFilter(time)
+    FROM violations FINAL WHERE session_id = decodeURLComponent('${session:percentencode}') AND $__timeFilter(time)
 )
 ORDER BY time, what`
 )
