@@ -158,7 +158,12 @@ const (
 	clickhousePlugin = "grafana-clickhouse-datasource"
 	prometheusUID    = "replaywatch-prometheus"
 	sessionDashboard = "/d/replaywatch-session?var-session="
-	healthDashboard  = "/d/replaywatch-health"
+	// sessionLink opens a finding's session, or the overview for a finding
+	// without one (2026-07-28): the session dashboard opened on no session
+	// would show every sessionless finding's rows as one session's.
+	sessionLink       = "{{ if $labels.session_id }}" + sessionDashboard + "{{ urlquery $labels.session_id }}{{ else }}" + overviewDashboard + "{{ end }}"
+	overviewDashboard = "/d/replaywatch-overview"
+	healthDashboard   = "/d/replaywatch-health"
 )
 
 // severities are the values of the severity label, and what each does.
@@ -433,12 +438,27 @@ func TestAlertRules(t *testing.T) {
 				t.Error(err)
 			}
 			if q.clickhouse != nil {
-				for _, ref := range []string{"$labels.session_id", "$labels.server"} {
-					if !strings.Contains(a["description"], ref) {
-						t.Errorf("description does not name the session and server: no %s", ref)
+				labels := sqlLabelColumns(q.clickhouse.RawSQL)
+				if !slices.Contains(labels, "server") {
+					t.Errorf("labels %v: the server must be one", labels)
+				}
+				for _, l := range labels {
+					if ref := "$labels." + l; !strings.Contains(a["description"], ref) {
+						t.Errorf("description does not name label %s: no %s", l, ref)
 					}
 				}
-				want := sessionDashboard + "{{ urlquery $labels.session_id }}"
+				// Grafana tells a rule's instances apart by their
+				// labels: one that names a finding's session, while
+				// pending for a while, starts over with every new
+				// session and never fires during the incident it is
+				// for (a rule over a server's share of resumes did).
+				if r.For != "0s" && slices.Contains(labels, "session_id") {
+					t.Errorf("for %s with a session_id label: each new session restarts the wait", r.For)
+				}
+				want := overviewDashboard
+				if slices.Contains(labels, "session_id") {
+					want = sessionLink
+				}
 				if a["dashboard_url"] != want {
 					t.Errorf("dashboard_url %q, want %q", a["dashboard_url"], want)
 				}
