@@ -503,6 +503,12 @@ func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason strin
 	if c.reissuedHere {
 		reissuedIn = s.id
 	}
+	if c.cancelled {
+		// The client gave the call up itself (a deadline, a user's
+		// cancel): its outcome is as unknown, but the client knows it
+		// does not know, and nothing went wrong on the server's side.
+		reason = UnknownCancelledPrefix + reason
+	}
 	return &UnknownOutcome{
 		ID:                findingID("unknown_outcome", s.id, c.id, c.method, c.tool, c.paramsHash, s.client.String(), s.endpoint()),
 		Time:              t,

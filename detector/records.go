@@ -135,6 +135,12 @@ type SessionSummary struct {
 	Source string
 }
 
+// UnknownCancelledPrefix begins the Reason of an UnknownOutcome whose call
+// the client cancelled (notifications/cancelled) before any response: a
+// client's time-out, not a loss on the server's side, which alerts leave
+// out.
+const UnknownCancelledPrefix = "the client cancelled the call; "
+
 // UnknownOutcome is a tools/call that was in flight when its
 // session was lost: the client cannot know whether it ran.
 type UnknownOutcome struct {

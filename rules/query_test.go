@@ -112,11 +112,15 @@ func scenarios(r *alertRule, sql string, window time.Duration, now time.Time) []
 		}
 	case "rw-unknown-outcomes":
 		u1, u2 := unknown("u1", "S-lost", "ship", recent), unknown("u2", "S-lost", "charge", recent)
+		cancelled := unknown("u3", "S-lost", "ship", recent)
+		cancelled["reason"] = lit(detector.UnknownCancelledPrefix + "the stream carrying the call ended before its response and no resume delivered it")
 		return []scenario{
 			{"present", seed{"unknown_outcomes": {u1, u2, u1}},
 				[]instance{{map[string]string{"session_id": "S-lost", "server": server, "client": client, "tools": "charge,ship"}, 2}}},
 			{"absent", seed{}, nil},
 			{"older than the window", seed{"unknown_outcomes": {unknown("u1", "S-lost", "ship", old)}}, nil},
+			// A client's own time-out: it knows it does not know.
+			{"cancelled by the client", seed{"unknown_outcomes": {cancelled}}, nil},
 		}
 	}
 	return nil
