@@ -69,7 +69,7 @@ func health() *dashboard.DashboardBuilder {
 			promQuery{"A", gauge("replaywatch_detector_sessions"), "{{node}}"})).
 		WithPanel(promTimeSeries(ids, meta{"Limits hit", "Times a named limit was reached over the rate interval (at least four scrapes, so one hit shows in several points); each package's README says what that costs.", "none", 8, 7},
 			promQuery{"A", `sum by (node, limit) (increase(replaywatch_limit_hits_total` + sel + `[$__rate_interval])) > 0`, "{{node}} {{limit}}"})).
-		WithPanel(promTimeSeries(ids, meta{"Findings and resumes", "Violations and resume attempts per second, as the detector counts them.", "cps", 8, 7},
+		WithPanel(promTimeSeries(ids, meta{"Findings and resumes", "Violations and resume attempts per second, as the detector counts them. A violation counts under its kind's catalogue severity, the kind's highest: one graded lower (a high silent_reinit_after_404) shows as critical here; the Overview has each finding's own.", "cps", 8, 7},
 			promQuery{"A", `sum by (node, severity) (rate(replaywatch_detector_violations_total` + sel + `[$__rate_interval]))`, "{{node}} {{severity}}"},
 			promQuery{"B", `sum by (node, outcome) (rate(replaywatch_detector_resumes_total` + sel + `[$__rate_interval]))`, "{{node}} resume {{outcome}}"})).
 		WithPanel(promTimeSeries(ids, meta{"Requests by protocol revision", "MCP requests per second by the revision they spoke: the mix of 2025-11-25 (sessions, resumption) and 2026-07-28 (no sessions) clients.", "reqps", 8, 7},
