@@ -45,7 +45,9 @@
 #      time (/proc/PID/stat utime + stime) and peak RSS (VmHWM). Then it
 #      stops the agent with SIGTERM and compares its JSON Lines with
 #      "replaywatch analyze --format json FILE" (agentbench compare: MATCH or
-#      the differences). Beside the agent's figures it prints tcpreplay's own
+#      the differences; for a paced run, analyze of FILE retimed to the
+#      rate, agentbench retime, since the sender keeps no capture timing),
+#      and prints the limits the agent hit. Beside the agent's figures it prints tcpreplay's own
 #      (and its CPU time, with GNU time), the share of the cores that other
 #      work took during the run (/proc/stat), and the longest time the 100 ms
 #      poller was kept from running: drops follow the machine's load.
@@ -223,6 +225,30 @@ analyze_ref() {
 		sed -E 's/.*"packets":([0-9]+),"bytes":([0-9]+).*"mcp_sessions":([0-9]+).*"violations":([0-9]+),"unknown_outcomes":([0-9]+),"unverifiable":([0-9]+).*/\1 packets, \2 bytes, \3 sessions, \4 violations, \5 unknown outcomes, \6 unverifiable/')"
 }
 
+# paced_ref FILE RATE: sets REF to the reference of a paced run: analyze of
+# FILE retimed to RATE (agentbench retime), made once per file and rate. A
+# paced sender keeps none of the capture's timing, and the detector's time
+# windows (a proxy's hop within a second, the requests of a second it
+# remembers) see what the wire's times say: analyze of the file as captured
+# sets aside some of the woven fixtures' identical first requests as a
+# proxy's hops (their clients' addresses serve MCP too), where the agent,
+# given the same requests in a fraction of the time, sees more of them than
+# a second's memory holds, and judges them.
+paced_ref() {
+	local f=$1 rate=$2 ref=$WORK/analyze-$(basename "$1" .pcap)-at-$2
+	REF=$ref.jsonl
+	[[ -s $REF ]] && return
+	"$AB" retime -mbps "$rate" -out "$ref.pcap" "$f"
+	local rc=0
+	"$BIN" analyze --format json --progress never "$ref.pcap" >"$REF" 2>"$ref.err" || rc=$?
+	rm -f "$ref.pcap"
+	if ((rc > 1)); then
+		echo "analyze of $(basename "$f") retimed to $rate Mbit/s failed (exit $rc):" >&2
+		cat "$ref.err" >&2
+		exit 1
+	fi
+}
+
 # run_once LABEL FILE [TCPREPLAY OPTIONS...]: one agent run; appends a row to RESULTS
 # and sets LAST_DROPS (kernel drops + packets that never reached the socket)
 # and LAST_MBPS (tcpreplay's rate).
@@ -347,7 +373,11 @@ run_once() {
 	drops=$(metric "$out.metrics" replaywatch_capture_kernel_drops_total)
 	dups=$(metric "$out.metrics" replaywatch_capture_duplicates_total)
 	gaps=$(metric "$out.metrics" replaywatch_capture_gaps_total)
-	"$AB" compare -analyze "$WORK/analyze-$(basename "$file" .pcap).jsonl" -agent "$out.jsonl" >"$out.compare"
+	REF=$WORK/analyze-$(basename "$file" .pcap).jsonl
+	if [[ $rate != top ]]; then
+		paced_ref "$file" "$rate"
+	fi
+	"$AB" compare -analyze "$REF" -agent "$out.jsonl" >"$out.compare"
 	local fverdict averdict
 	fverdict=$(sed -nE 's/^findings .*: (MATCH|DIFF)$/\1/p' "$out.compare")
 	averdict=$(sed -nE 's/^all records .*: (MATCH|DIFF)$/\1/p' "$out.compare")
@@ -370,7 +400,17 @@ run_once() {
 	fi
 	read -r other_pct steal_pct window <<<"$other"
 	echo "   machine over ${window}s: tcpreplay ${rcpu} CPU-s; other work ${other_pct}% of the $(nproc) cores, steal ${steal_pct}%; the 100 ms poller was held up to ${stall}s"
+	if [[ $rate != top ]]; then
+		echo "   against analyze of the file retimed to $rate Mbit/s (agentbench retime): what the agent saw"
+	else
+		echo "   against analyze of the file as captured: at full speed the agent sees its time squeezed into ${ssec}s,"
+		echo "   and the detector's time windows judge other traffic (findings lost or changed: not a fault by itself)"
+	fi
 	sed 's/^/   | /' "$out.compare"
+	# Limits the agent hit change what it judges (a full hop memory judges
+	# a proxy's hop as a request of its own): say which.
+	awk '$1 ~ /^replaywatch_limit_hits_total\{/ && $NF > 0 { sub(/^replaywatch_limit_hits_total/, "", $1); l = l " " $1 "=" $NF }
+		END { if (l != "") print "   agent limits hit:" l }' "$out.metrics"
 	local row
 	# shellcheck disable=SC2086
 	row=$(awk $stats -v label="$label" -v rate="$rate" -v ssec="$ssec" -v smbps="$smbps" -v fv="$fverdict" -v av="$averdict" \

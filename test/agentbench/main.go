@@ -1,10 +1,11 @@
 // Command agentbench is the helper of scripts/bench-agent.sh, the live
-// capture benchmark of replaywatch agent. It has four subcommands:
+// capture benchmark of replaywatch agent. It has five subcommands:
 //
 //	agentbench weave -out FILE [-base BASE.pcap] FIXTURE.pcap...
 //	agentbench compare -analyze ANALYZE.jsonl -agent AGENT.jsonl
 //	agentbench watch -url http://127.0.0.1:19464/metrics -pid PID -done FILE -out FILE
 //	agentbench send -i IFACE [-mbps N] [-batch N] FILE.pcap
+//	agentbench retime -mbps N -out FILE CAPTURE.pcap
 //
 // weave builds a capture that has violations in it. Each fixture capture
 // (recorded on loopback, 127.0.0.1 on both sides) gets an address of its
@@ -47,6 +48,9 @@
 //
 // send replays a capture onto an interface like tcpreplay -K, many frames
 // per system call (see runSend).
+//
+// retime writes the capture with the times send -mbps gives its frames
+// (see runRetime): what analyze must be given to see what the agent sees.
 package main
 
 import (
@@ -73,7 +77,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: agentbench weave|compare|watch|send [flags]")
+		fmt.Fprintln(os.Stderr, "usage: agentbench weave|compare|watch|send|retime [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -86,8 +90,10 @@ func main() {
 		err = runWatch(os.Args[2:], os.Stdout)
 	case "send":
 		err = runSend(os.Args[2:], os.Stdout)
+	case "retime":
+		err = runRetime(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want weave, compare, watch or send)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want weave, compare, watch, send or retime)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentbench:", err)
