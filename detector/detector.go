@@ -140,6 +140,14 @@ type Detector struct {
 	// its requests in a row without a session id repeated another
 	// client's to another server (hops.go, relayEvidence).
 	relayRepeats map[netip.Addr]int
+	// hopCallers: for a party (client address, Authorization, clientInfo
+	// and User-Agent) at an endpoint, when a tools/call of it was last set
+	// aside as a hop (UnixNano): its habit may be in such calls (hops.go,
+	// setAside; reissue.go, noteBrokenCall); hopCallersForgot: when
+	// they were last forgotten at maxHopRequests (every party counts as
+	// set aside within twice LinkWindow of that).
+	hopCallers       map[uint64]int64
+	hopCallersForgot int64
 	// hopProbes: requests that may be a proxy's hop on the client's own
 	// host, by the exchange they may repeat; localPairs: for pairs of
 	// server sockets, how many answers in a row said they are a proxy's
@@ -178,6 +186,7 @@ func New(cfg Config, sink Sink) *Detector {
 		hopGens:           [2]hopMemory{newHopMemory(), newHopMemory()},
 		hopConns:          map[uint64]struct{}{},
 		servingAddrs:      map[netip.Addr]struct{}{},
+		hopCallers:        map[uint64]int64{},
 		relayAddrs:        map[netip.Addr]struct{}{},
 		relayRepeats:      map[netip.Addr]int{},
 		hopProbes:         map[exKey]hopProbe{},
@@ -241,6 +250,9 @@ type exchange struct {
 	probeOf    exKey
 	probing    bool
 	nextOnConn *exchange // next open exchange on the same connection
+	// hop: ignored as a proxy's second hop (secondHop), whose answer
+	// still says what its server's tools are (noteHopAnswer).
+	hop bool
 	// afterDelete: the request carried the id of a session already
 	// deleted (a tombstone); there is no state to judge it against.
 	afterDelete bool
@@ -431,6 +443,9 @@ func (d *Detector) exchangeFor(o *decode.Observation, needResponse bool) *exchan
 		}
 	}
 	if ex.ignored {
+		if ex.hop {
+			d.noteHopAnswer(ex, o)
+		}
 		return nil
 	}
 	ex.lastAt = o.Time
@@ -624,7 +639,7 @@ func (d *Detector) onRequest(o *decode.Observation) *exchange {
 		}
 	}
 	if d.secondHop(ex, o) {
-		ex.ignored = true
+		ex.ignored, ex.hop = true, true
 		return ex
 	}
 	if ex.headerMismatch = headerMismatch(r); ex.headerMismatch != "" {

@@ -313,7 +313,11 @@ const (
 	// ReasonMayNotHaveReached: the first attempt was answered 502 or 503,
 	// which a gateway also answers when no server got the request.
 	ReasonMayNotHaveReached = "first attempt answered 502 or 503: it may never have reached a server"
-	ReasonStartNotCaptured  = "session start not captured"
+	// ReasonHabitSetAside: calls of the re-issuing client at the endpoint
+	// were set aside as a proxy's hops (identical to another client's
+	// within the second), so its habit of making the call may be unseen.
+	ReasonHabitSetAside    = "requests of the client at the endpoint were taken for a proxy's hops: its habit may be in them"
+	ReasonStartNotCaptured = "session start not captured"
 	// ReasonBroadcast: an event another session was sent too is a
 	// notification a server may send every session alike (a list changed,
 	// a resource updated), with the same data and, from a shared log, the

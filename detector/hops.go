@@ -39,7 +39,9 @@ const (
 	// bounds the proxy connections remembered (hopConns), the addresses
 	// that served MCP or relayed (servingAddrs, relayAddrs), the relays'
 	// runs (relayRepeats), the probes and the proved pairs (hopProbes,
-	// localPairs) as well: past it each is forgotten whole (remember).
+	// localPairs) and the parties whose calls were set aside (hopCallers)
+	// as well: past it each is forgotten whole (remember; hopCallers
+	// counts every party as set aside for a while then).
 	maxHopRequests = 1 << 14
 	// minRelaySessionIDBytes is how long a session id must be for a
 	// request carrying it to make its sender known for a proxy (a relay)
@@ -201,18 +203,18 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 	// carrying a session id) are the only ones with their print.
 	if h, ok := lastSeen(&d.hopGens, hopsOf, print, now); ok {
 		if c, ok := lastSeen(&d.hopGens, copiesOf, copyKey, now); ok && c.server != req.server {
-			return d.setAside(ex) // a NAT copy
+			return d.setAside(ex, false) // a NAT copy, from the same client socket
 		}
 		req.repeat = h.server != req.server && h.client != req.client
 		if h.server != req.server && d.proxyHop(h, req, ex, clientAddr) {
-			return d.setAside(ex) // a proxy's hop
+			return d.setAside(ex, h.client != req.client) // a proxy's hop
 		}
 		// From the address the same request was sent to, to another
 		// server, at its endpoint: a proxy on the client's host that
 		// keeps the Host; or, the two seen the other way round, the
 		// client's leg to that proxy (clientsLeg).
 		if c, ok := lastSeen(&d.hopGens, localOf, localKey, now); ok && c.server != req.server && (c.serverAddr == req.client || clientsLeg(c.client, req)) {
-			return d.setAside(ex)
+			return d.setAside(ex, c.client != req.client)
 		}
 	}
 	if !req.repeat && len(d.relayRepeats) > 0 {
@@ -458,13 +460,49 @@ type socketPrint struct {
 
 // setAside counts ex's request as a second hop and remembers its
 // connection for a proxy's (or a NAT copy's): answers on it that the
-// capture did not pair are set aside too (onHopConn).
-func (d *Detector) setAside(ex *exchange) bool {
+// capture did not pair are set aside too (onHopConn). When it comes from
+// another address than the request it repeats (fromOther), the parties of
+// its tools/calls are remembered too: what is set aside is never a habit of
+// theirs, and a client taken for a proxy (instances of one application
+// polling in step, behind one endpoint or started together) would have its
+// habit hidden, its re-issue then flagged although it makes the call over
+// and over (noteBrokenCall). From the same address (a NAT copy, a proxy on
+// the client's own host), the first is the client's, judged, habit and all.
+func (d *Detector) setAside(ex *exchange, fromOther bool) bool {
 	d.stats.ProxyHops++
 	// Past the limit they are all forgotten: a proxy connection still in
 	// use is remembered again at its next second hop.
 	remember(d.hopConns, ex.conn.ID, struct{}{}, &d.stats)
+	for i := range ex.msgs {
+		if m := &ex.msgs[i]; fromOther && m.Type == decode.MsgRequest && m.Method == "tools/call" {
+			k := d.hopCallerKey(ex, m)
+			if _, ok := d.hopCallers[k]; !ok && len(d.hopCallers) >= maxHopRequests {
+				// Forgotten, every party counts as set aside
+				// until the forgotten times are past.
+				clear(d.hopCallers)
+				d.hopCallersForgot = ex.start.UnixNano()
+				d.stats.LimitsHit["maxHopRequests"]++
+			}
+			d.hopCallers[k] = ex.start.UnixNano()
+		}
+	}
 	return true
+}
+
+// hopCallerKey is the key of m's party at ex's endpoint in hopCallers.
+func (d *Detector) hopCallerKey(ex *exchange, m *decode.Message) uint64 {
+	return d.serverEventKey(ex.endpoint, "aside\x00"+ex.partyKey(m))
+}
+
+// callsSetAside says whether a tools/call of m's party at ex's endpoint was
+// set aside as a hop from since to ex's start (a time before since's is
+// not kept: only the last is), or may have been, forgotten at the limit.
+func (d *Detector) callsSetAside(ex *exchange, m *decode.Message, since time.Time) bool {
+	if d.hopCallersForgot >= since.UnixNano() {
+		return true
+	}
+	at, ok := d.hopCallers[d.hopCallerKey(ex, m)]
+	return ok && at >= since.UnixNano() && at <= ex.start.UnixNano()
 }
 
 // remember sets m[k] to v. Like every hop memory, m holds at most
@@ -515,4 +553,27 @@ func (d *Detector) requestPrint(ex *exchange) uint64 {
 		}
 	}
 	return h.Sum64()
+}
+
+// noteHopAnswer reads what the answer to a request set aside as a proxy's
+// hop says of its server's tools: a tools/list answer is that server's word
+// on them, whoever asked, and a re-issue at the endpoint is graded on it.
+// The rest of a hop is its first hop's, judged there. A client taken for a
+// relay (two instances of one application started together against
+// servers of their own send the same first requests) has its own tools/list
+// set aside, and its re-issues would otherwise stay unverifiable ("tool
+// annotations not seen").
+func (d *Detector) noteHopAnswer(ex *exchange, o *decode.Observation) {
+	var msgs []decode.Message
+	switch {
+	case o.Body != nil:
+		msgs = o.Body.Messages
+	case o.Event != nil:
+		msgs = o.Event.Messages
+	}
+	for i := range msgs {
+		if m := &msgs[i]; m.Type == decode.MsgResponse && m.Tools != "" {
+			d.noteToolAnnotations(ex.endpoint, m.Tools)
+		}
+	}
 }

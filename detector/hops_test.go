@@ -67,3 +67,49 @@ func TestSecondHopWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestCallsSetAsideForgotten: a party whose tools/call was set aside counts
+// as such for twice LinkWindow before a broken call, and when the parties
+// are forgotten at maxHopRequests, every party counts as set aside for as
+// long: re-issues lost, never judged on a habit the detector forgot.
+func TestCallsSetAsideForgotten(t *testing.T) {
+	d := New(Config{}, &recorder{})
+	window := 2 * d.cfg.LinkWindow
+	t0 := time.Unix(1000, 0)
+	call := func(client string, at time.Time) (*exchange, *decode.Message) {
+		ex := &exchange{conn: decode.Conn{Client: netip.MustParseAddrPort(client)}, endpoint: "shop.test/mcp", start: at,
+			msgs: []decode.Message{{Type: decode.MsgRequest, ID: "7", Method: "tools/call", Tool: "poll"}}}
+		return ex, &ex.msgs[0]
+	}
+	d.setAside(func() *exchange { ex, _ := call("10.0.0.3:5000", t0); return ex }(), true)
+	for _, tc := range []struct {
+		client string
+		at     time.Time
+		want   bool
+	}{
+		{"10.0.0.3:5001", t0.Add(time.Minute), true},           // the same party, another port
+		{"10.0.0.3:5001", t0.Add(window + time.Second), false}, // past the window
+		{"10.0.0.4:5000", t0.Add(time.Minute), false},          // another party
+	} {
+		ex, m := call(tc.client, tc.at)
+		if got := d.callsSetAside(ex, m, tc.at.Add(-window)); got != tc.want {
+			t.Errorf("%s at +%v: %v, want %v", tc.client, tc.at.Sub(t0), got, tc.want)
+		}
+	}
+	// Fill the memory: the next new party forgets them all.
+	for i := range maxHopRequests {
+		ex, _ := call(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 1).String(), t0.Add(time.Second))
+		d.setAside(ex, true)
+	}
+	if d.stats.LimitsHit["maxHopRequests"] == 0 {
+		t.Fatal("no limit hit")
+	}
+	ex, m := call("10.0.0.4:5000", t0.Add(time.Minute))
+	if !d.callsSetAside(ex, m, ex.start.Add(-window)) {
+		t.Error("after the memory was forgotten, another party's call does not count as set aside")
+	}
+	ex, m = call("10.0.0.4:5000", t0.Add(time.Second+window+time.Second))
+	if d.callsSetAside(ex, m, ex.start.Add(-window)) {
+		t.Error("twice LinkWindow after the memory was forgotten, a party never set aside still counts as set aside")
+	}
+}

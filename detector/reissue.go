@@ -53,6 +53,9 @@ type brokenCall struct {
 	// mayNotHaveReached: a gateway answered it 502 or 503, which it also
 	// answers when no server got the request.
 	mayNotHaveReached bool
+	// habitAside: calls of the client at the endpoint were set aside as a
+	// proxy's hops while habits are kept: its habit may be in them.
+	habitAside bool
 }
 
 // toolNote is what a tools/list answer of an endpoint said about a tool:
@@ -141,7 +144,8 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		k := d.brokenKey(ex, m)
 		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{callBreak: ex.callBreak(m.ID, o.Time, how), habitual: answered,
-			startUnseen: !answered && !d.clientHistoryWhole(ex, m), mayNotHaveReached: failed && ex.mayNotHaveReached()}
+			startUnseen: !answered && !d.clientHistoryWhole(ex, m), mayNotHaveReached: failed && ex.mayNotHaveReached(),
+			habitAside: !answered && d.callsSetAside(ex, m, ex.start.Add(-2*d.cfg.LinkWindow))}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "reached the server, and the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -253,6 +257,9 @@ func (d *Detector) checkReissue(ex *exchange, o *decode.Observation) {
 			// scheduled job): the re-issue may be a retry of the broken
 			// one or the next of them, which the wire cannot tell apart.
 			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonHabitualCall, b.id, m.ID)
+			continue
+		case b.habitAside:
+			d.unverifiable(o.Time, nil, ex, string(KindReissuedCallAfterBreak), ReasonHabitSetAside, b.id, m.ID)
 			continue
 		case b.gap || ex.gap:
 			// The break or the answer may be in lost bytes.
