@@ -495,14 +495,17 @@ func (d *Detector) hopCallerKey(ex *exchange, m *decode.Message) uint64 {
 }
 
 // callsSetAside says whether a tools/call of m's party at ex's endpoint was
-// set aside as a hop from since to ex's start (a time before since's is
-// not kept: only the last is), or may have been, forgotten at the limit.
+// set aside as a hop since then, or may have been, forgotten at the limit.
+// Only the last time is kept, so one set aside after ex's request counts
+// too: it may have replaced a time before, and a client whose calls are
+// set aside at all is one whose habit may be hidden (findings lost, never
+// gained).
 func (d *Detector) callsSetAside(ex *exchange, m *decode.Message, since time.Time) bool {
 	if d.hopCallersForgot >= since.UnixNano() {
 		return true
 	}
 	at, ok := d.hopCallers[d.hopCallerKey(ex, m)]
-	return ok && at >= since.UnixNano() && at <= ex.start.UnixNano()
+	return ok && at >= since.UnixNano()
 }
 
 // remember sets m[k] to v. Like every hop memory, m holds at most
