@@ -1,0 +1,207 @@
+package damage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/replaywatch/replaywatch/test/inetsum"
+	"github.com/replaywatch/replaywatch/test/pcaprec"
+)
+
+// Replica is the capture as the k-th replica (k >= 0) of one client
+// application recorded it, replicas that run in step behind one service
+// endpoint: the same requests (clientInfo, User-Agent, JSON-RPC ids and
+// params, Host and path), from an address of the replica's own
+// (10.0.k+1.1), sent by the load balancer to a backend of its own
+// (10.1.k+1.1; its ports kept), shift later. What a backend mints is its
+// own: every session id (Mcp-Session-Id) and every stream id in an event id
+// (SSE id:, Last-Event-ID; not inside a compressed body) is spelled with its
+// last three characters changed for k > 0, everywhere it appears. The
+// sequence numbers and IPv4 ids move too, and the checksums are recomputed.
+// Only Ethernet frames of IPv4 TCP are kept.
+func (c Capture) Replica(k int, shift time.Duration) []pcaprec.Packet {
+	servers := map[uint16]bool{}
+	for _, p := range serverPorts(c.Packets) {
+		servers[p] = true
+	}
+	client := [4]byte{10, 0, byte(k + 1), 1}
+	server := [4]byte{10, 1, byte(k + 1), 1}
+	tokens := backendTokens(c.Packets)
+	seqC, seqS := uint32(k)*0x10000101, uint32(k)*0x20000203
+	var out []pcaprec.Packet
+	for _, p := range c.Packets {
+		d := p.Data
+		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 || d[14+9] != 6 {
+			continue
+		}
+		data := slices.Clone(d)
+		ip := data[14:]
+		ihl := int(ip[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(ip[2:4]))
+		if total > len(ip) || total < ihl+20 {
+			continue // cut short: its checksum could not be recomputed
+		}
+		ip = ip[:total]
+		tcp := ip[ihl:]
+		src, dst := binary.BigEndian.Uint16(tcp[0:]), binary.BigEndian.Uint16(tcp[2:])
+		toServer := servers[dst] && (!servers[src] || dst < src)
+		if toServer {
+			copy(ip[12:16], client[:])
+			copy(ip[16:20], server[:])
+			binary.BigEndian.PutUint32(tcp[4:], binary.BigEndian.Uint32(tcp[4:])+seqC)
+			if tcp[13]&0x10 != 0 {
+				binary.BigEndian.PutUint32(tcp[8:], binary.BigEndian.Uint32(tcp[8:])+seqS)
+			}
+		} else {
+			copy(ip[12:16], server[:])
+			copy(ip[16:20], client[:])
+			binary.BigEndian.PutUint32(tcp[4:], binary.BigEndian.Uint32(tcp[4:])+seqS)
+			if tcp[13]&0x10 != 0 {
+				binary.BigEndian.PutUint32(tcp[8:], binary.BigEndian.Uint32(tcp[8:])+seqC)
+			}
+		}
+		binary.BigEndian.PutUint16(ip[4:6], binary.BigEndian.Uint16(ip[4:6])+uint16(k*1009))
+		if k > 0 {
+			payload := tcp[int(tcp[12]>>4)*4:]
+			for _, tok := range tokens {
+				if bytes.Contains(payload, tok) {
+					copy(payload, bytes.ReplaceAll(payload, tok, mutateToken(tok, k)))
+				}
+			}
+		}
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:12], inetsum.Checksum(0, ip[:ihl]))
+		tcp[16], tcp[17] = 0, 0
+		binary.BigEndian.PutUint16(tcp[16:18], inetsum.TCP(ip[:ihl], tcp))
+		ci := p.CI
+		ci.Timestamp = ci.Timestamp.Add(shift)
+		ci.CaptureLength = len(data[:14+total])
+		ci.Length = ci.CaptureLength
+		out = append(out, pcaprec.Packet{CI: ci, Data: data[:14+total]})
+	}
+	return out
+}
+
+// Replicas merges n replicas of the capture (Replica), the k-th shifted by
+// k*step, in time order.
+func (c Capture) Replicas(n int, step time.Duration) []pcaprec.Packet {
+	var out []pcaprec.Packet
+	for k := range n {
+		out = append(out, c.Replica(k, time.Duration(k)*step)...)
+	}
+	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
+	return out
+}
+
+// backendTokens are the values a backend mints that the capture shows:
+// session ids, and the parts of event ids at least 16 characters long (a
+// stream id), longest first. Event ids are left alone when any body is
+// compressed (those inside it could not be rewritten).
+func backendTokens(pkts []pcaprec.Packet) [][]byte {
+	seen := map[string]bool{}
+	compressed := false
+	var events [][]byte
+	for _, p := range pkts {
+		d := p.Data
+		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+			continue
+		}
+		ip := d[14:]
+		tcp := ip[int(ip[0]&0x0f)*4:]
+		if len(tcp) < 20 {
+			continue
+		}
+		payload := tcp[int(tcp[12]>>4)*4:]
+		for _, line := range bytes.Split(payload, []byte("\n")) {
+			line = bytes.TrimRight(line, "\r")
+			name, value, ok := bytes.Cut(line, []byte(":"))
+			if !ok {
+				continue
+			}
+			value = bytes.TrimSpace(value)
+			switch string(bytes.ToLower(name)) {
+			case "mcp-session-id":
+				if len(value) >= 8 {
+					seen[string(value)] = true
+				}
+			case "content-encoding":
+				if !bytes.EqualFold(value, []byte("identity")) {
+					compressed = true
+				}
+			case "id", "last-event-id":
+				for _, part := range bytes.FieldsFunc(value, func(r rune) bool { return r == '_' || r == ':' || r == '/' }) {
+					if len(part) >= 16 {
+						events = append(events, slices.Clone(part))
+					}
+				}
+			}
+		}
+	}
+	if !compressed {
+		for _, e := range events {
+			seen[string(e)] = true
+		}
+	}
+	var out [][]byte
+	for t := range seen {
+		out = append(out, []byte(t))
+	}
+	slices.SortFunc(out, func(a, b []byte) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return bytes.Compare(a, b)
+	})
+	return out
+}
+
+// mutateToken changes tok's last three characters, each within its class
+// (digits, lower case, upper case), by an amount that depends on k.
+func mutateToken(tok []byte, k int) []byte {
+	out := slices.Clone(tok)
+	for i := max(0, len(out)-3); i < len(out); i++ {
+		n := (k*7 + i) % 26
+		switch c := out[i]; {
+		case c >= '2' && c <= '7' && bytes.IndexFunc(tok, func(r rune) bool { return r >= 'A' && r <= 'Z' }) >= 0:
+			out[i] = '2' + byte((int(c-'2')+1+n%5)%6) // base32 stays base32
+		case c >= '0' && c <= '9':
+			out[i] = '0' + byte((int(c-'0')+1+n%9)%10)
+		case c >= 'a' && c <= 'f' && bytes.IndexFunc(tok, func(r rune) bool { return r > 'f' && r <= 'z' }) < 0:
+			out[i] = 'a' + byte((int(c-'a')+1+n%5)%6) // hex stays hex
+		case c >= 'a' && c <= 'z':
+			out[i] = 'a' + byte((int(c-'a')+1+n%25)%26)
+		case c >= 'A' && c <= 'Z':
+			out[i] = 'A' + byte((int(c-'A')+1+n%25)%26)
+		}
+	}
+	return out
+}
+
+// WarpedReplicas merges n replicas of the capture, the k-th shifted by
+// k*step and then by amplitude*sin(2πt/period + k·2π/n) (t its own time
+// since its first packet): each replica's packets keep their order (the
+// warp is monotone while 2π·amplitude < period), but which replica's
+// request comes first changes over the capture, as replicas polling on
+// their own timers drift past each other.
+func (c Capture) WarpedReplicas(n int, step, amplitude, period time.Duration) []pcaprec.Packet {
+	var out []pcaprec.Packet
+	for k := range n {
+		r := c.Replica(k, time.Duration(k)*step)
+		if len(r) == 0 {
+			continue
+		}
+		t0 := r[0].CI.Timestamp
+		phase := 2 * math.Pi * float64(k) / float64(n)
+		for i := range r {
+			t := r[i].CI.Timestamp.Sub(t0)
+			w := float64(amplitude) * math.Sin(2*math.Pi*float64(t)/float64(period)+phase)
+			r[i].CI.Timestamp = r[i].CI.Timestamp.Add(time.Duration(w))
+		}
+		out = append(out, r...)
+	}
+	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
+	return out
+}
