@@ -473,18 +473,23 @@ func (d *Detector) setAside(ex *exchange, fromOther bool) bool {
 	// Past the limit they are all forgotten: a proxy connection still in
 	// use is remembered again at its next second hop.
 	remember(d.hopConns, ex.conn.ID, struct{}{}, &d.stats)
+	if !fromOther {
+		return true
+	}
 	for i := range ex.msgs {
-		if m := &ex.msgs[i]; fromOther && m.Type == decode.MsgRequest && m.Method == "tools/call" {
-			k := d.hopCallerKey(ex, m)
-			if _, ok := d.hopCallers[k]; !ok && len(d.hopCallers) >= maxHopRequests {
-				// Forgotten, every party counts as set aside
-				// until the forgotten times are past.
-				clear(d.hopCallers)
-				d.hopCallersForgot = ex.start.UnixNano()
-				d.stats.LimitsHit["maxHopRequests"]++
-			}
-			d.hopCallers[k] = ex.start.UnixNano()
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
+			continue
 		}
+		k := d.hopCallerKey(ex, m)
+		if _, ok := d.hopCallers[k]; !ok && len(d.hopCallers) >= maxHopRequests {
+			// Forgotten, every party counts as set aside until the
+			// forgotten times are past.
+			clear(d.hopCallers)
+			d.hopCallersForgot = ex.start.UnixNano()
+			d.stats.LimitsHit["maxHopRequests"]++
+		}
+		d.hopCallers[k] = ex.start.UnixNano()
 	}
 	return true
 }
