@@ -380,8 +380,12 @@ func (d *Detector) Observe(o *decode.Observation) {
 			}
 			d.onEnd(ex, o)
 		}
+		if o.End.How == decode.EndGap {
+			d.hopConnGap(o)
+		}
 	case decode.KindGap:
 		d.onGap(o)
+		d.hopConnGap(o)
 	}
 	if d.stateBytes > d.cfg.MaxStateBytes {
 		d.shed(o.Time)

@@ -585,3 +585,20 @@ func (d *Detector) noteHopAnswer(ex *exchange, o *decode.Observation) {
 		}
 	}
 }
+
+// hopConnGap: bytes lost on a connection that carried a request set aside
+// as a hop may have held any session's requests of its client address and
+// server (pairGaps.hiding). What was set aside there was followed no
+// further, its lost answers and requests marked no session, and it may be
+// no proxy's: a replica's own initialize in step with another replica's,
+// whose session goes on judged from its later requests on other
+// connections of the pair (a swap of it would otherwise rest on a DELETE
+// the lost bytes may hold). A true proxy's connection marks the proxy's
+// own pair, where its clients' sessions are not judged: nothing is lost
+// there.
+func (d *Detector) hopConnGap(o *decode.Observation) {
+	if d.onHopConn(o.Conn.ID) {
+		g := d.noteGap(o.Conn, o.Time)
+		g.hiding = later(g.hiding, o.Time)
+	}
+}

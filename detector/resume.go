@@ -514,9 +514,11 @@ func (d *Detector) resumeEvent(ex *exchange, o *decode.Observation, known, reuse
 				// would claim a delivery the capture does not show.
 				d.eventIDReset(ex, s, ex.stream, o, fmt.Sprintf("go-sdk index %d after resuming from index %d, an id this capture never saw delivered", n, rs.goCursor))
 			case n > rs.goNext && (ex.gap || ex.limit != "" || rs.unverifiable == ReasonCaptureGap ||
-				contentUnread(rs.unverifiable)):
+				contentUnread(rs.unverifiable) || d.historyMayBeHidden(ex, s, s.firstSeen)):
 				// Lost or unread bytes, or a limit, may hold the events
-				// between.
+				// between (lost bytes of the session count whatever
+				// the resume's own reason: a start not captured comes
+				// first there).
 			case n > rs.goNext && rs.primingBetween(s, rs.goNext, n):
 				// The ids between were priming events this capture saw:
 				// empty data, never owed.
