@@ -29,7 +29,7 @@ func (c Capture) Replica(k int, shift time.Duration) []pcaprec.Packet {
 	}
 	client := [4]byte{10, 0, byte(k + 1), 1}
 	server := [4]byte{10, 1, byte(k + 1), 1}
-	tokens := backendTokens(c.Packets)
+	tokens, _ := backendTokens(c.Packets)
 	seqC, seqS := uint32(k)*0x10000101, uint32(k)*0x20000203
 	var out []pcaprec.Packet
 	for _, p := range c.Packets {
@@ -96,13 +96,21 @@ func (c Capture) Replicas(n int, step time.Duration) []pcaprec.Packet {
 	return out
 }
 
+// EventIDsOwn says whether Replica gives each replica's backend event ids
+// of its own: not when a body of the capture is compressed, since the ids
+// inside it cannot be rewritten. Replicas of such a capture show backends
+// that share event ids, as no two servers' stores do.
+func (c Capture) EventIDsOwn() bool {
+	_, compressed := backendTokens(c.Packets)
+	return !compressed
+}
+
 // backendTokens are the values a backend mints that the capture shows:
 // session ids, and the parts of event ids at least 16 characters long (a
 // stream id), longest first. Event ids are left alone when any body is
 // compressed (those inside it could not be rewritten).
-func backendTokens(pkts []pcaprec.Packet) [][]byte {
+func backendTokens(pkts []pcaprec.Packet) (tokens [][]byte, compressed bool) {
 	seen := map[string]bool{}
-	compressed := false
 	var events [][]byte
 	for _, p := range pkts {
 		d := p.Data
@@ -145,17 +153,16 @@ func backendTokens(pkts []pcaprec.Packet) [][]byte {
 			seen[string(e)] = true
 		}
 	}
-	var out [][]byte
 	for t := range seen {
-		out = append(out, []byte(t))
+		tokens = append(tokens, []byte(t))
 	}
-	slices.SortFunc(out, func(a, b []byte) int {
+	slices.SortFunc(tokens, func(a, b []byte) int {
 		if len(a) != len(b) {
 			return len(b) - len(a)
 		}
 		return bytes.Compare(a, b)
 	})
-	return out
+	return tokens, compressed
 }
 
 // mutateToken changes tok's last three characters, each within its class
