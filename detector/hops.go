@@ -207,7 +207,7 @@ func (d *Detector) secondHop(ex *exchange, o *decode.Observation) bool {
 		}
 		req.repeat = h.server != req.server && h.client != req.client
 		if h.server != req.server && d.proxyHop(h, req, ex, clientAddr) {
-			return d.setAside(ex, h.client != req.client) // a proxy's hop
+			return d.setAside(ex, h.client != req.client || h.endpoint != req.endpoint) // a proxy's hop
 		}
 		// From the address the same request was sent to, to another
 		// server, at its endpoint: a proxy on the client's host that
@@ -461,13 +461,15 @@ type socketPrint struct {
 // setAside counts ex's request as a second hop and remembers its
 // connection for a proxy's (or a NAT copy's): answers on it that the
 // capture did not pair are set aside too (onHopConn). When it comes from
-// another address than the request it repeats (fromOther), the parties of
-// its tools/calls are remembered too: what is set aside is never a habit of
-// theirs, and a client taken for a proxy (instances of one application
-// polling in step, behind one endpoint or started together) would have its
-// habit hidden, its re-issue then flagged although it makes the call over
-// and over (noteBrokenCall). From the same address (a NAT copy, a proxy on
-// the client's own host), the first is the client's, judged, habit and all.
+// another address than the request it repeats, or to another endpoint
+// (fromOther), the parties of its tools/calls are remembered too: what is
+// set aside is never a habit of theirs, and a client taken for a proxy
+// (instances of one application polling in step, behind one endpoint or
+// started together, or two on one host) would have its habit hidden, its
+// re-issue then flagged although it makes the call over and over
+// (noteBrokenCall). From the same address to the same endpoint (a NAT copy,
+// a proxy on the client's own host that keeps the Host), the first is the
+// client's, judged, habit and all.
 func (d *Detector) setAside(ex *exchange, fromOther bool) bool {
 	d.stats.ProxyHops++
 	// Past the limit they are all forgotten: a proxy connection still in
@@ -506,7 +508,7 @@ func (d *Detector) hopCallerKey(ex *exchange, m *decode.Message) uint64 {
 // set aside at all is one whose habit may be hidden (findings lost, never
 // gained).
 func (d *Detector) callsSetAside(ex *exchange, m *decode.Message, since time.Time) bool {
-	if d.hopCallersForgot >= since.UnixNano() {
+	if d.hopCallersForgot != 0 && d.hopCallersForgot >= since.UnixNano() {
 		return true
 	}
 	at, ok := d.hopCallers[d.hopCallerKey(ex, m)]

@@ -503,10 +503,13 @@ func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason strin
 	if c.reissuedHere {
 		reissuedIn = s.id
 	}
-	if c.cancelled {
+	if c.cancelled && (c.broke == nil || c.broke.clientClosed) {
 		// The client gave the call up itself (a deadline, a user's
-		// cancel): its outcome is as unknown, but the client knows it
-		// does not know, and nothing went wrong on the server's side.
+		// cancel), with its stream open or closing it first (go-sdk
+		// closes, then cancels): its outcome is as unknown, but the
+		// client knows it does not know. A cancellation after the
+		// stream broke under it is a time-out cleaning up after a
+		// loss, which stays a loss.
 		reason = UnknownCancelledPrefix + reason
 	}
 	return &UnknownOutcome{

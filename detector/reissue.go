@@ -145,7 +145,7 @@ func (d *Detector) noteBrokenCall(ex *exchange, o *decode.Observation) {
 		answered, maybe := d.habits.by(k, ex.start)
 		b := &brokenCall{callBreak: ex.callBreak(m.ID, o.Time, how), habitual: answered,
 			startUnseen: !answered && !d.clientHistoryWhole(ex, m), mayNotHaveReached: failed && ex.mayNotHaveReached(),
-			habitAside: !answered && d.callsSetAside(ex, m, ex.start.Add(-2*d.cfg.LinkWindow))}
+			habitAside: !answered && d.callsSetAside(ex, m, d.habits.reach(ex.start.Add(-2*d.cfg.LinkWindow)))}
 		if ex.taskCreated {
 			// The answer (a task) was seen whole: nothing rests on lost bytes.
 			b.how = "reached the server, and the server answered it with a task (tasks extension: polled with tasks/get, not re-requested)"
@@ -391,14 +391,16 @@ func (d *Detector) raiseReissue(ex *exchange, o *decode.Observation, sent time.T
 // callHabits remembers, per sessionless client and call (brokenKey), when
 // an identical call was first answered with a result, and when one first
 // ended in lost bytes that may have held its answer. Without sessions there
-// is no history to hold them, so they are kept in two generations: a
-// generation is retired whole once it is LinkWindow old or holds
+// is no history to hold them, so they are kept in two generations: the
+// current one is retired whole when a new call is noted after it is
+// LinkWindow old (in a quiet capture it lasts) or once it holds
 // maxBrokenCalls, and a call noted again is noted in the current one. A
 // call answered within LinkWindow of a break is found; a re-issue further
 // off is not linked.
 type callHabits struct {
 	cur, old map[uint64]habitNote
 	since    time.Time // when cur began
+	oldSince time.Time // when old began
 	// starts: the clients (endpoint and partyKey) seen sending
 	// server/discover, the revision's handshake, within LinkWindow of the
 	// capture's first observation (began), at most maxBrokenCalls. Only a
@@ -423,7 +425,7 @@ func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
 		if len(h.cur) >= maxBrokenCalls {
 			d.stats.LimitsHit["maxBrokenCalls"]++
 		}
-		h.old, h.cur, h.since = h.cur, make(map[uint64]habitNote), t
+		h.old, h.cur, h.oldSince, h.since = h.cur, make(map[uint64]habitNote), h.since, t
 	}
 	switch {
 	case answered && n.answered.IsZero():
@@ -432,6 +434,20 @@ func (d *Detector) noteHabit(k uint64, t time.Time, answered bool) {
 		n.maybe = t
 	}
 	h.cur[k] = n
+}
+
+// reach is how far back a habit the generations hold may go: t, or when
+// the older of them began, if that is earlier (a quiet capture keeps its
+// current generation for longer than LinkWindow).
+func (h *callHabits) reach(t time.Time) time.Time {
+	began := h.since
+	if h.old != nil {
+		began = h.oldSince
+	}
+	if h.cur != nil && began.Before(t) {
+		return began
+	}
+	return t
 }
 
 // noteStart notes a sessionless server/discover of ex's client.

@@ -20,9 +20,9 @@ import (
 // replica's request the one judged where its twin's was, or leave a
 // replica's session judged from the middle: the findings must stay within
 // the union of what each replica (damaged or intact) gives alone, by kind,
-// session, client and server address and severity (ports aside: once a
-// request is lost, the same finding may be raised on the session's next
-// one). Captures with a compressed body are left out: their replicas'
+// session, client and server address and severity (ports, ids and tool
+// aside: once a request is lost, the same finding may be raised on the
+// session's next one). Captures with a compressed body are left out: their replicas'
 // backends would share event ids (damage.Capture.EventIDsOwn). The crowd
 // fixtures too, for time: their many clients are what the crowd tests are
 // for.
