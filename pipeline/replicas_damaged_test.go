@@ -32,8 +32,7 @@ func TestDamagedReplicasAddNothing(t *testing.T) {
 	const most = 8
 	lostTotal, addedTotal, cases, used := 0, 0, 0, 0
 	for i, fx := range fixtures {
-		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap")
-		c := captures[i]
+		name, c := captureName(fx), captures[i]
 		if strings.Contains(name, "crowd") || !c.EventIDsOwn() {
 			continue
 		}

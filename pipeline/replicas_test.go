@@ -34,15 +34,8 @@ func TestReplicasInStepAddNothing(t *testing.T) {
 	steps := []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond}
 	lostTotal, addedTotal, cases := 0, 0, 0
 	for i, fx := range fixtures {
-		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap")
-		c := captures[i]
-		// Each replica alone.
-		var alone [][]replicaFinding
-		for k := range 3 {
-			p := filepath.Join(dir, fmt.Sprintf("%s-replica%d.pcap", name, k))
-			writePackets(t, p, c.LinkType, c.Replica(k, 0))
-			alone = append(alone, runReplicas(t, p))
-		}
+		name, c := captureName(fx), captures[i]
+		alone := replicasAlone(t, dir, c, 3)
 		for _, n := range []int{2, 3} {
 			var want []replicaFinding
 			for k := range n {
@@ -76,6 +69,23 @@ func replicaCaptures(t *testing.T) ([]string, []damage.Capture) {
 		pattern = p
 	}
 	return readCaptures(t, pattern)
+}
+
+// captureName is a capture file's name without its extensions.
+func captureName(path string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".gz"), ".pcap")
+}
+
+// replicasAlone is what each of the first n replicas of c gives alone.
+func replicasAlone(t *testing.T, dir string, c damage.Capture, n int) [][]replicaFinding {
+	t.Helper()
+	var alone [][]replicaFinding
+	for k := range n {
+		p := filepath.Join(dir, "alone.pcap")
+		writePackets(t, p, c.LinkType, c.Replica(k, 0))
+		alone = append(alone, runReplicas(t, p))
+	}
+	return alone
 }
 
 // replicaFinding is a violation as the replicas test compares it: which
@@ -170,8 +180,7 @@ func TestDivergingReplicasAddNothing(t *testing.T) {
 	fractions := []int{1, 2, 3, 4, 5, 6, 7} // eighths kept
 	lostTotal, addedTotal, cases := 0, 0, 0
 	for i, fx := range fixtures {
-		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap")
-		c := captures[i]
+		name, c := captureName(fx), captures[i]
 		full := [2][]replicaFinding{}
 		reps := [2]damage.Capture{}
 		for k := range 2 {
@@ -236,14 +245,8 @@ func TestDriftingReplicasAddNothing(t *testing.T) {
 	}
 	lostTotal, addedTotal, cases := 0, 0, 0
 	for i, fx := range fixtures {
-		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(fx), ".gz"), ".pcap")
-		c := captures[i]
-		var alone [][]replicaFinding
-		for k := range 3 {
-			p := filepath.Join(dir, "alone.pcap")
-			writePackets(t, p, c.LinkType, c.Replica(k, 0))
-			alone = append(alone, runReplicas(t, p))
-		}
+		name, c := captureName(fx), captures[i]
+		alone := replicasAlone(t, dir, c, 3)
 		for _, n := range []int{2, 3} {
 			want := slices.Concat(alone[:n]...)
 			for _, w := range warps {
