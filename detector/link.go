@@ -638,6 +638,12 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// it, or the next of the calls the client makes over and
 				// over, which the wire cannot tell apart.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitualCall, "form2", c.id)
+			case d.callsSetAside(ex, m, l.firstSeen):
+				// The lost session's identical calls may be among those
+				// of the client set aside as a proxy's hops (replicas of
+				// servers that number their sessions send alike): its
+				// habit may be unseen.
+				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitSetAside, "form2", c.id)
 			case c.mayNotHaveReached:
 				// A re-issue of a call no server may have got is no
 				// duplicate: it may be the only run.
