@@ -71,6 +71,23 @@ func replicaCaptures(t *testing.T) ([]string, []damage.Capture) {
 	return readCaptures(t, pattern)
 }
 
+// replicaWarp is how replicas drift past each other (damage.WarpedReplicas).
+type replicaWarp struct{ step, amplitude, period time.Duration }
+
+func (w replicaWarp) String() string {
+	return fmt.Sprintf("%v apart, %v over %v", w.step, w.amplitude, w.period)
+}
+
+// replicaWarps are the drifts the replicas tests run.
+var replicaWarps = []replicaWarp{
+	{0, 5 * time.Millisecond, 200 * time.Millisecond},
+	{0, 50 * time.Millisecond, 2 * time.Second},
+	{0, 300 * time.Millisecond, 5 * time.Second},
+	{2 * time.Millisecond, 20 * time.Millisecond, 500 * time.Millisecond},
+	{100 * time.Millisecond, 150 * time.Millisecond, 3 * time.Second},
+	{0, 400 * time.Millisecond, 3 * time.Second},
+}
+
 // captureName is a capture file's name without its extensions.
 func captureName(path string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".gz"), ".pcap")
@@ -234,22 +251,13 @@ func TestDivergingReplicasAddNothing(t *testing.T) {
 func TestDriftingReplicasAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
-	type warp struct{ step, amplitude, period time.Duration }
-	warps := []warp{
-		{0, 5 * time.Millisecond, 200 * time.Millisecond},
-		{0, 50 * time.Millisecond, 2 * time.Second},
-		{0, 300 * time.Millisecond, 5 * time.Second},
-		{2 * time.Millisecond, 20 * time.Millisecond, 500 * time.Millisecond},
-		{100 * time.Millisecond, 150 * time.Millisecond, 3 * time.Second},
-		{0, 400 * time.Millisecond, 3 * time.Second},
-	}
 	lostTotal, addedTotal, cases := 0, 0, 0
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		alone := replicasAlone(t, dir, c, 3)
 		for _, n := range []int{2, 3} {
 			want := slices.Concat(alone[:n]...)
-			for _, w := range warps {
+			for _, w := range replicaWarps {
 				p := filepath.Join(dir, "merged.pcap")
 				writePackets(t, p, c.LinkType, c.WarpedReplicas(n, w.step, w.amplitude, w.period))
 				got := runReplicas(t, p)
@@ -258,7 +266,7 @@ func TestDriftingReplicasAddNothing(t *testing.T) {
 				lostTotal += len(lost)
 				addedTotal += len(added)
 				for _, f := range added {
-					t.Errorf("%s, %d replicas drifting %+v: added %s\n    %s", name, n, w, f, f.explain)
+					t.Errorf("%s, %d replicas drifting %s: added %s\n    %s", name, n, w, f, f.explain)
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/replaywatch/replaywatch/test/inetsum"
@@ -23,13 +24,43 @@ import (
 // sequence numbers and IPv4 ids move too, and the checksums are recomputed.
 // Only Ethernet frames of IPv4 TCP are kept.
 func (c Capture) Replica(k int, shift time.Duration) []pcaprec.Packet {
+	return c.ReplicaOpts(k, shift, ReplicaOptions{})
+}
+
+// ReplicaOptions vary what Replica makes of the capture.
+type ReplicaOptions struct {
+	// OwnEndpoint: the replica talks to a server of a name of its own: the
+	// Host header value of every request has the last character of its
+	// host part (before any port) changed for k > 0, at the same length
+	// (127.0.0.1:8080 becomes 127.0.0.2:8080 for k = 1).
+	OwnEndpoint bool
+	// Client, when set, is the replica's client address instead of
+	// 10.0.k+1.1 (say another replica's backend, 10.1.j+1.1: a pod that is
+	// a client and a server).
+	Client *[4]byte
+	// NumberedSessions: the backend numbers its sessions: every
+	// Mcp-Session-Id header value is its ordinal of first appearance in the
+	// capture (1, 2, ...), padded with blanks to its length (every replica's
+	// backend then gives the same short ids).
+	NumberedSessions bool
+}
+
+// ReplicaOpts is Replica as o varies it.
+func (c Capture) ReplicaOpts(k int, shift time.Duration, o ReplicaOptions) []pcaprec.Packet {
 	servers := map[uint16]bool{}
 	for _, p := range serverPorts(c.Packets) {
 		servers[p] = true
 	}
 	client := [4]byte{10, 0, byte(k + 1), 1}
+	if o.Client != nil {
+		client = *o.Client
+	}
 	server := [4]byte{10, 1, byte(k + 1), 1}
 	tokens, _ := backendTokens(c.Packets)
+	var numbers map[string]int
+	if o.NumberedSessions {
+		numbers = sessionOrdinals(c.Packets)
+	}
 	seqC, seqS := uint32(k)*0x10000101, uint32(k)*0x20000203
 	var out []pcaprec.Packet
 	for _, p := range c.Packets {
@@ -64,6 +95,12 @@ func (c Capture) Replica(k int, shift time.Duration) []pcaprec.Packet {
 			}
 		}
 		binary.BigEndian.PutUint16(ip[4:6], binary.BigEndian.Uint16(ip[4:6])+uint16(k*1009))
+		if o.NumberedSessions {
+			numberSessions(tcp[int(tcp[12]>>4)*4:], numbers)
+		}
+		if k > 0 && toServer && o.OwnEndpoint {
+			mutateHost(tcp[int(tcp[12]>>4)*4:], k)
+		}
 		if k > 0 {
 			payload := tcp[int(tcp[12]>>4)*4:]
 			for _, tok := range tokens {
@@ -194,9 +231,56 @@ func mutateToken(tok []byte, k int) []byte {
 // request comes first changes over the capture, as replicas polling on
 // their own timers drift past each other.
 func (c Capture) WarpedReplicas(n int, step, amplitude, period time.Duration) []pcaprec.Packet {
+	return c.WarpedReplicasOpts(n, step, amplitude, period, func(int) ReplicaOptions { return ReplicaOptions{} })
+}
+
+// mutateHost changes, in place, the last character of the host part of
+// every Host header line in payload, by k (a digit stays a digit, a letter a
+// letter).
+func mutateHost(payload []byte, k int) {
+	for off := 0; off < len(payload); {
+		nl := bytes.IndexByte(payload[off:], '\n')
+		end := len(payload)
+		if nl >= 0 {
+			end = off + nl
+		}
+		line := payload[off:end]
+		if len(line) > 5 && bytes.EqualFold(line[:5], []byte("host:")) {
+			v := bytes.TrimRight(line[5:], "\r ")
+			host := v
+			if i := bytes.LastIndexByte(v, ':'); i > 0 && !bytes.Contains(v[:i], []byte(":")) {
+				host = v[:i]
+			}
+			if n := len(host); n > 0 && bytes.TrimSpace(host) != nil {
+				switch c := host[n-1]; {
+				case c >= '0' && c <= '9':
+					host[n-1] = '0' + byte((int(c-'0')+k)%10)
+				case c >= 'a' && c <= 'z':
+					host[n-1] = 'a' + byte((int(c-'a')+k)%26)
+				case c >= 'A' && c <= 'Z':
+					host[n-1] = 'A' + byte((int(c-'A')+k)%26)
+				}
+			}
+		}
+		off = end + 1
+	}
+}
+
+// OwnEndpointOptions: replica k its own endpoint and, when clientIsServer
+// and k > 0, with replica k-1's backend address for its client.
+func OwnEndpointOptions(k int, clientIsServer bool) ReplicaOptions {
+	o := ReplicaOptions{OwnEndpoint: true}
+	if clientIsServer && k > 0 {
+		o.Client = &[4]byte{10, 1, byte(k), 1}
+	}
+	return o
+}
+
+// WarpedReplicasOpts is WarpedReplicas with replica k made with opt(k).
+func (c Capture) WarpedReplicasOpts(n int, step, amplitude, period time.Duration, opt func(k int) ReplicaOptions) []pcaprec.Packet {
 	var out []pcaprec.Packet
 	for k := range n {
-		r := c.Replica(k, time.Duration(k)*step)
+		r := c.ReplicaOpts(k, time.Duration(k)*step, opt(k))
 		if len(r) == 0 {
 			continue
 		}
@@ -211,4 +295,61 @@ func (c Capture) WarpedReplicas(n int, step, amplitude, period time.Duration) []
 	}
 	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
 	return out
+}
+
+// headerLines calls f with the value (untrimmed, without the line end) of
+// every line of payload whose field name is name (lower case).
+func headerLines(payload []byte, name string, f func(value []byte)) {
+	for off := 0; off < len(payload); {
+		nl := bytes.IndexByte(payload[off:], '\n')
+		end := len(payload)
+		if nl >= 0 {
+			end = off + nl
+		}
+		line := payload[off:end]
+		if len(line) > len(name) && line[len(name)] == ':' && bytes.EqualFold(line[:len(name)], []byte(name)) {
+			f(bytes.TrimRight(line[len(name)+1:], "\r"))
+		}
+		off = end + 1
+	}
+}
+
+func sessionOrdinals(pkts []pcaprec.Packet) map[string]int {
+	numbers := map[string]int{}
+	for _, p := range pkts {
+		d := p.Data
+		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+			continue
+		}
+		ip := d[14:]
+		tcp := ip[int(ip[0]&0x0f)*4:]
+		if len(tcp) < 20 {
+			continue
+		}
+		headerLines(tcp[int(tcp[12]>>4)*4:], "mcp-session-id", func(v []byte) {
+			id := string(bytes.TrimSpace(v))
+			if _, ok := numbers[id]; !ok && id != "" {
+				numbers[id] = len(numbers) + 1
+			}
+		})
+	}
+	return numbers
+}
+
+func numberSessions(payload []byte, numbers map[string]int) {
+	headerLines(payload, "mcp-session-id", func(v []byte) {
+		t := bytes.TrimSpace(v)
+		n, ok := numbers[string(t)]
+		if !ok {
+			return
+		}
+		num := []byte(strconv.Itoa(n))
+		if len(num) > len(t) {
+			return
+		}
+		for i := range t {
+			t[i] = ' '
+		}
+		copy(t, num)
+	})
 }
