@@ -720,7 +720,7 @@ func (d *Detector) recordCalls(s *session, ex *exchange, o *decode.Observation) 
 			case c == nil:
 				s.historyElsewhere = true
 			case !c.answered:
-				c.cancelled = true
+				c.cancelled, c.cancelledAt = true, o.Time
 				s.gaveUp(c)
 			}
 			continue

@@ -478,6 +478,10 @@ func (d *Detector) setAside(ex *exchange, fromOther bool) bool {
 	if !fromOther {
 		return true
 	}
+	if ex.reqSession != "" {
+		d.noteSessionCallsAside(ex)
+		return true
+	}
 	for i := range ex.msgs {
 		m := &ex.msgs[i]
 		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
@@ -494,6 +498,43 @@ func (d *Detector) setAside(ex *exchange, fromOther bool) bool {
 		d.hopCallers[k] = ex.start.UnixNano()
 	}
 	return true
+}
+
+// noteSessionCallsAside notes the tools/calls of ex, set aside, in the
+// session ex names when ex comes from that session's own client address:
+// the session's habit of those calls may be unseen (checkReinit,
+// checkSessionReissue). A proxy's hop of a client's session comes from the
+// proxy's address, and marks nothing there.
+func (d *Detector) noteSessionCallsAside(ex *exchange) {
+	s := d.sessions[sessionKey(ex.endpoint, ex.reqSession)]
+	if s == nil || s.removed || s.client.Addr() != ex.conn.Client.Addr() {
+		return
+	}
+	for i := range ex.msgs {
+		m := &ex.msgs[i]
+		if m.Type != decode.MsgRequest || m.Method != "tools/call" {
+			continue
+		}
+		k := toolKey{m.Tool, m.ParamsHash}
+		if _, ok := s.callsAside[k]; ok || len(s.callsAside) >= decode.MaxAnnotatedTools {
+			continue
+		}
+		if s.callsAside == nil {
+			s.callsAside = map[toolKey]struct{}{}
+		}
+		s.callsAside[k] = struct{}{}
+		d.charge(s, entryBytes+int64(len(k.tool)+len(k.paramsHash)))
+	}
+}
+
+// callAside says whether s's identical call (m's tool and arguments) was
+// set aside as a proxy's hop, or may have been (the marks full).
+func (s *session) callAside(m *decode.Message) bool {
+	if len(s.callsAside) >= decode.MaxAnnotatedTools {
+		return true
+	}
+	_, ok := s.callsAside[toolKey{m.Tool, m.ParamsHash}]
+	return ok
 }
 
 // hopCallerKey is the key of m's party at ex's endpoint in hopCallers.

@@ -498,16 +498,22 @@ func (d *Detector) sessionLost(s *session, ex *exchange, t time.Time, how, reaso
 	d.lost.add(d, s)
 }
 
+// cancelRace: a client's notifications/cancelled, on a connection of its
+// own, and the server's end of the call's stream that answers it may reach
+// the capture in either order (its clock, another host's copy); one within
+// this of the end is the client's give-up, not a cleaning up after a break.
+const cancelRace = time.Second
+
 func (d *Detector) unknownOutcome(s *session, c *call, t time.Time, reason string) *UnknownOutcome {
 	var reissuedIn string
 	if c.reissuedHere {
 		reissuedIn = s.id
 	}
-	if c.cancelled && (c.broke == nil || c.broke.clientClosed) {
+	if c.cancelled && (c.broke == nil || c.broke.clientClosed || c.cancelledAt.Sub(c.broke.brokeAt) < cancelRace) {
 		// The client gave the call up itself (a deadline, a user's
 		// cancel), with its stream open or closing it first (go-sdk
 		// closes, then cancels): its outcome is as unknown, but the
-		// client knows it does not know. A cancellation after the
+		// client knows it does not know. A cancellation well after the
 		// stream broke under it is a time-out cleaning up after a
 		// loss, which stays a loss.
 		reason = UnknownCancelledPrefix + reason
@@ -638,11 +644,10 @@ func (d *Detector) checkReinit(ex *exchange, o *decode.Observation) {
 				// it, or the next of the calls the client makes over and
 				// over, which the wire cannot tell apart.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitualCall, "form2", c.id)
-			case d.callsSetAside(ex, m, l.firstSeen):
-				// The lost session's identical calls may be among those
-				// of the client set aside as a proxy's hops (replicas of
-				// servers that number their sessions send alike): its
-				// habit may be unseen.
+			case l.callAside(m):
+				// The lost session's identical call was set aside as a
+				// proxy's hop (replicas of servers that number their
+				// sessions send alike): its habit may be unseen.
 				d.unverifiable(o.Time, s, ex, "silent_reinit_after_404", ReasonHabitSetAside, "form2", c.id)
 			case c.mayNotHaveReached:
 				// A re-issue of a call no server may have got is no

@@ -138,8 +138,8 @@ type SessionSummary struct {
 // UnknownCancelledPrefix begins the Reason of an UnknownOutcome whose call
 // the client cancelled (notifications/cancelled) before any response, with
 // its stream open or closing it first: a client's time-out, not a loss on
-// the server's side, which alerts leave out. A cancellation sent after the
-// stream broke under the call does not make one.
+// the server's side, which alerts leave out. A cancellation sent more than
+// a second after the stream broke under the call does not make one.
 const UnknownCancelledPrefix = "the client cancelled the call; "
 
 // UnknownOutcome is a tools/call that was in flight when its

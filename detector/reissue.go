@@ -331,11 +331,10 @@ func (d *Detector) checkSessionReissue(ex *exchange, o *decode.Observation) {
 			continue
 		case first.habitual:
 			reason = ReasonHabitualCall
-		case d.callsSetAside(ex, m, s.firstSeen):
-			// The session's identical calls may be among those set
-			// aside as a proxy's hops (a server numbering its sessions
-			// gives replicas' requests the same print): its habit may
-			// be unseen.
+		case s.callAside(m):
+			// The session's identical call was set aside as a proxy's
+			// hop (a server numbering its sessions gives replicas'
+			// requests the same print): its habit may be unseen.
 			reason = ReasonHabitSetAside
 		case first.mayNotHaveReached:
 			reason = ReasonMayNotHaveReached

@@ -120,7 +120,8 @@ type call struct {
 	unknown bool
 	// cancelled: the client sent notifications/cancelled for it, so the
 	// server should send no answer (its outcome stays unknown all the same).
-	cancelled bool
+	cancelled   bool
+	cancelledAt time.Time
 	// reissueFlagged: a silent_reinit_after_404 was raised for a re-issue
 	// of this call; later repeats are the same finding.
 	reissueFlagged bool
@@ -282,8 +283,14 @@ type sessionState struct {
 	repeatable map[string]struct{}
 	// toolsListed: a tools/list answer of this session was seen.
 	toolsListed bool
-	progress    smallMap[string, progressMark]
-	streamSlab  slab[stream]
+	// callsAside are the tools/calls of this session, sent from its
+	// client's address, that were set aside as a proxy's hops (a replica
+	// of a server numbering its sessions repeats another's, session id
+	// and all): its habit of them may be unseen (hops.go, setAside). At
+	// most decode.MaxAnnotatedTools.
+	callsAside map[toolKey]struct{}
+	progress   smallMap[string, progressMark]
+	streamSlab slab[stream]
 	// redelivered counts deliveries beyond the first per event id; only
 	// an EventSink needs it, and only replays and duplicates create it.
 	redelivered map[string]int
