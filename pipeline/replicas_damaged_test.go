@@ -30,7 +30,8 @@ func TestDamagedReplicasAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
 	const most = 8
-	lostTotal, addedTotal, cases, used := 0, 0, 0, 0
+	var tally replicaTally
+	used := 0
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		if strings.Contains(name, "crowd") || !c.EventIDsOwn() {
@@ -48,13 +49,7 @@ func TestDamagedReplicasAddNothing(t *testing.T) {
 			check := func(label string, want []replicaFinding, merged []pcaprec.Packet) {
 				p := filepath.Join(dir, "merged.pcap")
 				writePackets(t, p, c.LinkType, merged)
-				lost, added := diffReplicaFindings(withoutPorts(want), withoutPorts(runReplicas(t, p)))
-				cases++
-				lostTotal += len(lost)
-				addedTotal += len(added)
-				for _, f := range added {
-					t.Errorf("%s, 2 replicas %v apart, %s: added %s\n    %s", name, step, label, f, f.explain)
-				}
+				tally.compare(t, withoutPorts(want), withoutPorts(runReplicas(t, p)), "%s, 2 replicas %v apart, %s", name, step, label)
 			}
 			for d := range 2 {
 				rc := damage.Capture{Packets: reps[d], LinkType: c.LinkType}
@@ -71,7 +66,7 @@ func TestDamagedReplicasAddNothing(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of %d captures, %d cases: %d findings added, %d lost", used, len(fixtures), cases, addedTotal, lostTotal)
+	tally.log(t, used)
 }
 
 // mergeInOrder merges packet lists by timestamp, keeping each list's own

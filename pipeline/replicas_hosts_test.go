@@ -53,8 +53,7 @@ func (m hostMode) opt(k int) damage.ReplicaOptions {
 func TestReplicasOfOwnEndpointsAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
-	steps := []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond}
-	lostTotal, addedTotal, cases := 0, 0, 0
+	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		for _, mode := range hostModes {
@@ -67,16 +66,10 @@ func TestReplicasOfOwnEndpointsAddNothing(t *testing.T) {
 			for _, n := range []int{2, 3} {
 				want := slices.Concat(alone[:n]...)
 				check := func(label string, merged []replicaFinding) {
-					lost, added := diffReplicaFindings(want, merged)
-					cases++
-					lostTotal += len(lost)
-					addedTotal += len(added)
-					for _, f := range added {
-						t.Errorf("%s, %s, %d replicas %s: added %s\n    %s", name, mode.name, n, label, f, f.explain)
-					}
+					tally.compare(t, want, merged, "%s, %s, %d replicas %s", name, mode.name, n, label)
 				}
 				p := filepath.Join(dir, "merged.pcap")
-				for _, step := range steps {
+				for _, step := range replicaSteps {
 					writePackets(t, p, c.LinkType, c.WarpedReplicasOpts(n, step, 0, time.Second, mode.opt))
 					check(step.String()+" apart", runReplicas(t, p))
 				}
@@ -87,5 +80,5 @@ func TestReplicasOfOwnEndpointsAddNothing(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d fixtures, %d cases: %d findings added, %d lost", len(fixtures), cases, addedTotal, lostTotal)
+	tally.log(t, len(fixtures))
 }

@@ -31,8 +31,7 @@ import (
 func TestReplicasInStepAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
-	steps := []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond}
-	lostTotal, addedTotal, cases := 0, 0, 0
+	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		alone := replicasAlone(t, dir, c, 3)
@@ -41,24 +40,14 @@ func TestReplicasInStepAddNothing(t *testing.T) {
 			for k := range n {
 				want = append(want, alone[k]...)
 			}
-			for _, step := range steps {
+			for _, step := range replicaSteps {
 				p := filepath.Join(dir, fmt.Sprintf("%s-x%d.pcap", name, n))
 				writePackets(t, p, c.LinkType, c.Replicas(n, step))
-				got := runReplicas(t, p)
-				lost, added := diffReplicaFindings(want, got)
-				cases++
-				lostTotal += len(lost)
-				addedTotal += len(added)
-				for _, f := range added {
-					t.Errorf("%s, %d replicas %v apart: added %s\n    %s", name, n, step, f, f.explain)
-				}
-				if len(lost) > 0 {
-					t.Logf("%s, %d replicas %v apart: lost %d: %v", name, n, step, len(lost), lost)
-				}
+				tally.compare(t, want, runReplicas(t, p), "%s, %d replicas %v apart", name, n, step)
 			}
 		}
 	}
-	t.Logf("%d fixtures, %d cases: %d findings added, %d lost", len(fixtures), cases, addedTotal, lostTotal)
+	tally.log(t, len(fixtures))
 }
 
 // replicaCaptures are the fixtures, or the captures REPLICAS_PATTERN names
@@ -70,6 +59,31 @@ func replicaCaptures(t *testing.T) ([]string, []damage.Capture) {
 	}
 	return readCaptures(t, pattern)
 }
+
+// replicaTally counts a replicas test's cases and the findings they added
+// and lost.
+type replicaTally struct{ cases, added, lost int }
+
+// compare fails t on every finding got has that want does not have, or has
+// with a lower severity (diffReplicaFindings), naming the case.
+func (r *replicaTally) compare(t *testing.T, want, got []replicaFinding, format string, args ...any) {
+	t.Helper()
+	lost, added := diffReplicaFindings(want, got)
+	r.cases++
+	r.lost += len(lost)
+	r.added += len(added)
+	for _, f := range added {
+		t.Errorf("%s: added %s\n    %s", fmt.Sprintf(format, args...), f, f.explain)
+	}
+}
+
+func (r replicaTally) log(t *testing.T, captures int) {
+	t.Helper()
+	t.Logf("%d captures, %d cases: %d findings added, %d lost", captures, r.cases, r.added, r.lost)
+}
+
+// replicaSteps are how far apart replicas in step run.
+var replicaSteps = []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond}
 
 // replicaWarp is how replicas drift past each other (damage.WarpedReplicas).
 type replicaWarp struct{ step, amplitude, period time.Duration }
@@ -193,9 +207,8 @@ func runReplicas(t *testing.T, files ...string) []replicaFinding {
 func TestDivergingReplicasAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
-	steps := []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond}
 	fractions := []int{1, 2, 3, 4, 5, 6, 7} // eighths kept
-	lostTotal, addedTotal, cases := 0, 0, 0
+	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		full := [2][]replicaFinding{}
@@ -214,7 +227,7 @@ func TestDivergingReplicasAddNothing(t *testing.T) {
 				p := filepath.Join(dir, "alone.pcap")
 				writePackets(t, p, c.LinkType, short)
 				want := slices.Concat(full[1-stopper], runReplicas(t, p))
-				for _, step := range steps {
+				for _, step := range replicaSteps {
 					var merged []pcaprec.Packet
 					for k := range 2 {
 						pk := reps[k].Packets
@@ -229,19 +242,12 @@ func TestDivergingReplicasAddNothing(t *testing.T) {
 					slices.SortStableFunc(merged, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
 					p := filepath.Join(dir, "merged.pcap")
 					writePackets(t, p, c.LinkType, merged)
-					got := runReplicas(t, p)
-					lost, added := diffReplicaFindings(want, got)
-					cases++
-					lostTotal += len(lost)
-					addedTotal += len(added)
-					for _, f := range added {
-						t.Errorf("%s, replica %d stops after %d/8, 2 replicas %v apart: added %s\n    %s", name, stopper, eighths, step, f, f.explain)
-					}
+					tally.compare(t, want, runReplicas(t, p), "%s, replica %d stops after %d/8, 2 replicas %v apart", name, stopper, eighths, step)
 				}
 			}
 		}
 	}
-	t.Logf("%d fixtures, %d cases: %d findings added, %d lost", len(fixtures), cases, addedTotal, lostTotal)
+	tally.log(t, len(fixtures))
 }
 
 // TestDriftingReplicasAddNothing: replicas in step whose timers drift
@@ -251,7 +257,7 @@ func TestDivergingReplicasAddNothing(t *testing.T) {
 func TestDriftingReplicasAddNothing(t *testing.T) {
 	fixtures, captures := replicaCaptures(t)
 	dir := t.TempDir()
-	lostTotal, addedTotal, cases := 0, 0, 0
+	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		alone := replicasAlone(t, dir, c, 3)
@@ -260,16 +266,9 @@ func TestDriftingReplicasAddNothing(t *testing.T) {
 			for _, w := range replicaWarps {
 				p := filepath.Join(dir, "merged.pcap")
 				writePackets(t, p, c.LinkType, c.WarpedReplicas(n, w.step, w.amplitude, w.period))
-				got := runReplicas(t, p)
-				lost, added := diffReplicaFindings(want, got)
-				cases++
-				lostTotal += len(lost)
-				addedTotal += len(added)
-				for _, f := range added {
-					t.Errorf("%s, %d replicas drifting %s: added %s\n    %s", name, n, w, f, f.explain)
-				}
+				tally.compare(t, want, runReplicas(t, p), "%s, %d replicas drifting %s", name, n, w)
 			}
 		}
 	}
-	t.Logf("%d fixtures, %d cases: %d findings added, %d lost", len(fixtures), cases, addedTotal, lostTotal)
+	tally.log(t, len(fixtures))
 }

@@ -150,16 +150,10 @@ func backendTokens(pkts []pcaprec.Packet) (tokens [][]byte, compressed bool) {
 	seen := map[string]bool{}
 	var events [][]byte
 	for _, p := range pkts {
-		d := p.Data
-		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+		payload, ok := tcpPayload(p)
+		if !ok {
 			continue
 		}
-		ip := d[14:]
-		tcp := ip[int(ip[0]&0x0f)*4:]
-		if len(tcp) < 20 {
-			continue
-		}
-		payload := tcp[int(tcp[12]>>4)*4:]
 		for _, line := range bytes.Split(payload, []byte("\n")) {
 			line = bytes.TrimRight(line, "\r")
 			name, value, ok := bytes.Cut(line, []byte(":"))
@@ -238,32 +232,23 @@ func (c Capture) WarpedReplicas(n int, step, amplitude, period time.Duration) []
 // every Host header line in payload, by k (a digit stays a digit, a letter a
 // letter).
 func mutateHost(payload []byte, k int) {
-	for off := 0; off < len(payload); {
-		nl := bytes.IndexByte(payload[off:], '\n')
-		end := len(payload)
-		if nl >= 0 {
-			end = off + nl
+	headerLines(payload, "host", func(v []byte) {
+		v = bytes.TrimRight(v, " ")
+		host := v
+		if i := bytes.LastIndexByte(v, ':'); i > 0 && !bytes.Contains(v[:i], []byte(":")) {
+			host = v[:i]
 		}
-		line := payload[off:end]
-		if len(line) > 5 && bytes.EqualFold(line[:5], []byte("host:")) {
-			v := bytes.TrimRight(line[5:], "\r ")
-			host := v
-			if i := bytes.LastIndexByte(v, ':'); i > 0 && !bytes.Contains(v[:i], []byte(":")) {
-				host = v[:i]
-			}
-			if n := len(host); n > 0 && bytes.TrimSpace(host) != nil {
-				switch c := host[n-1]; {
-				case c >= '0' && c <= '9':
-					host[n-1] = '0' + byte((int(c-'0')+k)%10)
-				case c >= 'a' && c <= 'z':
-					host[n-1] = 'a' + byte((int(c-'a')+k)%26)
-				case c >= 'A' && c <= 'Z':
-					host[n-1] = 'A' + byte((int(c-'A')+k)%26)
-				}
+		if n := len(host); n > 0 {
+			switch c := host[n-1]; {
+			case c >= '0' && c <= '9':
+				host[n-1] = '0' + byte((int(c-'0')+k)%10)
+			case c >= 'a' && c <= 'z':
+				host[n-1] = 'a' + byte((int(c-'a')+k)%26)
+			case c >= 'A' && c <= 'Z':
+				host[n-1] = 'A' + byte((int(c-'A')+k)%26)
 			}
 		}
-		off = end + 1
-	}
+	})
 }
 
 // OwnEndpointOptions: replica k its own endpoint and, when clientIsServer
@@ -317,16 +302,11 @@ func headerLines(payload []byte, name string, f func(value []byte)) {
 func sessionOrdinals(pkts []pcaprec.Packet) map[string]int {
 	numbers := map[string]int{}
 	for _, p := range pkts {
-		d := p.Data
-		if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+		payload, ok := tcpPayload(p)
+		if !ok {
 			continue
 		}
-		ip := d[14:]
-		tcp := ip[int(ip[0]&0x0f)*4:]
-		if len(tcp) < 20 {
-			continue
-		}
-		headerLines(tcp[int(tcp[12]>>4)*4:], "mcp-session-id", func(v []byte) {
+		headerLines(payload, "mcp-session-id", func(v []byte) {
 			id := string(bytes.TrimSpace(v))
 			if _, ok := numbers[id]; !ok && id != "" {
 				numbers[id] = len(numbers) + 1
@@ -352,4 +332,18 @@ func numberSessions(payload []byte, numbers map[string]int) {
 		}
 		copy(t, num)
 	})
+}
+
+// tcpPayload is the TCP payload of an Ethernet frame of IPv4 TCP.
+func tcpPayload(p pcaprec.Packet) ([]byte, bool) {
+	d := p.Data
+	if len(d) < 14+20+20 || d[12] != 0x08 || d[13] != 0x00 {
+		return nil, false
+	}
+	ip := d[14:]
+	tcp := ip[int(ip[0]&0x0f)*4:]
+	if len(tcp) < 20 || len(tcp) < int(tcp[12]>>4)*4 {
+		return nil, false
+	}
+	return tcp[int(tcp[12]>>4)*4:], true
 }
