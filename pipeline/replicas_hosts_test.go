@@ -57,12 +57,7 @@ func TestReplicasOfOwnEndpointsAddNothing(t *testing.T) {
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
 		for _, mode := range hostModes {
-			var alone [][]replicaFinding
-			for k := range 3 {
-				p := filepath.Join(dir, "alone.pcap")
-				writePackets(t, p, c.LinkType, c.ReplicaOpts(k, 0, mode.opt(k)))
-				alone = append(alone, runReplicas(t, p))
-			}
+			alone := replicasAlone(t, dir, c, 3, mode.opt)
 			for _, n := range []int{2, 3} {
 				want := slices.Concat(alone[:n]...)
 				check := func(label string, merged []replicaFinding) {

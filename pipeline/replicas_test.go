@@ -34,12 +34,9 @@ func TestReplicasInStepAddNothing(t *testing.T) {
 	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
-		alone := replicasAlone(t, dir, c, 3)
+		alone := replicasAlone(t, dir, c, 3, plainReplica)
 		for _, n := range []int{2, 3} {
-			var want []replicaFinding
-			for k := range n {
-				want = append(want, alone[k]...)
-			}
+			want := slices.Concat(alone[:n]...)
 			for _, step := range replicaSteps {
 				p := filepath.Join(dir, fmt.Sprintf("%s-x%d.pcap", name, n))
 				writePackets(t, p, c.LinkType, c.Replicas(n, step))
@@ -107,17 +104,21 @@ func captureName(path string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(filepath.Base(path), ".gz"), ".pcap")
 }
 
-// replicasAlone is what each of the first n replicas of c gives alone.
-func replicasAlone(t *testing.T, dir string, c damage.Capture, n int) [][]replicaFinding {
+// replicasAlone is what each of the first n replicas of c, made with
+// opt(k), gives alone.
+func replicasAlone(t *testing.T, dir string, c damage.Capture, n int, opt func(k int) damage.ReplicaOptions) [][]replicaFinding {
 	t.Helper()
 	var alone [][]replicaFinding
 	for k := range n {
 		p := filepath.Join(dir, "alone.pcap")
-		writePackets(t, p, c.LinkType, c.Replica(k, 0))
+		writePackets(t, p, c.LinkType, c.ReplicaOpts(k, 0, opt(k)))
 		alone = append(alone, runReplicas(t, p))
 	}
 	return alone
 }
+
+// plainReplica is damage.Capture.Replica's options.
+func plainReplica(int) damage.ReplicaOptions { return damage.ReplicaOptions{} }
 
 // replicaFinding is a violation as the replicas test compares it: which
 // replica's client and server it names, and its severity.
@@ -260,7 +261,7 @@ func TestDriftingReplicasAddNothing(t *testing.T) {
 	var tally replicaTally
 	for i, fx := range fixtures {
 		name, c := captureName(fx), captures[i]
-		alone := replicasAlone(t, dir, c, 3)
+		alone := replicasAlone(t, dir, c, 3, plainReplica)
 		for _, n := range []int{2, 3} {
 			want := slices.Concat(alone[:n]...)
 			for _, w := range replicaWarps {

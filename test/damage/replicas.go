@@ -125,12 +125,7 @@ func (c Capture) ReplicaOpts(k int, shift time.Duration, o ReplicaOptions) []pca
 // Replicas merges n replicas of the capture (Replica), the k-th shifted by
 // k*step, in time order.
 func (c Capture) Replicas(n int, step time.Duration) []pcaprec.Packet {
-	var out []pcaprec.Packet
-	for k := range n {
-		out = append(out, c.Replica(k, time.Duration(k)*step)...)
-	}
-	slices.SortStableFunc(out, func(a, b pcaprec.Packet) int { return a.CI.Timestamp.Compare(b.CI.Timestamp) })
-	return out
+	return c.WarpedReplicas(n, step, 0, time.Second)
 }
 
 // EventIDsOwn says whether Replica gives each replica's backend event ids
